@@ -1,0 +1,22 @@
+// Every built-in kernel and its implementations.
+#include "ejk/registry.hpp"
+#include "matmul/impls.hpp"
+#include "matmul/matmul.hpp"
+
+namespace ejk {
+
+void register_builtin_kernels(Registry& r) {
+  r.add(std::make_shared<kernels::matmul::MatmulKernel>());
+  r.add(kernels::matmul::cpu_implementation());
+#ifdef EJK_HAVE_OPENCL
+  r.add(kernels::matmul::opencl_implementation());
+#endif
+#ifdef EJK_HAVE_VULKAN
+  r.add(kernels::matmul::vulkan_implementation());
+#ifdef EJK_HAVE_COOPMAT
+  r.add(kernels::matmul::vulkan_coopmat_implementation());
+#endif
+#endif
+}
+
+}  // namespace ejk

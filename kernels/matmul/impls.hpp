@@ -1,0 +1,20 @@
+#pragma once
+// matmul's implementations, one per backend file; registered by kernels/builtin.cpp.
+#include <memory>
+
+#include "ejk/kernel.hpp"
+
+namespace ejk::kernels::matmul {
+
+std::shared_ptr<const Implementation> cpu_implementation();
+#ifdef EJK_HAVE_OPENCL
+std::shared_ptr<const Implementation> opencl_implementation();
+#endif
+#ifdef EJK_HAVE_VULKAN
+std::shared_ptr<const Implementation> vulkan_implementation();
+#ifdef EJK_HAVE_COOPMAT
+std::shared_ptr<const Implementation> vulkan_coopmat_implementation();
+#endif
+#endif
+
+}  // namespace ejk::kernels::matmul

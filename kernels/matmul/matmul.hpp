@@ -1,0 +1,41 @@
+#pragma once
+// matmul: c = alpha * op(a) * op(b) + beta * c, batched.
+//   a: [batch?, m, k] ([batch?, k, m] when trans_a), b: [batch?, k, n] ([batch?, n, k] when trans_b),
+//   c: [batch?, m, n]. a or b may drop the batch dimension to be shared by every batch.
+// Options (in the key): trans_a, trans_b. Scalars (not in the key): alpha, beta.
+#include <cstdint>
+
+#include "ejk/kernel.hpp"
+
+namespace ejk::kernels::matmul {
+
+// Everything an implementation needs to address one invocation's operands.
+struct Problem {
+  std::int64_t batch = 1, m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  std::int64_t batch_stride_a = 0, batch_stride_b = 0, batch_stride_c = 0;  // elements; 0 = shared
+  double alpha = 1.0, beta = 0.0;
+  DType dtype = DType::f32;  // of a, b and c
+
+  static Problem of(const Invocation& inv);
+};
+
+Invocation invocation(const TensorSpec& a, const TensorSpec& b, const TensorSpec& c, bool trans_a, bool trans_b,
+                      double alpha, double beta);
+
+class MatmulKernel final : public Kernel {
+ public:
+  std::string_view name() const override { return "matmul"; }
+  std::string_view host_version() const override { return "matmul/1"; }
+  std::vector<ArgDef> args() const override;
+  void validate(const Invocation& inv) const override;
+  Vars vars(const Invocation& inv) const override;
+  double flops(const Invocation& inv) const override;
+  double bytes(const Invocation& inv) const override;
+  HostArrays reference(const Invocation& inv, const HostArrays& args) const override;
+  double tolerance(const Invocation& inv) const override;
+};
+
+std::vector<ArgDef> matmul_args();
+
+}  // namespace ejk::kernels::matmul

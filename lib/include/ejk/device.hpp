@@ -1,0 +1,98 @@
+#pragma once
+// Devices of the three backends, their capabilities, buffers and device-clock timing.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "ejk/dtype.hpp"
+
+namespace ejk {
+
+enum class Backend : std::uint8_t { cpu, opencl, vulkan };
+
+std::string_view to_string(Backend b);
+Backend parse_backend(std::string_view name);  // throws InvalidArgument
+
+// One cooperative-matrix (tensor core) shape a device offers: C[m,n] += A[m,k] * B[k,n].
+struct CoopMatShape {
+  std::uint32_t m = 0, n = 0, k = 0;
+  DType a = DType::f16;  // element type of A and B
+  DType c = DType::f32;  // accumulator type
+  bool operator==(const CoopMatShape&) const = default;
+};
+
+struct DeviceInfo {
+  Backend backend = Backend::cpu;
+  int index = 0;  // position among the backend's devices
+  std::string vendor;
+  std::string name;
+  std::string driver;        // driver version text
+  std::string api_version;   // "OpenCL 3.0", "Vulkan 1.3.230", "C++20"
+  std::string architecture;  // vendor-specific family, for profile fallbacks
+  bool discrete = false;     // a discrete GPU
+  std::uint32_t compute_units = 0;
+  std::uint64_t global_mem = 0;
+  std::uint64_t max_buffer = 0;
+  std::uint64_t local_mem = 0;  // per workgroup
+  std::uint32_t max_workgroup_size = 0;
+  std::array<std::uint32_t, 3> max_workgroup_dims{};
+  std::uint32_t subgroup_size = 0;  // 0: no subgroups
+  bool fp16 = false;                // 16-bit float arithmetic
+  bool bf16 = false;
+  bool subgroups = false;
+  std::vector<CoopMatShape> coopmat;
+
+  std::string id() const;  // "opencl:0"
+  // Stable text naming backend, vendor, device and driver: the hardware/software part of a cache key.
+  std::string fingerprint() const;
+  nlohmann::json to_json() const;
+};
+
+// Device memory. Backends derive from it; users hold it through Tensor.
+class Buffer {
+ public:
+  explicit Buffer(std::size_t bytes) : bytes_(bytes) {}
+  virtual ~Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  std::size_t bytes_;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual const DeviceInfo& info() const = 0;
+
+  virtual std::shared_ptr<Buffer> allocate(std::size_t bytes) = 0;
+  virtual void write(Buffer& dst, std::size_t offset, const void* src, std::size_t bytes) = 0;
+  virtual void read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) = 0;
+  virtual void copy(const Buffer& src, Buffer& dst, std::size_t bytes) = 0;
+  // Waits until all submitted work is complete.
+  virtual void synchronize() = 0;
+  // Runs `work` (which submits device work), waits for it and returns its duration in
+  // nanoseconds on the device's own clock: profiling events, timestamp queries or steady_clock.
+  virtual double time_ns(const std::function<void()>& work) = 0;
+};
+
+// Every device of every backend compiled in, in a stable order.
+std::vector<DeviceInfo> list_devices();
+
+// Opens a device by name: "cpu", "opencl:N", "vulkan:N" or "auto" (a discrete GPU first,
+// else the native CPU backend). Devices are shared: the same name gives the same device.
+// Throws InvalidArgument naming the device argument when there is no such device.
+std::shared_ptr<Device> open_device(std::string_view name);
+
+// The device named by $EJK_DEVICE, else "auto".
+std::string default_device_name();
+
+}  // namespace ejk

@@ -1,0 +1,17 @@
+#pragma once
+// Everything public in one include.
+#include "ejk/config.hpp"
+#include "ejk/context.hpp"
+#include "ejk/device.hpp"
+#include "ejk/dtype.hpp"
+#include "ejk/error.hpp"
+#include "ejk/executor.hpp"
+#include "ejk/expr.hpp"
+#include "ejk/invocation.hpp"
+#include "ejk/kernel.hpp"
+#include "ejk/ops.hpp"
+#include "ejk/registry.hpp"
+#include "ejk/shape.hpp"
+#include "ejk/space.hpp"
+#include "ejk/tensor.hpp"
+#include "ejk/version.hpp"

@@ -1,0 +1,37 @@
+#pragma once
+// Small integer expressions for parameter-space constraints, e.g.
+// "tile_m * tile_k * 4 <= local_mem && tile_m % wpt_m == 0". Printable and parsable, so
+// spaces can be listed by `ejk kernels --space` and extended from recipes.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ejk/config.hpp"
+
+namespace ejk {
+
+// Named values an expression reads: integers (sizes, limits, parameters) or text (a
+// parameter such as algo = "native").
+using Vars = std::map<std::string, Value, std::less<>>;
+
+// Grammar, C precedence: || && (== !=) (< <= > >=) (+ -) (* / %) unary(! -) atom;
+// atoms are integer literals, "text" literals, identifiers, true/false, parenthesised
+// expressions, and the functions min(a, b), max(a, b). Text compares only with == and !=.
+class Expr {
+ public:
+  static Expr parse(std::string_view text);  // throws InvalidArgument with the column
+  std::int64_t eval(const Vars& vars) const;  // throws InvalidArgument for unknown names or / 0
+  const std::string& text() const { return text_; }
+  std::vector<std::string> names() const;  // identifiers it reads
+
+  struct Node;
+
+ private:
+  std::string text_;
+  std::shared_ptr<const Node> root_;
+};
+
+}  // namespace ejk

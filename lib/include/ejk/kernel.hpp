@@ -1,0 +1,74 @@
+#pragma once
+// A kernel is defined once (what it computes: arguments, validation, reference, cost) and
+// implemented per backend (how: parameter space, heuristic, launch).
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ejk/config.hpp"
+#include "ejk/device.hpp"
+#include "ejk/expr.hpp"
+#include "ejk/invocation.hpp"
+#include "ejk/space.hpp"
+#include "ejk/tensor.hpp"
+
+namespace ejk {
+
+enum class Role : std::uint8_t { in, out, inout };
+
+struct ArgDef {
+  std::string name;
+  Role role = Role::in;
+  bool operator==(const ArgDef&) const = default;
+};
+
+using HostArrays = std::vector<std::vector<double>>;
+
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  virtual std::string_view name() const = 0;
+  // Bumped by hand when the host side changes meaning; hashed with device sources into version().
+  virtual std::string_view host_version() const = 0;
+  virtual std::vector<ArgDef> args() const = 0;
+
+  // Throws InvalidArgument naming the argument and its shape before anything launches.
+  virtual void validate(const Invocation& inv) const = 0;
+  // Named sizes of an invocation (m, n, k, ...) that constraints and heuristics read.
+  virtual Vars vars(const Invocation& inv) const = 0;
+  virtual double flops(const Invocation& inv) const = 0;
+  // The fewest bytes that must move between memory and the device.
+  virtual double bytes(const Invocation& inv) const = 0;
+  // Double-precision result: given every argument's values (outputs with their initial
+  // contents), returns the final values of the out/inout arguments in order.
+  virtual HostArrays reference(const Invocation& inv, const HostArrays& args) const = 0;
+  // Relative tolerance for checking an output against the reference.
+  virtual double tolerance(const Invocation& inv) const;
+};
+
+class Implementation {
+ public:
+  virtual ~Implementation() = default;
+  virtual std::string_view kernel() const = 0;
+  virtual Backend backend() const = 0;
+  virtual int priority() const { return 0; }
+  // Must equal the kernel's argument list: checked at registration.
+  virtual std::vector<ArgDef> args() const = 0;
+  // Keys of embedded device sources (kernels/...): their bytes enter the kernel version.
+  virtual std::vector<std::string> sources() const { return {}; }
+  virtual bool supports(const Invocation& /*inv*/, const DeviceInfo& /*dev*/) const { return true; }
+  virtual ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const = 0;
+  virtual Config heuristic(const Invocation& inv, const DeviceInfo& dev) const = 0;
+  // Launches on `device` (asynchronously where the backend allows). Throws CompileError,
+  // ResourceError or DeviceError for configs the device cannot run.
+  virtual void run(const Invocation& inv, const Config& config, std::span<const Tensor> args,
+                   Device& device) const = 0;
+};
+
+// Variables every space may read about the device: local_mem, max_workgroup_size,
+// subgroup_size, compute_units, fp16, coopmat (1 when f16 cooperative matrices exist).
+Vars device_vars(const DeviceInfo& dev);
+
+}  // namespace ejk

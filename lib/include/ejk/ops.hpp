@@ -1,0 +1,25 @@
+#pragma once
+// Operations of the C++ API. Each goes through the context's executor.
+#include <optional>
+
+#include "ejk/config.hpp"
+#include "ejk/context.hpp"
+#include "ejk/tensor.hpp"
+
+namespace ejk {
+
+struct MatmulOptions {
+  bool trans_a = false;  // a is stored [batch, k, m]
+  bool trans_b = false;  // b is stored [batch, n, k]
+  double alpha = 1.0;
+  double beta = 0.0;
+  std::optional<Config> config;  // override the selector chain
+};
+
+// c = alpha * op(a) * op(b) + beta * c, with a leading batch dimension optional on all three.
+void matmul(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& c,
+            const MatmulOptions& options = {});
+// Allocates c (dtype of a); beta is ignored.
+Tensor matmul(const Context& ctx, const Tensor& a, const Tensor& b, const MatmulOptions& options = {});
+
+}  // namespace ejk

@@ -1,0 +1,130 @@
+#include "ejk/device.hpp"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+#include <nlohmann/json.hpp>
+
+#include "backends/backends.hpp"
+#include "ejk/error.hpp"
+
+namespace ejk {
+
+std::string_view to_string(Backend b) {
+  switch (b) {
+    case Backend::cpu: return "cpu";
+    case Backend::opencl: return "opencl";
+    case Backend::vulkan: return "vulkan";
+  }
+  return "?";
+}
+
+Backend parse_backend(std::string_view name) {
+  for (Backend b : {Backend::cpu, Backend::opencl, Backend::vulkan})
+    if (to_string(b) == name) return b;
+  throw InvalidArgument("unknown backend '" + std::string(name) + "' (expected cpu, opencl or vulkan)");
+}
+
+std::string DeviceInfo::id() const {
+  return backend == Backend::cpu ? std::string("cpu") : std::string(to_string(backend)) + ":" + std::to_string(index);
+}
+
+std::string DeviceInfo::fingerprint() const {
+  return std::string(to_string(backend)) + "|" + vendor + "|" + name + "|" + driver;
+}
+
+nlohmann::json DeviceInfo::to_json() const {
+  nlohmann::json coop = nlohmann::json::array();
+  for (const auto& c : coopmat)
+    coop.push_back({{"m", c.m}, {"n", c.n}, {"k", c.k}, {"a", to_string(c.a)}, {"c", to_string(c.c)}});
+  return {{"id", id()},
+          {"backend", to_string(backend)},
+          {"vendor", vendor},
+          {"name", name},
+          {"driver", driver},
+          {"api_version", api_version},
+          {"architecture", architecture},
+          {"discrete", discrete},
+          {"compute_units", compute_units},
+          {"global_mem", global_mem},
+          {"max_buffer", max_buffer},
+          {"local_mem", local_mem},
+          {"max_workgroup_size", max_workgroup_size},
+          {"max_workgroup_dims", max_workgroup_dims},
+          {"subgroup_size", subgroup_size},
+          {"fp16", fp16},
+          {"bf16", bf16},
+          {"subgroups", subgroups},
+          {"coopmat", coop},
+          {"fingerprint", fingerprint()}};
+}
+
+namespace {
+
+const std::vector<DeviceInfo>& all_devices() {
+  static const std::vector<DeviceInfo> devices = [] {
+    std::vector<DeviceInfo> out = backends::cpu_devices();
+#ifdef EJK_HAVE_OPENCL
+    for (auto& d : backends::opencl_devices()) out.push_back(std::move(d));
+#endif
+#ifdef EJK_HAVE_VULKAN
+    for (auto& d : backends::vulkan_devices()) out.push_back(std::move(d));
+#endif
+    return out;
+  }();
+  return devices;
+}
+
+std::shared_ptr<Device> open_info(const DeviceInfo& info) {
+  switch (info.backend) {
+    case Backend::cpu: return backends::open_cpu(info.index);
+#ifdef EJK_HAVE_OPENCL
+    case Backend::opencl: return backends::open_opencl(info.index);
+#endif
+#ifdef EJK_HAVE_VULKAN
+    case Backend::vulkan: return backends::open_vulkan(info.index);
+#endif
+    default: break;
+  }
+  throw InvalidArgument("backend " + std::string(to_string(info.backend)) + " is not compiled in");
+}
+
+}  // namespace
+
+std::vector<DeviceInfo> list_devices() { return all_devices(); }
+
+std::string default_device_name() {
+  const char* env = std::getenv("EJK_DEVICE");
+  return env && *env ? env : "auto";
+}
+
+std::shared_ptr<Device> open_device(std::string_view name) {
+  const auto& devices = all_devices();
+  const DeviceInfo* chosen = nullptr;
+  if (name == "auto") {
+    // A discrete GPU first (Vulkan before OpenCL: it reaches the tensor cores), else the CPU.
+    for (Backend b : {Backend::vulkan, Backend::opencl})
+      for (const auto& d : devices)
+        if (!chosen && d.backend == b && d.discrete) chosen = &d;
+    if (!chosen) chosen = &devices.front();
+  } else {
+    for (const auto& d : devices)
+      if (d.id() == name || (d.backend == Backend::cpu && name == "cpu:0")) chosen = &d;
+  }
+  if (!chosen) {
+    std::string known;
+    for (const auto& d : devices) known += (known.empty() ? "" : ", ") + d.id();
+    throw InvalidArgument("device '" + std::string(name) + "' not found (available: " + known + ", auto)");
+  }
+  // Devices live for the whole process and are never destroyed: ICDs tear themselves down
+  // in atexit handlers, and destroying a context after that crashes some drivers.
+  static std::mutex mutex;
+  static auto* open = new std::map<std::string, std::shared_ptr<Device>>;
+  std::lock_guard lock(mutex);
+  auto& slot = (*open)[chosen->id()];
+  if (!slot) slot = open_info(*chosen);
+  return slot;
+}
+
+}  // namespace ejk

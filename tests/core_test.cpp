@@ -1,0 +1,101 @@
+// dtype conversions, expressions, parameter spaces, configs and invocations.
+#include <cmath>
+
+#include "core/sha256.hpp"
+#include "support.hpp"
+
+namespace ejk {
+namespace {
+
+TEST(DType, HalfRoundTripsAndRounds) {
+  for (float x : {0.f, 1.f, -2.5f, 65504.f, 6.1e-5f, 5.96e-8f, 0.1f, -1000.f}) {
+    float back = f16_to_f32(f32_to_f16(x));
+    EXPECT_NEAR(back, x, std::abs(x) * 1e-3 + 6e-8) << x;
+  }
+  EXPECT_EQ(f32_to_f16(1.0f), 0x3c00);
+  EXPECT_EQ(f32_to_f16(65520.f), 0x7c00);  // rounds to infinity
+  EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(NAN))));
+  EXPECT_EQ(f32_to_f16(1.0f + 1.0f / 4096), 0x3c00);  // ties to even
+}
+
+TEST(DType, BFloatRoundsToNearestEven) {
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(bf16_to_f32(f32_to_bf16(3.140625f)), 3.140625f);
+  EXPECT_NEAR(bf16_to_f32(f32_to_bf16(0.1f)), 0.1f, 1e-3);
+  EXPECT_THROW(parse_dtype("f64"), InvalidArgument);
+  EXPECT_EQ(parse_dtype("bf16"), DType::bf16);
+}
+
+TEST(Expr, ParsesEvaluatesAndPrints) {
+  Vars v{{"a", std::int64_t{6}}, {"b", std::int64_t{4}}, {"algo", std::string("native")}};
+  EXPECT_EQ(Expr::parse("a * b + 2").eval(v), 26);
+  EXPECT_EQ(Expr::parse("a % b == 2 && !(a < b)").eval(v), 1);
+  EXPECT_EQ(Expr::parse("min(a, b) * max(a, 10) - -1").eval(v), 41);
+  EXPECT_EQ(Expr::parse("algo == \"native\" || a > 100").eval(v), 1);
+  EXPECT_EQ(Expr::parse("a >= 6 && b != 4").eval(v), 0);
+  EXPECT_EQ(Expr::parse("tile * 4 <= local_mem").names(), (std::vector<std::string>{"local_mem", "tile"}));
+  EXPECT_EQ(Expr::parse("a*b <= 24").text(), "a*b <= 24");
+  EXPECT_THROW(Expr::parse("a * (b + 1"), InvalidArgument);
+  EXPECT_THROW(Expr::parse("a $ b"), InvalidArgument);
+  EXPECT_THROW(Expr::parse("c + 1").eval(v), InvalidArgument);
+  EXPECT_THROW(Expr::parse("a / (b - 4)").eval(v), InvalidArgument);
+  EXPECT_THROW(Expr::parse("algo + 1").eval(v), InvalidArgument);
+}
+
+TEST(ParamSpace, EnumeratesFiltersAndExplains) {
+  ParamSpace s;
+  s.param("algo", std::vector<Value>{std::string("native"), std::string("blas")})
+      .param("tile", {8, 16, 32}, "algo == \"native\"")
+      .param("wpt", {1, 2, 4}, "algo == \"native\"")
+      .constraint("tile * wpt <= limit")
+      .bind({{"limit", std::int64_t{32}}});
+  auto all = s.enumerate();
+  // native: (8,1)(8,2)(8,4)(16,1)(16,2)(32,1) = 6; blas: 1
+  EXPECT_EQ(all.size(), 7u);
+  EXPECT_EQ(s.cardinality(), 18u);
+  for (const auto& c : all) EXPECT_EQ(s.mismatch(c), "") << c.canonical();
+  EXPECT_NE(s.mismatch(Config{{"algo", std::string("native")}, {"tile", 32}, {"wpt", 2}}).find("tile * wpt"), std::string::npos);
+  EXPECT_NE(s.mismatch(Config{{"algo", std::string("blas")}, {"tile", 8}}).find("does not apply"), std::string::npos);
+  EXPECT_NE(s.mismatch(Config{{"algo", std::string("native")}, {"tile", 8}}).find("wpt"), std::string::npos);
+  EXPECT_NE(s.mismatch(Config{{"algo", std::string("native")}, {"tile", 12}, {"wpt", 1}}).find("candidate"), std::string::npos);
+  EXPECT_NE(s.describe().find("where tile * wpt <= limit"), std::string::npos);
+}
+
+TEST(Config, CanonicalJsonIsSortedAndRoundTrips) {
+  Config c{{"wpt", 4}, {"algo", std::string("x")}, {"tile", 16}};
+  EXPECT_EQ(c.canonical(), R"({"algo":"x","tile":16,"wpt":4})");
+  EXPECT_EQ(Config::from_json(nlohmann::json::parse(c.canonical())), c);
+  EXPECT_THROW(Config::from_json(nlohmann::json::parse(R"({"a": 1.5})")), InvalidArgument);
+  EXPECT_THROW(c.get("missing"), InvalidArgument);
+}
+
+TEST(Invocation, SignatureIsCanonicalAndExcludesScalars) {
+  Invocation a;
+  a.kernel = "matmul";
+  a.args = {{{2, 3}, DType::f16}};
+  a.options = {{"z", 1}, {"a", true}};
+  a.scalars = {{"alpha", 2.0}};
+  Invocation b = Invocation::from_json(nlohmann::json::parse(a.to_json().dump()));
+  b.scalars = {{"alpha", 3.0}};
+  EXPECT_EQ(a.signature(), b.signature());
+  EXPECT_EQ(a.signature(), R"({"args":[{"dtype":"f16","shape":[2,3]}],"options":{"a":true,"z":1}})");
+}
+
+TEST(Sha256, KnownVectors) {
+  EXPECT_EQ(detail::sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(detail::sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  std::string million(1000000, 'a');
+  EXPECT_EQ(detail::sha256_hex(million), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST(Registry, KnowsMatmulAndRejectsMismatchedImplementations) {
+  Registry& r = Registry::global();
+  EXPECT_TRUE(r.has("matmul"));
+  EXPECT_THROW(r.kernel("nope"), NotFound);
+  EXPECT_EQ(r.implementations("matmul").front()->args(), r.kernel("matmul").args());
+  auto impl = r.implementations("matmul").front();
+  EXPECT_EQ(r.version(*impl).size(), 16u);
+}
+
+}  // namespace
+}  // namespace ejk

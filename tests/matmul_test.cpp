@@ -1,0 +1,134 @@
+// matmul against a double-precision reference on random inputs, on every device.
+#include <random>
+
+#include "matmul/matmul.hpp"
+#include "support.hpp"
+
+namespace ejk {
+namespace {
+
+struct Case {
+  std::int64_t batch, m, n, k;
+  bool ta, tb;
+  double alpha, beta;
+};
+
+// Runs one case with `config` (or the selector's choice) and returns the relative error.
+double run_case(Context& ctx, DType t, const Case& c, const std::optional<Config>& config = {}) {
+  auto shape = [&](std::int64_t r, std::int64_t col) {
+    return c.batch > 1 ? Shape{c.batch, r, col} : Shape{r, col};
+  };
+  Tensor a = ctx.random(c.ta ? shape(c.k, c.m) : shape(c.m, c.k), t);
+  Tensor b = ctx.random(c.tb ? shape(c.n, c.k) : shape(c.k, c.n), t);
+  Tensor out = ctx.random(shape(c.m, c.n), t);
+  Invocation inv = kernels::matmul::invocation(a.spec(), b.spec(), out.spec(), c.ta, c.tb, c.alpha, c.beta);
+  auto want = kernels::matmul::MatmulKernel().reference(inv, {a.read(), b.read(), out.read()})[0];
+  matmul(ctx, a, b, out, {.trans_a = c.ta, .trans_b = c.tb, .alpha = c.alpha, .beta = c.beta, .config = config});
+  return test::relative_error(out.read(), want);
+}
+
+double tolerance(DType t, const Case& c) {
+  Invocation inv = kernels::matmul::invocation({{c.m, c.k}, t}, {{c.k, c.n}, t}, {{c.m, c.n}, t}, false, false, 1, 0);
+  return kernels::matmul::MatmulKernel().tolerance(inv);
+}
+
+class Matmul : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Matmul, DtypesTransposesOddShapes) {
+  Context ctx(GetParam());
+  const Case cases[] = {
+      {1, 1, 1, 1, false, false, 1, 0},      {1, 17, 129, 33, false, false, 1, 0},
+      {1, 129, 17, 1000, true, false, 1, 0}, {1, 64, 65, 66, false, true, 0.5, 0},
+      {1, 33, 31, 129, true, true, 1, 0.75}, {3, 17, 40, 19, false, false, 1, 1},
+      {2, 1, 1000, 17, true, true, -1, 0.5}, {1, 130, 1, 64, false, false, 2, 0},
+  };
+  for (DType t : {DType::f32, DType::f16, DType::bf16})
+    for (const auto& c : cases) {
+      double err = run_case(ctx, t, c);
+      EXPECT_LE(err, tolerance(t, c)) << GetParam() << " " << to_string(t) << " batch " << c.batch << " m " << c.m
+                                      << " n " << c.n << " k " << c.k << " ta " << c.ta << " tb " << c.tb;
+    }
+}
+
+TEST_P(Matmul, LargeSquare) {
+  Context ctx(GetParam());
+  Case c{1, 1000, 1000, 1000, false, false, 1, 0};
+  EXPECT_LE(run_case(ctx, DType::f32, c), tolerance(DType::f32, c));
+}
+
+TEST_P(Matmul, SharedOperandBroadcastsOverBatch) {
+  Context ctx(GetParam());
+  Tensor a = ctx.random({4, 9, 7}, DType::f32);
+  Tensor b = ctx.random({7, 5}, DType::f32);
+  Tensor c = matmul(ctx, a, b);
+  ASSERT_EQ(c.shape(), (Shape{4, 9, 5}));
+  Invocation inv = kernels::matmul::invocation(a.spec(), b.spec(), c.spec(), false, false, 1, 0);
+  auto want = kernels::matmul::MatmulKernel().reference(inv, {a.read(), b.read(), std::vector<double>(180, 0.0)})[0];
+  EXPECT_LE(test::relative_error(c.read(), want), 1e-5);
+}
+
+// Every config of a sampled slice of the space computes the same product.
+TEST_P(Matmul, SampledConfigsOfTheSpace) {
+  Context ctx(GetParam());
+  for (DType t : {DType::f32, DType::f16}) {
+    Case c{2, 67, 45, 83, false, true, 1, 0.5};
+    Invocation inv = kernels::matmul::invocation({{2, 67, 83}, t}, {{2, 45, 83}, t}, {{2, 67, 45}, t}, false, true, 1, 0.5);
+    const auto& impl = Registry::global().implementation(inv, ctx.device().info());
+    auto configs = impl.space(inv, ctx.device().info()).enumerate();
+    ASSERT_FALSE(configs.empty());
+    std::mt19937 rng(42);
+    std::shuffle(configs.begin(), configs.end(), rng);
+    configs.resize(std::min<std::size_t>(configs.size(), 8));
+    configs.push_back(impl.heuristic(inv, ctx.device().info()));
+    for (const auto& cfg : configs) {
+      double err = run_case(ctx, t, c, cfg);
+      EXPECT_LE(err, tolerance(t, c)) << GetParam() << " " << to_string(t) << " " << cfg.canonical();
+    }
+  }
+}
+
+TEST_P(Matmul, HeuristicIsInTheSpace) {
+  Context ctx(GetParam());
+  for (auto [m, n, k] : {std::tuple{1, 4096, 4096}, {2048, 4096, 4096}, {17, 3, 1000}, {1024, 1024, 1024}})
+    for (DType t : {DType::f32, DType::f16}) {
+      Invocation inv = kernels::matmul::invocation({{m, k}, t}, {{k, n}, t}, {{m, n}, t}, false, false, 1, 0);
+      const auto& impl = Registry::global().implementation(inv, ctx.device().info());
+      auto space = impl.space(inv, ctx.device().info());
+      Config h = impl.heuristic(inv, ctx.device().info());
+      EXPECT_EQ(space.mismatch(h), "") << GetParam() << " " << h.canonical();
+    }
+}
+
+TEST_P(Matmul, BadInputNamesTheArgument) {
+  Context ctx(GetParam());
+  auto expect_error = [&](auto&& fn, const std::string& needle) {
+    try {
+      fn();
+      ADD_FAILURE() << "expected InvalidArgument mentioning " << needle;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  Tensor a = ctx.random({4, 5}, DType::f32);
+  Tensor b = ctx.random({6, 7}, DType::f32);
+  Tensor c = ctx.random({4, 7}, DType::f32);
+  expect_error([&] { matmul(ctx, a, b, c); }, "b [6, 7]");
+  Tensor bi = ctx.random({5, 7}, DType::i32);
+  expect_error([&] { matmul(ctx, a, bi, c); }, "i32");
+  Tensor bh = ctx.random({5, 7}, DType::f16);
+  expect_error([&] { matmul(ctx, a, bh, c); }, "dtypes differ");
+  Tensor b5 = ctx.random({5, 7}, DType::f32);
+  Tensor cbad = ctx.random({4, 8}, DType::f32);
+  expect_error([&] { matmul(ctx, a, b5, cbad); }, "c [4, 8]");
+  // Nothing was written into c by the rejected calls.
+  auto before = c.read();
+  expect_error([&] { matmul(ctx, a, b, c); }, "inner dimensions");
+  EXPECT_EQ(c.read(), before);
+  expect_error([&] { matmul(ctx, a, b5, c, {.config = Config{{"nonsense", 3}}}); }, "nonsense");
+}
+
+INSTANTIATE_TEST_SUITE_P(All, Matmul, ::testing::ValuesIn(test::devices()),
+                         [](const auto& p) { return test::test_name(p.param); });
+
+}  // namespace
+}  // namespace ejk
