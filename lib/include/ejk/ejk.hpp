@@ -9,6 +9,7 @@
 #include "ejk/expr.hpp"
 #include "ejk/invocation.hpp"
 #include "ejk/kernel.hpp"
+#include "ejk/measurement.hpp"
 #include "ejk/ops.hpp"
 #include "ejk/registry.hpp"
 #include "ejk/shape.hpp"

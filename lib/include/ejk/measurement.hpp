@@ -1,0 +1,67 @@
+#pragma once
+// What tuning produces and caches store: per-candidate measurements and the best entry per key.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ejk/config.hpp"
+
+namespace ejk {
+
+// Outcome of one candidate. Failures are results, never aborts.
+enum class Status : std::uint8_t { ok, compile, device_limits, runtime, validation, timeout, skipped };
+
+std::string_view to_string(Status s);
+Status parse_status(std::string_view name);  // throws InvalidArgument
+
+// Device-clock timing statistics of one candidate, in nanoseconds.
+struct Stats {
+  double median_ns = 0;
+  double iqr_ns = 0;
+  double min_ns = 0;
+  int n = 0;  // samples
+  nlohmann::json to_json() const;
+  static Stats from_json(const nlohmann::json& j);
+};
+
+struct Measurement {
+  Config config;
+  Status status = Status::ok;
+  Stats stats;          // meaningful when status == ok
+  double error = 0;     // relative error against the reference (or trusted config)
+  std::string message;  // why it failed, for failures
+  nlohmann::json to_json() const;
+  static Measurement from_json(const nlohmann::json& j);
+};
+
+// Where a cached answer came from.
+struct Provenance {
+  std::string tool_version;
+  std::string strategy;  // "exhaustive", "anneal", ... or "import:<bundle>"
+  std::string host;
+  std::int64_t created_unix = 0;
+  int evaluations = 0;
+  std::uint64_t seed = 0;
+  nlohmann::json to_json() const;
+  static Provenance from_json(const nlohmann::json& j);
+};
+
+// The best measured config for one invocation key.
+struct CacheEntry {
+  std::string fingerprint;  // device
+  std::string kernel;
+  std::string version;    // kernel version
+  std::string signature;  // invocation signature
+  Config config;
+  Stats stats;
+  Provenance provenance;
+
+  std::string key() const;  // == invocation_key(...) for the same parts
+  nlohmann::json to_json() const;
+  static CacheEntry from_json(const nlohmann::json& j);  // throws InvalidArgument
+};
+
+}  // namespace ejk
