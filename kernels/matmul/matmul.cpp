@@ -150,6 +150,25 @@ double MatmulKernel::tolerance(const Invocation& inv) const {
   return default_tolerance(p.dtype) * std::max(1.0, growth);
 }
 
+Invocation MatmulKernel::from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
+                                   const nlohmann::json& options) const {
+  for (const auto& [name, _] : sizes)
+    if (name != "m" && name != "n" && name != "k" && name != "batch")
+      throw InvalidArgument("matmul has no size '" + name + "' (sizes: m, n, k, batch)");
+  for (const char* required : {"m", "n", "k"})
+    if (!sizes.count(required)) throw InvalidArgument(std::string("matmul needs size '") + required + "' (sizes: m, n, k, batch)");
+  const std::int64_t m = sizes.at("m"), n = sizes.at("n"), k = sizes.at("k");
+  const bool ta = options.value("trans_a", false), tb = options.value("trans_b", false);
+  auto shape = [&](std::int64_t r, std::int64_t c) {
+    return sizes.count("batch") ? Shape{sizes.at("batch"), r, c} : Shape{r, c};
+  };
+  Invocation inv = invocation({ta ? shape(k, m) : shape(m, k), dtype}, {tb ? shape(n, k) : shape(k, n), dtype},
+                              {shape(m, n), dtype}, ta, tb, 1.0, 0.0);
+  for (const auto& [key, v] : options.items()) inv.options[key] = v;
+  validate(inv);
+  return inv;
+}
+
 }  // namespace ejk::kernels::matmul
 
 namespace ejk {

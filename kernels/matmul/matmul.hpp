@@ -34,6 +34,10 @@ class MatmulKernel final : public Kernel {
   double bytes(const Invocation& inv) const override;
   HostArrays reference(const Invocation& inv, const HostArrays& args) const override;
   double tolerance(const Invocation& inv) const override;
+  // Sizes: m, n, k (required), batch (optional); options trans_a, trans_b.
+  Invocation from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
+                        const nlohmann::json& options) const override;
+  std::vector<std::string> size_names() const override { return {"m", "n", "k", "batch"}; }
 };
 
 std::vector<ArgDef> matmul_args();

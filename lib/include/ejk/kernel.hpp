@@ -1,6 +1,8 @@
 #pragma once
 // A kernel is defined once (what it computes: arguments, validation, reference, cost) and
 // implemented per backend (how: parameter space, heuristic, launch).
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -46,6 +48,18 @@ class Kernel {
   virtual HostArrays reference(const Invocation& inv, const HostArrays& args) const = 0;
   // Relative tolerance for checking an output against the reference.
   virtual double tolerance(const Invocation& inv) const;
+
+  // Valid random contents for every argument (outputs included), for tuning and benchmarks.
+  // The default draws floats uniformly from [-1, 1) (never zeros) and refuses integer
+  // arguments: kernels with index arguments (lengths, tables) override it.
+  virtual HostArrays inputs(const Invocation& inv, std::uint64_t seed) const;
+
+  // Recipes describe workloads by named sizes ({m: 1024, n: 4096, k: 4096}); this builds the
+  // invocation. Throws InvalidArgument naming a missing or unknown size and the allowed ones.
+  virtual Invocation from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
+                                const nlohmann::json& options) const;
+  // The size names from_sizes accepts, required ones first; empty when recipes can't build it.
+  virtual std::vector<std::string> size_names() const { return {}; }
 };
 
 class Implementation {

@@ -1,6 +1,9 @@
 #include "ejk/kernel.hpp"
 
 #include <algorithm>
+#include <random>
+
+#include "ejk/error.hpp"
 
 namespace ejk {
 
@@ -8,6 +11,32 @@ double Kernel::tolerance(const Invocation& inv) const {
   double tol = 0;
   for (const auto& a : inv.args) tol = std::max(tol, default_tolerance(a.dtype));
   return tol;
+}
+
+HostArrays Kernel::inputs(const Invocation& inv, std::uint64_t seed) const {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> dist(-1.0, 1.0);
+  HostArrays out;
+  const auto defs = args();
+  for (std::size_t i = 0; i < inv.args.size(); ++i) {
+    const auto& spec = inv.args[i];
+    if (!is_float(spec.dtype))
+      throw InvalidArgument("kernel " + std::string(name()) + " does not say how to fill its integer argument " +
+                            (i < defs.size() ? defs[i].name : std::to_string(i)));
+    std::vector<double> v(static_cast<std::size_t>(numel(spec.shape)));
+    for (auto& x : v) {
+      do x = dist(rng);
+      while (x == 0.0);
+      x = round_to(spec.dtype, x);
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+Invocation Kernel::from_sizes(const std::map<std::string, std::int64_t>& /*sizes*/, DType /*dtype*/,
+                              const nlohmann::json& /*options*/) const {
+  throw InvalidArgument("kernel " + std::string(name()) + " cannot be described by a recipe's sizes");
 }
 
 Vars device_vars(const DeviceInfo& dev) {
