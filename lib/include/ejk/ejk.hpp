@@ -1,5 +1,8 @@
 #pragma once
 // Everything public in one include.
+#include "ejk/attention.hpp"
+#include "ejk/bundle.hpp"
+#include "ejk/cache.hpp"
 #include "ejk/config.hpp"
 #include "ejk/context.hpp"
 #include "ejk/device.hpp"
@@ -11,7 +14,10 @@
 #include "ejk/kernel.hpp"
 #include "ejk/measurement.hpp"
 #include "ejk/ops.hpp"
+#include "ejk/overlay.hpp"
+#include "ejk/policy.hpp"
 #include "ejk/registry.hpp"
+#include "ejk/selection.hpp"
 #include "ejk/shape.hpp"
 #include "ejk/space.hpp"
 #include "ejk/tensor.hpp"

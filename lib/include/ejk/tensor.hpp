@@ -22,6 +22,9 @@ class Tensor {
  public:
   Tensor() = default;
   Tensor(std::shared_ptr<Device> device, Shape shape, DType dtype);
+  // A tensor whose buffer holds `spare_bytes` beyond its data (buffer().bytes() counts them,
+  // bytes() does not): room for a canary pattern that reveals out-of-bounds writes.
+  static Tensor with_spare(std::shared_ptr<Device> device, Shape shape, DType dtype, std::size_t spare_bytes);
 
   const Shape& shape() const { return spec_.shape; }
   DType dtype() const { return spec_.dtype; }

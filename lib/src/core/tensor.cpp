@@ -12,6 +12,16 @@ Tensor::Tensor(std::shared_ptr<Device> device, Shape shape, DType dtype)
   buffer_ = device_->allocate(std::max<std::size_t>(bytes(), 4));
 }
 
+Tensor Tensor::with_spare(std::shared_ptr<Device> device, Shape shape, DType dtype, std::size_t spare_bytes) {
+  Tensor t;
+  t.device_ = device;
+  t.spec_ = {std::move(shape), dtype};
+  for (auto d : t.spec_.shape)
+    if (d < 0) throw InvalidArgument("tensor shape " + to_string(t.spec_.shape) + " has a negative dimension");
+  t.buffer_ = device->allocate(t.bytes() + std::max<std::size_t>(spare_bytes, 4));
+  return t;
+}
+
 std::int64_t Tensor::numel() const { return ejk::numel(spec_.shape); }
 std::size_t Tensor::bytes() const { return static_cast<std::size_t>(numel()) * dtype_size(spec_.dtype); }
 

@@ -1,0 +1,133 @@
+#include "select/profile.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <mutex>
+
+#include "ejk/error.hpp"
+
+namespace ejk::select {
+
+namespace fs = std::filesystem;
+
+ProfileStore::ProfileStore(const std::vector<fs::path>& dirs) {
+  for (const auto& dir : dirs) {
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) continue;
+    std::vector<fs::path> files;
+    for (const auto& f : fs::directory_iterator(dir, ec))
+      if (f.path().extension() == ".json") files.push_back(f.path());
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) {
+      try {
+        Bundle b = read_bundle(f);
+        for (auto& e : b.entries) {
+          nlohmann::json sig = nlohmann::json::parse(e.signature);
+          sig["kernel"] = e.kernel;
+          Item item{e, {}, f.filename().string(), Invocation::from_json(sig)};
+          for (const auto& d : b.devices)
+            if (d.fingerprint == e.fingerprint) item.device = d;
+          items_.push_back(std::move(item));
+        }
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "ejk: skipping profile bundle %s: %s\n", f.c_str(), e.what());
+      }
+    }
+  }
+}
+
+std::shared_ptr<const ProfileStore> ProfileStore::shared(const std::vector<fs::path>& dirs) {
+  static std::mutex mutex;
+  static auto* stores = new std::map<std::string, std::weak_ptr<const ProfileStore>>;
+  std::string id;
+  for (const auto& d : dirs) id += d.string() + '\0';
+  std::lock_guard lock(mutex);
+  auto& slot = (*stores)[id];
+  if (auto s = slot.lock()) return s;
+  auto s = std::make_shared<const ProfileStore>(dirs);
+  slot = s;
+  return s;
+}
+
+namespace {
+
+bool same_architecture(const DeviceRecord& d, const DeviceInfo& dev) {
+  return !dev.architecture.empty() && d.backend == to_string(dev.backend) && d.vendor == dev.vendor &&
+         d.architecture == dev.architecture;
+}
+
+// Sum over every dimension of |ln a - ln b|: a workload twice as large in one dimension is
+// as far as one half as large. Infinite when the invocations are not of the same kind.
+double log_distance(const Invocation& a, const Invocation& b) {
+  if (a.options != b.options || a.args.size() != b.args.size()) return INFINITY;
+  double d = 0;
+  for (std::size_t i = 0; i < a.args.size(); ++i) {
+    const auto &x = a.args[i], &y = b.args[i];
+    if (x.dtype != y.dtype || x.shape.size() != y.shape.size()) return INFINITY;
+    for (std::size_t j = 0; j < x.shape.size(); ++j)
+      d += std::abs(std::log(static_cast<double>(std::max<std::int64_t>(x.shape[j], 1))) -
+                    std::log(static_cast<double>(std::max<std::int64_t>(y.shape[j], 1))));
+  }
+  return d;
+}
+
+// "m 4096 for 3000, k 512 for 500": the kernel's named sizes that differ.
+std::string differences(const Kernel& kernel, const Invocation& stored, const Invocation& wanted) {
+  std::string out;
+  try {
+    Vars a = kernel.vars(stored), b = kernel.vars(wanted);
+    for (const auto& [name, value] : a) {
+      auto it = b.find(name);
+      if (it == b.end() || it->second == value) continue;
+      out += (out.empty() ? "" : ", ") + name + " " + to_string(value) + " for " + to_string(it->second);
+    }
+  } catch (const std::exception&) {
+  }
+  if (!out.empty()) return out;
+  for (std::size_t i = 0; i < stored.args.size() && i < wanted.args.size(); ++i)
+    if (stored.args[i].shape != wanted.args[i].shape)
+      out += (out.empty() ? "arg " : ", arg ") + std::to_string(i) + " " + to_string(stored.args[i].shape) + " for " +
+             to_string(wanted.args[i].shape);
+  return out;
+}
+
+}  // namespace
+
+std::optional<ProfileHit> ProfileStore::find(const Invocation& inv, const Kernel& kernel, std::string_view version,
+                                             const DeviceInfo& dev,
+                                             const std::function<std::string(const Config&)>& mismatch) const {
+  const std::string fingerprint = dev.fingerprint();
+  const std::string signature = inv.signature();
+  std::vector<const Item*> exact, family;
+  for (const auto& item : items_) {
+    if (item.entry.kernel != inv.kernel || item.entry.version != version) continue;  // kernel changed since
+    if (item.entry.fingerprint == fingerprint) exact.push_back(&item);
+    else if (same_architecture(item.device, dev)) family.push_back(&item);
+  }
+  auto fits = [&](const Item* it) { return mismatch(it->entry.config).empty(); };
+  for (const Item* it : exact)
+    if (it->entry.signature == signature && fits(it))
+      return ProfileHit{it->entry.config, "profile: exact device (" + it->file + ")"};
+  for (const Item* it : family)
+    if (it->entry.signature == signature && fits(it))
+      return ProfileHit{it->entry.config, "profile: same vendor and architecture, " + it->device.name + " " +
+                                              it->device.architecture + " (" + it->file + ")"};
+  // Nearest workload: exact-device entries before same-architecture ones at equal distance.
+  std::vector<std::pair<double, const Item*>> near;
+  for (const auto* group : {&exact, &family})
+    for (const Item* it : *group)
+      if (double d = log_distance(it->inv, inv); std::isfinite(d)) near.emplace_back(d, it);
+  std::stable_sort(near.begin(), near.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [d, it] : near)
+    if (fits(it)) {
+      bool same_device = it->entry.fingerprint == fingerprint;
+      return ProfileHit{it->entry.config, "profile: nearest workload, " + differences(kernel, it->inv, inv) + " (" +
+                                              (same_device ? "exact device" : "same architecture") + ", " + it->file +
+                                              ")"};
+    }
+  return std::nullopt;
+}
+
+}  // namespace ejk::select

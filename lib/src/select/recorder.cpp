@@ -1,0 +1,50 @@
+#include "select/recorder.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "ejk/error.hpp"
+
+namespace ejk::select {
+
+Recorder::Recorder(const std::filesystem::path& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw IoError("EJK_RECORD: cannot open " + path.string() + ": " + std::strerror(errno));
+}
+
+Recorder::~Recorder() { ::close(fd_); }
+
+std::shared_ptr<Recorder> Recorder::open(const std::filesystem::path& path) {
+  static std::mutex mutex;
+  static auto* open = new std::map<std::string, std::weak_ptr<Recorder>>;
+  std::lock_guard lock(mutex);
+  auto& slot = (*open)[std::filesystem::absolute(path).string()];
+  if (auto r = slot.lock()) return r;
+  auto r = std::make_shared<Recorder>(path);
+  slot = r;
+  return r;
+}
+
+void Recorder::append(std::string_view line) {
+  // A regular-file write with O_APPEND positions and writes under the inode lock, so one
+  // write() call never interleaves with another process's. Short writes (a full disk) are
+  // finished with further writes, which could interleave; that is reported, not hidden.
+  const char* p = line.data();
+  std::size_t left = line.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd_, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw IoError("EJK_RECORD: writing " + path_.string() + ": " + std::strerror(errno));
+    }
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace ejk::select

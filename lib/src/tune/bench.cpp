@@ -1,0 +1,410 @@
+#include "tune/bench.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "ejk/error.hpp"
+#include "ejk/registry.hpp"
+#include "tune/stats.hpp"
+
+namespace ejk::tuning {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// The byte a canary holds at position i: varied, so a kernel writing a constant or a copy of
+// its neighbour cannot leave it intact by chance.
+std::byte canary_byte(std::size_t i) { return static_cast<std::byte>((i * 151u + 89u) & 0xffu); }
+
+std::vector<std::byte> canary(std::size_t n) {
+  std::vector<std::byte> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = canary_byte(i);
+  return v;
+}
+
+std::string format_g(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", x);
+  return buf;
+}
+
+}  // namespace
+
+nlohmann::json timing_to_json(const TimingOptions& t) {
+  return {{"warmup_seconds", t.warmup_seconds}, {"min_samples", t.min_samples},
+          {"max_samples", t.max_samples},       {"max_seconds", t.max_seconds},
+          {"max_spread", t.max_spread},         {"abandon_ratio", t.abandon_ratio},
+          {"flush_bytes", t.flush_bytes},       {"max_input_sets", t.max_input_sets},
+          {"rerank_top", t.rerank_top},         {"rerank_rounds", t.rerank_rounds}};
+}
+
+TimingOptions timing_from_json(const nlohmann::json& j) {
+  TimingOptions t;
+  t.warmup_seconds = j.value("warmup_seconds", t.warmup_seconds);
+  t.min_samples = j.value("min_samples", t.min_samples);
+  t.max_samples = j.value("max_samples", t.max_samples);
+  t.max_seconds = j.value("max_seconds", t.max_seconds);
+  t.max_spread = j.value("max_spread", t.max_spread);
+  t.abandon_ratio = j.value("abandon_ratio", t.abandon_ratio);
+  t.flush_bytes = j.value("flush_bytes", t.flush_bytes);
+  t.max_input_sets = j.value("max_input_sets", t.max_input_sets);
+  t.rerank_top = j.value("rerank_top", t.rerank_top);
+  t.rerank_rounds = j.value("rerank_rounds", t.rerank_rounds);
+  return t;
+}
+
+nlohmann::json BenchSettings::to_json() const {
+  return {{"timing", timing_to_json(timing)},
+          {"validate", validate},
+          {"reference_flops_limit", reference_flops_limit},
+          {"input_seed", input_seed},
+          {"trusted", trusted ? trusted->to_json() : nlohmann::json()},
+          {"trusted_failed", trusted_failed}};
+}
+
+BenchSettings BenchSettings::from_json(const nlohmann::json& j) {
+  BenchSettings s;
+  if (j.contains("timing")) s.timing = timing_from_json(j.at("timing"));
+  s.validate = j.value("validate", true);
+  s.reference_flops_limit = j.value("reference_flops_limit", s.reference_flops_limit);
+  s.input_seed = j.value("input_seed", s.input_seed);
+  if (j.contains("trusted") && !j.at("trusted").is_null()) s.trusted = Config::from_json(j.at("trusted"));
+  s.trusted_failed = j.value("trusted_failed", false);
+  return s;
+}
+
+Measurement failure(const Config& c, Status status, std::string message) {
+  Measurement m;
+  m.config = c;
+  m.status = status;
+  m.message = std::move(message);
+  return m;
+}
+
+Measurement classify(const Config& c, const std::exception_ptr& e, std::string_view when) {
+  std::string prefix = when.empty() ? "" : std::string(when) + ": ";
+  try {
+    std::rethrow_exception(e);
+  } catch (const CompileError& ex) {
+    return failure(c, Status::compile, prefix + ex.what());
+  } catch (const ResourceError& ex) {
+    return failure(c, Status::device_limits, prefix + ex.what());
+  } catch (const std::exception& ex) {
+    return failure(c, Status::runtime, prefix + ex.what());
+  } catch (...) {
+    return failure(c, Status::runtime, prefix + "unknown exception");
+  }
+}
+
+Bench::Bench(const Invocation& inv, const Implementation& impl, Device& device, BenchSettings settings)
+    : inv_(inv),
+      kernel_(Registry::global().kernel(inv.kernel)),
+      impl_(impl),
+      device_(device),
+      settings_(std::move(settings)) {
+  kernel_.validate(inv_);
+  for (const auto& a : kernel_.args()) {
+    roles_.push_back(a.role);
+    names_.push_back(a.name);
+  }
+  if (roles_.size() != inv_.args.size())
+    throw InvalidArgument(inv_.kernel + " takes " + std::to_string(roles_.size()) + " arguments, the invocation has " +
+                          std::to_string(inv_.args.size()));
+  host_ = kernel_.inputs(inv_, settings_.input_seed);
+  // Tensors need a shared_ptr; the device outlives this bench, so a non-owning one will do.
+  std::shared_ptr<Device> dev(std::shared_ptr<Device>(), &device_);
+
+  std::size_t set_bytes = 0;
+  for (std::size_t i = 0; i < inv_.args.size(); ++i) {
+    const auto& spec = inv_.args[i];
+    pristine_.push_back(encode(spec.dtype, host_[i]));
+    std::size_t bytes = pristine_.back().size();
+    set_bytes += bytes;
+    // Enough canary to catch the first tile of an overrun, bounded so big tensors stay cheap.
+    spare_.push_back((std::clamp<std::size_t>(bytes / 8, 4096, std::size_t{1} << 20) + 63) / 64 * 64);
+    if (roles_[i] == Role::inout) {
+      Tensor t(dev, spec.shape, spec.dtype);
+      t.write_bytes(pristine_.back());
+      pristine_dev_.push_back(t);
+    } else {
+      pristine_dev_.emplace_back();
+    }
+  }
+  set_bytes = std::max<std::size_t>(set_bytes, 1);
+
+  const DeviceInfo& info = device_.info();
+  std::int64_t flush = settings_.timing.flush_bytes;
+  if (flush < 0) flush = info.backend == Backend::cpu ? std::int64_t{64} << 20 : std::int64_t{128} << 20;
+  if (info.global_mem) flush = std::min<std::int64_t>(flush, static_cast<std::int64_t>(info.global_mem / 4));
+  std::size_t sets = 1;
+  if (flush > 0) {
+    sets = (static_cast<std::size_t>(flush) + set_bytes - 1) / set_bytes;
+    sets = std::clamp<std::size_t>(sets, 1, static_cast<std::size_t>(std::max(1, settings_.timing.max_input_sets)));
+  }
+  for (std::size_t s = 0; s < sets; ++s) {
+    Set set;
+    for (std::size_t i = 0; i < inv_.args.size(); ++i) {
+      const auto& spec = inv_.args[i];
+      Tensor t = Tensor::with_spare(dev, spec.shape, spec.dtype, spare_[i]);
+      if (s == 0) {
+        if (roles_[i] != Role::out) t.write_bytes(pristine_[i]);
+      } else if (roles_[i] != Role::out && t.bytes() > 0) {
+        device_.copy(sets_[0].args[i].buffer(), t.buffer(), t.bytes());
+      }
+      set.args.push_back(std::move(t));
+    }
+    arm_canaries(set);
+    sets_.push_back(std::move(set));
+  }
+  // What the sets cannot cover is evicted by copying a scratch buffer between samples.
+  std::size_t covered = sets * set_bytes;
+  if (flush > 0 && static_cast<std::size_t>(flush) > covered) {
+    std::size_t half = (static_cast<std::size_t>(flush) - covered) / 2 / 4 * 4;
+    auto max_buf = info.max_buffer ? static_cast<std::size_t>(info.max_buffer) : half;
+    half = std::min(half, max_buf);
+    if (half >= 4096) {
+      Shape shape{static_cast<std::int64_t>(half / 4)};
+      Tensor src(dev, shape, DType::f32), dst(dev, shape, DType::f32);
+      // Written once: untouched pages may all map to one zero page and never leave the cache.
+      std::vector<std::byte> fill(half);
+      for (std::size_t i = 0; i < half; ++i) fill[i] = static_cast<std::byte>(i * 7 + 1);
+      src.write_bytes(fill);
+      scratch_ = {src, dst};
+    }
+  }
+  next_set_ = sets > 1 ? 1 : 0;
+}
+
+void Bench::arm_canaries(const Set& set) const {
+  for (std::size_t i = 0; i < set.args.size(); ++i) {
+    auto pattern = canary(spare_[i]);
+    device_.write(set.args[i].buffer(), set.args[i].bytes(), pattern.data(), pattern.size());
+  }
+}
+
+std::string Bench::damaged_canary(const Set& set) const {
+  for (std::size_t i = 0; i < set.args.size(); ++i) {
+    std::vector<std::byte> got(spare_[i]);
+    device_.read(set.args[i].buffer(), set.args[i].bytes(), got.data(), got.size());
+    for (std::size_t j = 0; j < got.size(); ++j)
+      if (got[j] != canary_byte(j)) {
+        std::size_t last = j;
+        for (std::size_t k = j; k < got.size(); ++k)
+          if (got[k] != canary_byte(k)) last = k;
+        return "wrote past the end of " + names_[i] + " " + to_string(inv_.args[i].shape) + ": canary bytes " +
+               std::to_string(j) + ".." + std::to_string(last) + " after its end changed";
+      }
+  }
+  return {};
+}
+
+std::string Bench::modified_input() {
+  for (std::size_t i = 0; i < roles_.size(); ++i) {
+    if (roles_[i] != Role::in) continue;
+    if (sets_[0].args[i].read_bytes() != pristine_[i]) {
+      sets_[0].args[i].write_bytes(pristine_[i]);  // for the candidates after this one
+      return "modified its input " + names_[i];
+    }
+  }
+  return {};
+}
+
+void Bench::reset_set0() {
+  const Set& set = sets_[0];
+  for (std::size_t i = 0; i < set.args.size(); ++i) {
+    const Tensor& t = set.args[i];
+    if (t.bytes() == 0) continue;
+    if (roles_[i] == Role::inout) {
+      device_.copy(pristine_dev_[i].buffer(), t.buffer(), t.bytes());
+    } else if (roles_[i] == Role::out) {
+      // All-ones bytes are NaN in every float format (-1 in i32): what a kernel leaves unwritten fails.
+      std::vector<std::byte> poison(t.bytes(), std::byte{0xff});
+      t.write_bytes(poison);
+    }
+  }
+  arm_canaries(set);
+}
+
+void Bench::restore(const Set& set) {
+  for (std::size_t i = 0; i < set.args.size(); ++i)
+    if (roles_[i] == Role::inout && set.args[i].bytes() > 0)
+      device_.copy(pristine_dev_[i].buffer(), set.args[i].buffer(), set.args[i].bytes());
+}
+
+std::vector<std::vector<double>> Bench::read_outputs() const {
+  std::vector<std::vector<double>> outs;
+  for (std::size_t i = 0; i < roles_.size(); ++i)
+    if (roles_[i] != Role::in) outs.push_back(sets_[0].args[i].read());
+  return outs;
+}
+
+std::string Bench::check_outputs(const std::vector<std::vector<double>>& outs, double& error) const {
+  error = 0;
+  std::size_t o = 0;
+  for (std::size_t i = 0; i < roles_.size(); ++i) {
+    if (roles_[i] == Role::in) continue;
+    const auto& got = outs[o];
+    for (std::size_t j = 0; j < got.size(); ++j)
+      if (!std::isfinite(got[j]))
+        return (std::isnan(got[j]) ? "NaN" : "Inf") + std::string(" in ") + names_[i] + " at element " + std::to_string(j);
+    if (!expected_.empty()) {
+      const auto& want = expected_[o];
+      if (want.size() != got.size())
+        throw Error("reference of " + names_[i] + " has " + std::to_string(want.size()) + " values, expected " +
+                    std::to_string(got.size()));
+      double err = 0, scale = 0;
+      for (std::size_t j = 0; j < got.size(); ++j) {
+        err = std::max(err, std::abs(got[j] - want[j]));
+        scale = std::max(scale, std::abs(want[j]));
+      }
+      double rel = scale > 0 ? err / scale : err;
+      error = std::max(error, rel);
+      if (rel > tolerance_)
+        return names_[i] + " differs from the " + (validated_ == "reference" ? "reference" : "trusted output") +
+               ": relative error " + format_g(rel) + " > tolerance " + format_g(tolerance_);
+    }
+    ++o;
+  }
+  return {};
+}
+
+void Bench::prepare() {
+  prepared_ = true;
+  if (!settings_.validate) {
+    validated_ = "off";
+    return;
+  }
+  tolerance_ = kernel_.tolerance(inv_);
+  bool large = kernel_.flops(inv_) > settings_.reference_flops_limit;
+  if (large && settings_.trusted_failed) {
+    tolerance_ *= 2;
+    validated_ = "pending";
+    return;
+  }
+  if (!large || !settings_.trusted) {
+    expected_ = kernel_.reference(inv_, host_);
+    validated_ = "reference";
+    return;
+  }
+  // Both outputs carry rounding error, so the bound doubles.
+  tolerance_ *= 2;
+  const Config& trusted = *settings_.trusted;
+  try {
+    reset_set0();
+    impl_.run(inv_, trusted, sets_[0].args, device_);
+    device_.synchronize();
+    auto outs = read_outputs();
+    double unused = 0;
+    std::string bad = check_outputs(outs, unused);
+    if (bad.empty()) bad = damaged_canary(sets_[0]);
+    if (bad.empty()) {
+      expected_ = std::move(outs);
+      validated_ = "trusted config " + trusted.canonical();
+      return;
+    }
+  } catch (const std::exception&) {
+  }
+  // The trusted config failed; the first candidate that runs cleanly becomes the yardstick.
+  validated_ = "pending";
+}
+
+double Bench::time_once(const Config& c) {
+  const Set& set = sets_[next_set_];
+  next_set_ = (next_set_ + 1) % sets_.size();
+  if (scratch_.size() == 2) device_.copy(scratch_[0].buffer(), scratch_[1].buffer(), scratch_[0].bytes());
+  double t = device_.time_ns([&] { impl_.run(inv_, c, set.args, device_); });
+  restore(set);
+  return t;
+}
+
+Measurement Bench::measure(const Config& c, double best_ns) {
+  if (!prepared_) prepare();
+  Measurement m;
+  m.config = c;
+  try {
+    reset_set0();
+    impl_.run(inv_, c, sets_[0].args, device_);
+    device_.synchronize();
+  } catch (...) {
+    return classify(c, std::current_exception(), "");
+  }
+  if (settings_.validate) {
+    std::string bad = damaged_canary(sets_[0]);
+    if (bad.empty()) bad = modified_input();
+    if (bad.empty()) {
+      auto outs = read_outputs();
+      bad = check_outputs(outs, m.error);
+      if (bad.empty() && validated_ == "pending") {
+        expected_ = std::move(outs);
+        validated_ = "first clean candidate " + c.canonical();
+      }
+    }
+    if (!bad.empty()) {
+      Measurement f = failure(c, Status::validation, bad);
+      f.error = m.error;
+      return f;
+    }
+  }
+
+  const TimingOptions& t = settings_.timing;
+  std::vector<double> samples;
+  try {
+    double first = time_once(c);
+    if (best_ns > 0 && first > t.abandon_ratio * best_ns) {
+      m.stats = summarize(std::span<const double>(&first, 1));
+      m.message = "abandoned after one sample: " + format_g(first / best_ns) + "x the best so far";
+      return m;
+    }
+    auto w0 = Clock::now();
+    while (seconds_since(w0) < t.warmup_seconds) time_once(c);
+    auto s0 = Clock::now();
+    for (;;) {
+      samples.push_back(time_once(c));
+      int n = static_cast<int>(samples.size());
+      double elapsed = seconds_since(s0);
+      if (n >= t.max_samples) break;
+      if (n >= t.min_samples && spread(summarize(samples)) <= t.max_spread) break;
+      if (elapsed >= t.max_seconds && (n >= 3 || elapsed >= 4 * t.max_seconds)) break;
+    }
+  } catch (...) {
+    return classify(c, std::current_exception(), "while timing");
+  }
+  if (settings_.validate)
+    for (const auto& set : sets_) {
+      std::string bad = damaged_canary(set);
+      if (!bad.empty()) {
+        for (const auto& s : sets_) arm_canaries(s);
+        return failure(c, Status::validation, bad + " (while timing)");
+      }
+    }
+  m.stats = summarize(samples);
+  return m;
+}
+
+void Bench::rerank(const std::vector<Config>& configs, int rounds, std::vector<std::vector<double>>& samples,
+                   std::vector<std::string>& errors) {
+  samples.assign(configs.size(), {});
+  errors.assign(configs.size(), {});
+  auto attempt = [&](std::size_t i, bool keep) {
+    if (!errors[i].empty()) return;
+    try {
+      double t = time_once(configs[i]);
+      if (keep) samples[i].push_back(t);
+    } catch (const std::exception& e) {
+      errors[i] = e.what();
+    } catch (...) {
+      errors[i] = "unknown exception";
+    }
+  };
+  // One untimed run each, so the first round does not pay for whatever the search ran last.
+  for (std::size_t i = 0; i < configs.size(); ++i) attempt(i, false);
+  for (int r = 0; r < rounds; ++r)
+    for (std::size_t k = 0; k < configs.size(); ++k) attempt(r % 2 == 0 ? k : configs.size() - 1 - k, true);
+}
+
+}  // namespace ejk::tuning

@@ -1,0 +1,95 @@
+#pragma once
+// Measures candidates of one invocation in this process: fresh random inputs, validation
+// against the reference (or a trusted config's output), canaries, timing on the device clock.
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ejk/kernel.hpp"
+#include "ejk/measurement.hpp"
+#include "ejk/tensor.hpp"
+#include "ejk/tuner.hpp"
+
+namespace ejk::tuning {
+
+// What a Bench needs besides the invocation: the part of TuneOptions that travels to a worker.
+struct BenchSettings {
+  TimingOptions timing;
+  bool validate = true;
+  double reference_flops_limit = 2e9;
+  std::uint64_t input_seed = 1;
+  std::optional<Config> trusted;  // checked against on problems above reference_flops_limit
+  // The trusted config crashed an earlier worker: take the first clean candidate's output.
+  bool trusted_failed = false;
+
+  nlohmann::json to_json() const;
+  static BenchSettings from_json(const nlohmann::json& j);
+};
+
+nlohmann::json timing_to_json(const TimingOptions& t);
+TimingOptions timing_from_json(const nlohmann::json& j);
+
+Measurement failure(const Config& c, Status status, std::string message);
+// The measurement for an exception a candidate threw: CompileError -> compile,
+// ResourceError -> device_limits, anything else -> runtime.
+Measurement classify(const Config& c, const std::exception_ptr& e, std::string_view when);
+
+class Bench {
+ public:
+  // Allocates the input sets and writes the inputs; the reference (or trusted output) is
+  // computed on the first measure().
+  Bench(const Invocation& inv, const Implementation& impl, Device& device, BenchSettings settings);
+  Bench(const Bench&) = delete;
+  Bench& operator=(const Bench&) = delete;
+
+  // Computes the reference (or runs the trusted config); measure() does it when not done yet.
+  void prepare();
+  // Validates, then times. best_ns (0: none yet) drives abandoning slow candidates.
+  Measurement measure(const Config& c, double best_ns);
+  // Interleaved re-run: `rounds` rounds, each timing every config once (order reversed on odd
+  // rounds, so no config always runs right after another). samples[i] holds config i's
+  // times; errors[i] is non-empty when it failed.
+  void rerank(const std::vector<Config>& configs, int rounds, std::vector<std::vector<double>>& samples,
+              std::vector<std::string>& errors);
+  // "reference", "trusted config {...}", "first clean candidate {...}" or "off".
+  std::string validated() const { return validated_; }
+
+ private:
+  struct Set {
+    std::vector<Tensor> args;
+  };
+
+  void reset_set0();
+  void arm_canaries(const Set& set) const;
+  std::string damaged_canary(const Set& set) const;
+  std::string modified_input();
+  std::string check_outputs(const std::vector<std::vector<double>>& outs, double& error) const;
+  std::vector<std::vector<double>> read_outputs() const;
+  void restore(const Set& set);
+  double time_once(const Config& c);
+
+  Invocation inv_;
+  const Kernel& kernel_;
+  const Implementation& impl_;
+  Device& device_;
+  BenchSettings settings_;
+  std::vector<Role> roles_;
+  std::vector<std::string> names_;
+  std::vector<std::size_t> spare_;                 // canary bytes after each argument
+  HostArrays host_;                                // initial contents of every argument
+  std::vector<std::vector<std::byte>> pristine_;   // the same, encoded
+  std::vector<Tensor> pristine_dev_;               // device copies of inout arguments
+  std::vector<Set> sets_;                          // set 0 validates; all are cycled when timing
+  std::size_t next_set_ = 0;
+  std::vector<Tensor> scratch_;  // copied between samples when the sets alone are too small
+  bool prepared_ = false;
+  std::vector<std::vector<double>> expected_;  // out/inout values, in argument order
+  std::string validated_;
+  double tolerance_ = 0;
+};
+
+}  // namespace ejk::tuning

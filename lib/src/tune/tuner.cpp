@@ -1,0 +1,294 @@
+#include "ejk/tuner.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <map>
+#include <random>
+#include <unistd.h>
+
+#include "ejk/error.hpp"
+#include "ejk/registry.hpp"
+#include "ejk/version.hpp"
+#include "tune/bench.hpp"
+#include "tune/search.hpp"
+#include "tune/stats.hpp"
+#include "tune/worker.hpp"
+
+namespace ejk {
+
+std::string_view to_string(Strategy s) {
+  switch (s) {
+    case Strategy::exhaustive: return "exhaustive";
+    case Strategy::random: return "random";
+    case Strategy::anneal: return "anneal";
+    case Strategy::model: return "model";
+  }
+  return "?";
+}
+
+Strategy parse_strategy(std::string_view name) {
+  for (Strategy s : {Strategy::exhaustive, Strategy::random, Strategy::anneal, Strategy::model})
+    if (to_string(s) == name) return s;
+  throw InvalidArgument("unknown tuning strategy '" + std::string(name) +
+                        "' (expected exhaustive, random, anneal or model)");
+}
+
+namespace {
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+std::uint64_t fresh_seed() {
+  std::random_device rd;
+  std::uint64_t s = (std::uint64_t{rd()} << 32) ^ rd();
+  return s ? s : 1;
+}
+
+std::string format_ns(double ns) {
+  char buf[32];
+  if (ns >= 1e9) std::snprintf(buf, sizeof buf, "%.3g s", ns * 1e-9);
+  else if (ns >= 1e6) std::snprintf(buf, sizeof buf, "%.3g ms", ns * 1e-6);
+  else if (ns >= 1e3) std::snprintf(buf, sizeof buf, "%.3g us", ns * 1e-3);
+  else std::snprintf(buf, sizeof buf, "%.3g ns", ns);
+  return buf;
+}
+
+std::string format_g(double x, const char* fmt = "%.3g") {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, fmt, x);
+  return buf;
+}
+
+std::optional<std::size_t> implementation_index(const Implementation& impl) {
+  auto impls = Registry::global().implementations(impl.kernel());
+  for (std::size_t i = 0; i < impls.size(); ++i)
+    if (impls[i] == &impl) return i;
+  return std::nullopt;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// TuneResult JSON
+
+nlohmann::json TuneResult::to_json() const {
+  nlohmann::json ms = nlohmann::json::array(), rr = nlohmann::json::array();
+  for (const auto& m : measurements) ms.push_back(m.to_json());
+  for (const auto& m : rerank) rr.push_back(m.to_json());
+  return {{"invocation", invocation.to_json()},
+          {"device", device},
+          {"entry", entry.to_json()},
+          {"tuned", tuned},
+          {"strategy", strategy},
+          {"seed", seed},
+          {"space_size", space_size},
+          {"measurements", ms},
+          {"heuristic", heuristic.to_json()},
+          {"heuristic_measurement", heuristic_measurement ? heuristic_measurement->to_json() : nlohmann::json()},
+          {"rerank", rr},
+          {"speedup", speedup},
+          {"validated", validated},
+          {"seconds", seconds},
+          {"report", report}};
+}
+
+TuneResult TuneResult::from_json(const nlohmann::json& j) {
+  try {
+    TuneResult r;
+    r.invocation = Invocation::from_json(j.at("invocation"));
+    r.device = j.value("device", "");
+    r.entry = CacheEntry::from_json(j.at("entry"));
+    r.tuned = j.value("tuned", false);
+    r.strategy = j.value("strategy", "");
+    r.seed = j.value("seed", std::uint64_t{0});
+    r.space_size = j.value("space_size", std::size_t{0});
+    for (const auto& m : j.at("measurements")) r.measurements.push_back(Measurement::from_json(m));
+    if (j.contains("heuristic")) r.heuristic = Config::from_json(j.at("heuristic"));
+    if (j.contains("heuristic_measurement") && !j.at("heuristic_measurement").is_null())
+      r.heuristic_measurement = Measurement::from_json(j.at("heuristic_measurement"));
+    if (j.contains("rerank"))
+      for (const auto& m : j.at("rerank")) r.rerank.push_back(Measurement::from_json(m));
+    r.speedup = j.value("speedup", 0.0);
+    r.validated = j.value("validated", "");
+    r.seconds = j.value("seconds", 0.0);
+    r.report = j.value("report", "");
+    return r;
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidArgument(std::string("malformed tuning result: ") + e.what());
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// tune
+
+TuneResult tune(const Invocation& inv, Device& device, const TuneOptions& options) {
+  Registry& reg = Registry::global();
+  reg.kernel(inv.kernel).validate(inv);
+  return tune(inv, reg.implementation(inv, device.info()), device, options);
+}
+
+TuneResult tune(const Invocation& inv, const Implementation& impl, Device& device, const TuneOptions& o) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  Registry& reg = Registry::global();
+  const Kernel& kernel = reg.kernel(inv.kernel);
+  kernel.validate(inv);
+  const DeviceInfo& dev = device.info();
+
+  TuneResult out;
+  out.invocation = inv;
+  out.device = dev.id();
+  out.strategy = std::string(to_string(o.strategy));
+  out.seed = o.seed ? o.seed : fresh_seed();
+  std::vector<Config> configs = impl.space(inv, dev).enumerate();
+  out.space_size = configs.size();
+  out.heuristic = impl.heuristic(inv, dev);
+
+  tuning::BenchSettings settings;
+  settings.timing = o.timing;
+  settings.validate = o.validate;
+  settings.reference_flops_limit = o.reference_flops_limit;
+  settings.input_seed = o.input_seed ? o.input_seed : fresh_seed();
+  settings.trusted = out.heuristic;
+
+  std::unique_ptr<tuning::Bench> bench;
+  std::unique_ptr<tuning::IsolatedRunner> isolated;
+  if (o.isolate) {
+    auto idx = implementation_index(impl);
+    if (!idx)
+      throw InvalidArgument("tuning " + inv.kernel + " in isolation: its implementation is not in the registry, so a "
+                            "worker cannot find it");
+    nlohmann::json setup = {{"op", "setup"},
+                            {"device", dev.id()},
+                            {"impl", *idx},
+                            {"invocation", inv.to_json()},
+                            {"settings", settings.to_json()}};
+    isolated = std::make_unique<tuning::IsolatedRunner>(o.worker.empty() ? find_worker() : o.worker, setup, o);
+  } else {
+    bench = std::make_unique<tuning::Bench>(inv, impl, device, settings);
+  }
+  auto measure = [&](const Config& c, double best_ns) {
+    return isolated ? isolated->measure(c, best_ns) : bench->measure(c, best_ns);
+  };
+  auto validated = [&] { return isolated ? isolated->validated() : bench->validated(); };
+
+  tuning::Candidates cands(configs);
+  std::vector<std::size_t> start;
+  auto hidx = cands.find(out.heuristic);
+  if (hidx) start.push_back(*hidx);
+  else out.heuristic_measurement = measure(out.heuristic, 0);  // a baseline outside the space
+  SearchResult r = tuning::search(cands, o.strategy, o.budget, out.seed, start, measure, o.progress);
+  out.measurements = std::move(r.evaluated);
+  if (hidx)
+    for (const auto& m : out.measurements)
+      if (m.config == out.heuristic) out.heuristic_measurement = m;
+
+  // The best few (and the heuristic, for an honest speedup) re-run interleaved and paired.
+  std::vector<const Measurement*> ok;
+  for (const auto& m : out.measurements)
+    if (m.status == Status::ok && m.stats.n > 0) ok.push_back(&m);
+  std::stable_sort(ok.begin(), ok.end(),
+                   [](const Measurement* a, const Measurement* b) { return a->stats.median_ns < b->stats.median_ns; });
+  const Measurement* winner = ok.empty() ? nullptr : ok.front();
+  const bool heuristic_ok = out.heuristic_measurement && out.heuristic_measurement->status == Status::ok;
+  std::vector<Config> rerun;
+  double slowest = 0;
+  for (std::size_t i = 0; i < ok.size() && static_cast<int>(i) < o.timing.rerank_top; ++i) {
+    rerun.push_back(ok[i]->config);
+    slowest = std::max(slowest, ok[i]->stats.median_ns);
+  }
+  if (heuristic_ok && !rerun.empty() && std::find(rerun.begin(), rerun.end(), out.heuristic) == rerun.end()) {
+    rerun.push_back(out.heuristic);
+    slowest = std::max(slowest, out.heuristic_measurement->stats.median_ns);
+  }
+  std::size_t heuristic_slot = static_cast<std::size_t>(-1);
+  if (rerun.size() >= 2 && o.timing.rerank_rounds > 0) {
+    std::vector<std::vector<double>> samples;
+    std::vector<std::string> errors;
+    if (isolated) isolated->rerank(rerun, o.timing.rerank_rounds, slowest, samples, errors);
+    else bench->rerank(rerun, o.timing.rerank_rounds, samples, errors);
+    std::size_t best_slot = static_cast<std::size_t>(-1);
+    for (std::size_t i = 0; i < rerun.size(); ++i) {
+      Measurement m;
+      m.config = rerun[i];
+      if (!errors[i].empty() || samples[i].empty()) {
+        m.status = Status::runtime;
+        m.message = "re-run failed: " + (errors[i].empty() ? std::string("no samples") : errors[i]);
+      } else {
+        m.stats = tuning::summarize(samples[i]);
+        if (best_slot == static_cast<std::size_t>(-1) || m.stats.median_ns < out.rerank[best_slot].stats.median_ns)
+          best_slot = i;
+      }
+      if (rerun[i] == out.heuristic) heuristic_slot = i;
+      out.rerank.push_back(std::move(m));
+    }
+    if (best_slot != static_cast<std::size_t>(-1)) {
+      for (const auto* m : ok)
+        if (m->config == rerun[best_slot]) winner = m;
+      // Paired speedup: per round, heuristic time over winner time.
+      if (heuristic_slot != static_cast<std::size_t>(-1) && out.rerank[heuristic_slot].status == Status::ok &&
+          samples[heuristic_slot].size() == samples[best_slot].size()) {
+        std::vector<double> ratios;
+        for (std::size_t k = 0; k < samples[best_slot].size(); ++k)
+          ratios.push_back(samples[heuristic_slot][k] / samples[best_slot][k]);
+        out.speedup = tuning::median(ratios);
+      }
+    }
+  }
+  if (winner && out.speedup == 0 && heuristic_ok && winner->stats.median_ns > 0)
+    out.speedup = out.heuristic_measurement->stats.median_ns / winner->stats.median_ns;
+
+  out.validated = validated();
+  out.tuned = winner != nullptr;
+  CacheEntry& e = out.entry;
+  e.fingerprint = dev.fingerprint();
+  e.kernel = inv.kernel;
+  e.version = reg.version(impl);
+  e.signature = inv.signature();
+  e.config = winner ? winner->config : out.heuristic;
+  if (winner) e.stats = winner->stats;
+  e.provenance.tool_version = std::string(tool_version());
+  e.provenance.strategy = out.strategy;
+  e.provenance.host = host_name();
+  e.provenance.created_unix = static_cast<std::int64_t>(std::time(nullptr));
+  e.provenance.evaluations = static_cast<int>(out.measurements.size());
+  e.provenance.seed = out.seed;
+  out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+
+  // The report.
+  std::map<Status, int> counts;
+  for (const auto& m : out.measurements) ++counts[m.status];
+  int abandoned = 0;
+  for (const auto& m : out.measurements)
+    if (m.status == Status::ok && m.stats.n == 1 && !m.message.empty()) ++abandoned;
+  std::string& rep = out.report;
+  rep = inv.kernel + " " + inv.signature() + " on " + dev.id() + ": " + out.strategy + " (seed " +
+        std::to_string(out.seed) + ") evaluated " + std::to_string(out.measurements.size()) + " of " +
+        std::to_string(out.space_size) + " candidates in " + format_g(out.seconds, "%.3g") + " s (" + r.stopped + ")\n";
+  rep += "results: ok " + std::to_string(counts[Status::ok]);
+  if (abandoned) rep += " (" + std::to_string(abandoned) + " abandoned after one sample)";
+  for (Status s : {Status::compile, Status::device_limits, Status::runtime, Status::validation, Status::timeout,
+                   Status::skipped})
+    if (counts[s]) rep += ", " + std::string(to_string(s)) + " " + std::to_string(counts[s]);
+  rep += "; checked against: " + out.validated + "\n";
+  if (isolated && isolated->restarts())
+    rep += "isolation: worker restarted " + std::to_string(isolated->restarts()) + " times\n";
+  if (winner) {
+    rep += "best: " + winner->config.canonical() + " " + format_ns(winner->stats.median_ns) + " (IQR " +
+           format_g(100 * tuning::spread(winner->stats), "%.2g") + "%, n " + std::to_string(winner->stats.n) + ")";
+    if (heuristic_ok)
+      rep += "; heuristic " + out.heuristic.canonical() + " " + format_ns(out.heuristic_measurement->stats.median_ns) +
+             "; speedup " + format_g(out.speedup, "%.3g") + "x" + (heuristic_slot != static_cast<std::size_t>(-1) ? " (paired re-run)" : "");
+    rep += "\n";
+  } else {
+    rep += "no candidate ran and validated: falling back to the heuristic config " + out.heuristic.canonical() + "\n";
+  }
+  return out;
+}
+
+}  // namespace ejk

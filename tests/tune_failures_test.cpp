@@ -1,0 +1,251 @@
+// The tuner records every kind of failing candidate with its category, in process and in an
+// isolated worker, and falls back to the heuristic when nothing passes.
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "backends/cpu/cpu_device.hpp"
+#include "ejk/tuner.hpp"
+#include "matmul/matmul.hpp"
+#include "support.hpp"
+
+namespace ejk {
+namespace {
+
+// y = 2x + 1 and z += x over n floats, with a `mode` parameter whose values misbehave on
+// purpose. The space holds exactly the modes listed in the invocation's "modes" option
+// (only "good" without it), so nothing else that walks the registry meets a dangerous one.
+class FaultyKernel final : public Kernel {
+ public:
+  std::string_view name() const override { return "tune_test_faulty"; }
+  std::string_view host_version() const override { return "tune_test_faulty/1"; }
+  std::vector<ArgDef> args() const override { return {{"x", Role::in}, {"y", Role::out}, {"z", Role::inout}}; }
+  void validate(const Invocation& inv) const override {
+    if (inv.args.size() != 3) throw InvalidArgument("tune_test_faulty takes x, y, z");
+  }
+  Vars vars(const Invocation& inv) const override { return {{"n", inv.args[0].shape[0]}}; }
+  double flops(const Invocation& inv) const override { return 3.0 * static_cast<double>(inv.args[0].shape[0]); }
+  double bytes(const Invocation& inv) const override { return 16.0 * static_cast<double>(inv.args[0].shape[0]); }
+  HostArrays reference(const Invocation& /*inv*/, const HostArrays& a) const override {
+    std::vector<double> y(a[0].size()), z = a[2];
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      y[i] = 2 * a[0][i] + 1;
+      z[i] += a[0][i];
+    }
+    return {y, z};
+  }
+};
+
+std::vector<std::string> modes_of(const Invocation& inv) {
+  if (!inv.options.contains("modes")) return {"good"};
+  return inv.options.at("modes").get<std::vector<std::string>>();
+}
+
+class FaultyCpu final : public Implementation {
+ public:
+  std::string_view kernel() const override { return "tune_test_faulty"; }
+  Backend backend() const override { return Backend::cpu; }
+  std::vector<ArgDef> args() const override { return FaultyKernel().args(); }
+  ParamSpace space(const Invocation& inv, const DeviceInfo& /*dev*/) const override {
+    std::vector<Value> values;
+    for (const auto& m : modes_of(inv)) values.push_back(m);
+    ParamSpace s;
+    s.param("mode", values);
+    return s;
+  }
+  Config heuristic(const Invocation& inv, const DeviceInfo& /*dev*/) const override {
+    return {{"mode", modes_of(inv).front()}};
+  }
+  void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& /*dev*/) const override {
+    const std::string& mode = config.text("mode");
+    const auto n = static_cast<std::size_t>(inv.args[0].shape[0]);
+    float* x = cpu::cpu_buffer(args[0].buffer()).as<float>();
+    float* y = cpu::cpu_buffer(args[1].buffer()).as<float>();
+    float* z = cpu::cpu_buffer(args[2].buffer()).as<float>();
+    if (mode == "compile") throw CompileError("tune_test_faulty: mode compile does not build");
+    if (mode == "limits") throw ResourceError("tune_test_faulty: mode limits needs more local memory than there is");
+    if (mode == "runtime") throw DeviceError("tune_test_faulty: mode runtime fails at launch");
+    if (mode == "hang")
+      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+    if (mode == "crash") std::abort();
+    for (std::size_t i = 0; i < n; ++i) {
+      y[i] = mode == "wrong" ? 2 * x[i] : 2 * x[i] + 1;
+      z[i] += x[i];
+    }
+    if (mode == "slow") std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    if (mode == "oob") y[n + 3] = 1.0f;  // within the allocation: only the canary can tell
+    if (mode == "nan") y[n / 2] = NAN;
+    if (mode == "input") x[0] += 1;
+  }
+};
+
+void register_faulty() {
+  static const bool once = [] {
+    Registry::global().add(std::make_shared<FaultyKernel>());
+    Registry::global().add(std::make_shared<FaultyCpu>());
+    return true;
+  }();
+  (void)once;
+}
+
+// Started by the tuner as its worker (it sets EJK_WORKER_SERVE=1), this test program serves
+// the worker protocol instead of running tests, so the worker knows the test kernel.
+const bool serving = [] {
+  if (const char* s = std::getenv("EJK_WORKER_SERVE"); s && std::string(s) == "1") {
+    register_faulty();
+    std::_Exit(worker_main());
+  }
+  return false;
+}();
+
+std::string self_path() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
+
+Invocation faulty(const std::vector<std::string>& modes, std::int64_t n = 1000) {
+  Invocation inv;
+  inv.kernel = "tune_test_faulty";
+  inv.args = {{{n}, DType::f32}, {{n}, DType::f32}, {{n}, DType::f32}};
+  inv.options = {{"modes", modes}};
+  return inv;
+}
+
+TuneOptions quick() {
+  TuneOptions o;
+  o.seed = 1;
+  o.timing.warmup_seconds = 0.001;
+  o.timing.min_samples = 3;
+  o.timing.max_samples = 5;
+  o.timing.max_seconds = 0.01;
+  o.timing.flush_bytes = 1 << 20;
+  o.timing.rerank_rounds = 3;
+  return o;
+}
+
+const Measurement& of(const TuneResult& r, const std::string& mode) {
+  for (const auto& m : r.measurements)
+    if (m.config.text("mode") == mode) return m;
+  throw NotFound("no measurement of mode " + mode);
+}
+
+TEST(TuneFailures, EachCategoryRecordedInProcess) {
+  register_faulty();
+  auto dev = open_device("cpu");
+  TuneResult r = tune(faulty({"good", "compile", "limits", "runtime", "oob", "wrong", "nan", "input", "slow", "good2"}),
+                      *dev, quick());
+  ASSERT_EQ(r.measurements.size(), 10u) << r.report;
+  EXPECT_EQ(of(r, "good").status, Status::ok) << of(r, "good").message;
+  // Runs after seven failures that each left z or the canaries in a different state.
+  EXPECT_EQ(of(r, "good2").status, Status::ok) << of(r, "good2").message;
+  EXPECT_EQ(of(r, "compile").status, Status::compile);
+  EXPECT_EQ(of(r, "limits").status, Status::device_limits);
+  EXPECT_EQ(of(r, "runtime").status, Status::runtime);
+  EXPECT_EQ(of(r, "oob").status, Status::validation);
+  EXPECT_NE(of(r, "oob").message.find("past the end of y"), std::string::npos) << of(r, "oob").message;
+  EXPECT_EQ(of(r, "wrong").status, Status::validation);
+  EXPECT_NE(of(r, "wrong").message.find("y differs from the reference"), std::string::npos) << of(r, "wrong").message;
+  EXPECT_EQ(of(r, "nan").status, Status::validation);
+  EXPECT_NE(of(r, "nan").message.find("NaN in y"), std::string::npos) << of(r, "nan").message;
+  EXPECT_EQ(of(r, "input").status, Status::validation);
+  EXPECT_NE(of(r, "input").message.find("modified its input x"), std::string::npos) << of(r, "input").message;
+  // Far slower than the best so far: abandoned after its first sample.
+  EXPECT_EQ(of(r, "slow").status, Status::ok);
+  EXPECT_EQ(of(r, "slow").stats.n, 1);
+  EXPECT_NE(of(r, "slow").message.find("abandoned"), std::string::npos);
+  EXPECT_TRUE(r.tuned);
+  EXPECT_TRUE(r.entry.config.text("mode") == "good" || r.entry.config.text("mode") == "good2") << r.report;
+  EXPECT_EQ(r.validated, "reference");
+  EXPECT_GE(of(r, "good").stats.n, 3);
+  EXPECT_GT(of(r, "good").stats.median_ns, 0);
+  EXPECT_LE(of(r, "good").stats.min_ns, of(r, "good").stats.median_ns);
+}
+
+TEST(TuneFailures, IsolatedWorkerKillsHangsAndSurvivesCrashes) {
+  register_faulty();
+  auto dev = open_device("cpu");
+  TuneOptions o = quick();
+  o.isolate = true;
+  o.worker = self_path();
+  o.timeout_floor_seconds = 0.5;
+  auto t0 = std::chrono::steady_clock::now();
+  TuneResult r = tune(faulty({"good", "hang", "crash", "compile", "oob", "good2"}), *dev, o);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(r.measurements.size(), 6u) << r.report;
+  EXPECT_EQ(of(r, "good").status, Status::ok) << of(r, "good").message;
+  EXPECT_EQ(of(r, "hang").status, Status::timeout) << of(r, "hang").message;
+  EXPECT_EQ(of(r, "crash").status, Status::runtime);
+  EXPECT_NE(of(r, "crash").message.find("signal " + std::to_string(SIGABRT)), std::string::npos)
+      << of(r, "crash").message;
+  EXPECT_EQ(of(r, "compile").status, Status::compile);
+  EXPECT_EQ(of(r, "oob").status, Status::validation);
+  EXPECT_EQ(of(r, "good2").status, Status::ok) << of(r, "good2").message;
+  EXPECT_TRUE(r.tuned);
+  EXPECT_NE(r.report.find("worker restarted 2 times"), std::string::npos) << r.report;
+  EXPECT_LT(took, 30.0);
+}
+
+TEST(TuneFailures, AllFailingFallsBackToTheHeuristic) {
+  register_faulty();
+  auto dev = open_device("cpu");
+  TuneResult r = tune(faulty({"compile", "wrong", "runtime"}), *dev, quick());
+  EXPECT_FALSE(r.tuned);
+  EXPECT_EQ(r.measurements.size(), 3u);
+  EXPECT_EQ(r.entry.config, (Config{{"mode", std::string("compile")}}));
+  EXPECT_NE(r.report.find("falling back to the heuristic"), std::string::npos) << r.report;
+}
+
+TEST(TuneFailures, LargeProblemsAreCheckedAgainstTheTrustedConfig) {
+  register_faulty();
+  auto dev = open_device("cpu");
+  TuneOptions o = quick();
+  o.reference_flops_limit = 0;  // every problem counts as large
+  TuneResult r = tune(faulty({"good", "wrong", "good2"}), *dev, o);
+  EXPECT_EQ(r.validated, "trusted config {\"mode\":\"good\"}");
+  EXPECT_EQ(of(r, "wrong").status, Status::validation);
+  EXPECT_NE(of(r, "wrong").message.find("differs from the trusted output"), std::string::npos);
+  EXPECT_EQ(of(r, "good2").status, Status::ok);
+}
+
+TEST(TuneFailures, TrustedConfigFailingHandsOverToTheFirstCleanCandidate) {
+  register_faulty();
+  auto dev = open_device("cpu");
+  TuneOptions o = quick();
+  o.reference_flops_limit = 0;
+  TuneResult r = tune(faulty({"runtime", "good", "wrong"}), *dev, o);
+  EXPECT_EQ(r.validated, "first clean candidate {\"mode\":\"good\"}");
+  EXPECT_EQ(of(r, "wrong").status, Status::validation);
+  EXPECT_TRUE(r.tuned);
+}
+
+TEST(TuneFailures, TheRealWorkerTunesMatmul) {
+  auto dev = open_device("cpu");
+  TuneOptions o = quick();
+  o.isolate = true;
+  o.worker = EJK_TEST_WORKER;
+  o.strategy = Strategy::random;
+  o.budget.evaluations = 4;
+  Invocation inv = kernels::matmul::invocation({{48, 40}, DType::f32}, {{40, 56}, DType::f32}, {{48, 56}, DType::f32},
+                                               false, false, 1.0, 0.5);
+  TuneResult r = tune(inv, *dev, o);
+  ASSERT_EQ(r.measurements.size(), 4u) << r.report;
+  for (const auto& m : r.measurements) EXPECT_EQ(m.status, Status::ok) << m.config.canonical() << " " << m.message;
+  EXPECT_EQ(r.validated, "reference");
+  EXPECT_TRUE(r.tuned);
+  EXPECT_EQ(r.entry.kernel, "matmul");
+  EXPECT_EQ(r.entry.signature, inv.signature());
+  EXPECT_EQ(r.entry.fingerprint, dev->info().fingerprint());
+  EXPECT_EQ(r.entry.provenance.evaluations, 4);
+  EXPECT_EQ(r.entry.provenance.seed, 1u);
+}
+
+TEST(TuneFailures, MissingWorkerIsNamed) {
+  auto dev = open_device("cpu");
+  TuneOptions o = quick();
+  o.isolate = true;
+  o.worker = "/nonexistent/ejk-worker";
+  EXPECT_THROW(tune(faulty({"good"}), *dev, o), DeviceError);
+}
+
+}  // namespace
+}  // namespace ejk
