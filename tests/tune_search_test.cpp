@@ -1,0 +1,221 @@
+// Search strategies in simulation (over stored measurements), their budgets and seeds, and
+// the statistics the tuner records.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include "ejk/tuner.hpp"
+#include "matmul/matmul.hpp"
+#include "support.hpp"
+#include "tune/search.hpp"
+#include "tune/stats.hpp"
+
+namespace ejk {
+namespace {
+
+// A 576-config landscape: a smooth bowl in log-time over four parameters (one textual) with
+// a little deterministic roughness, a few failures, and a single config within 5% of the best.
+MeasurementTable synthetic_table() {
+  std::vector<Measurement> rows;
+  const char* kinds[] = {"x", "y", "z"};
+  const double kind_cost[] = {0.0, 0.15, 0.4};
+  for (std::int64_t a = 1; a <= 8; ++a)
+    for (std::int64_t b = 1; b <= 6; ++b)
+      for (int k = 0; k < 3; ++k)
+        for (std::int64_t d : {16, 32, 64, 128}) {
+          Measurement m;
+          m.config = {{"a", a}, {"b", b}, {"kind", std::string(kinds[k])}, {"d", d}};
+          if (a == 8 && d == 128) {
+            m.status = Status::device_limits;
+            m.message = "too much local memory";
+          } else {
+            double rough = static_cast<double>((a * 7919 + b * 104729 + k * 1299709 + d * 15485863) % 97) / 97.0;
+            double l2d = std::log2(static_cast<double>(d));
+            double y = 0.06 * (a - 5) * (a - 5) + 0.08 * (b - 2) * (b - 2) + kind_cost[k] + 0.1 * (l2d - 5) * (l2d - 5) +
+                       0.01 * rough;
+            m.stats = {1e6 * std::exp(y), 1e4, 0.99e6 * std::exp(y), 10};
+          }
+          rows.push_back(m);
+        }
+  return MeasurementTable(rows);
+}
+
+std::size_t evaluations_to_target(const SearchResult& r, double target) {
+  for (std::size_t i = 0; i < r.evaluated.size(); ++i)
+    if (r.evaluated[i].status == Status::ok && r.evaluated[i].stats.median_ns <= target) return i + 1;
+  return static_cast<std::size_t>(-1);
+}
+
+std::vector<std::string> sequence(const SearchResult& r) {
+  std::vector<std::string> out;
+  for (const auto& m : r.evaluated) out.push_back(m.config.canonical());
+  return out;
+}
+
+TEST(TuneSearch, StatsAreMedianIqrMinAndCount) {
+  std::vector<double> s{4, 1, 100, 3, 2};
+  Stats st = tuning::summarize(s);
+  EXPECT_DOUBLE_EQ(st.median_ns, 3);
+  EXPECT_DOUBLE_EQ(st.iqr_ns, 2);  // quartiles 2 and 4
+  EXPECT_DOUBLE_EQ(st.min_ns, 1);
+  EXPECT_EQ(st.n, 5);
+  std::vector<double> even{1, 2, 3, 4};
+  EXPECT_DOUBLE_EQ(tuning::summarize(even).median_ns, 2.5);
+}
+
+TEST(TuneSearch, ExhaustiveFindsTheBestOfTheTable) {
+  auto table = synthetic_table();
+  ASSERT_EQ(table.size(), 576u);
+  SearchResult r = simulate(table, Strategy::exhaustive, {}, 1);
+  EXPECT_EQ(r.evaluated.size(), 576u);
+  EXPECT_EQ(r.stopped, "space exhausted");
+  ASSERT_LT(r.best, r.evaluated.size());
+  EXPECT_DOUBLE_EQ(r.evaluated[r.best].stats.median_ns, table.best_ns());
+  EXPECT_EQ(r.evaluated[r.best].config,
+            (Config{{"a", 5}, {"b", 2}, {"kind", std::string("x")}, {"d", 32}}));
+}
+
+TEST(TuneSearch, GuidedStrategiesReachTheTargetWithinThirtyPercent) {
+  auto table = synthetic_table();
+  const double target = table.best_ns() * 1.05;
+  Budget budget;
+  budget.target_ns = table.best_ns();
+  budget.target_within = 0.05;
+  for (Strategy s : {Strategy::random, Strategy::anneal, Strategy::model}) {
+    std::vector<double> fractions;
+    for (std::uint64_t seed = 1; seed <= 5; ++seed) {
+      SearchResult r = simulate(table, s, budget, seed);
+      EXPECT_EQ(r.stopped, "target") << to_string(s) << " seed " << seed;
+      std::size_t n = evaluations_to_target(r, target);
+      ASSERT_NE(n, static_cast<std::size_t>(-1)) << to_string(s);
+      EXPECT_EQ(n, r.evaluated.size());  // stopped as soon as it got there
+      fractions.push_back(static_cast<double>(n) / static_cast<double>(table.size()));
+    }
+    double med = tuning::median(fractions);
+    std::printf("%s: median %.3f of the space\n", std::string(to_string(s)).c_str(), med);
+    if (s != Strategy::random) {
+      EXPECT_LE(med, 0.30) << to_string(s);
+    }
+  }
+}
+
+TEST(TuneSearch, SameSeedSameSequenceOtherSeedOtherSequence) {
+  auto table = synthetic_table();
+  Budget budget;
+  budget.evaluations = 40;
+  for (Strategy s : {Strategy::random, Strategy::anneal, Strategy::model}) {
+    auto a = simulate(table, s, budget, 42), b = simulate(table, s, budget, 42), c = simulate(table, s, budget, 43);
+    EXPECT_EQ(a.evaluated.size(), 40u);
+    EXPECT_EQ(a.stopped, "budget: evaluations");
+    EXPECT_EQ(sequence(a), sequence(b)) << to_string(s);
+    EXPECT_NE(sequence(a), sequence(c)) << to_string(s);
+  }
+}
+
+TEST(TuneSearch, StartConfigsComeFirstAndFailuresAreNeverBest) {
+  auto table = synthetic_table();
+  Config start{{"a", 8}, {"b", 1}, {"kind", std::string("z")}, {"d", 128}};  // a failure
+  Budget budget;
+  budget.evaluations = 30;
+  for (Strategy s : {Strategy::exhaustive, Strategy::random, Strategy::anneal, Strategy::model}) {
+    auto r = simulate(table, s, budget, 3, {start});
+    ASSERT_FALSE(r.evaluated.empty());
+    EXPECT_EQ(r.evaluated.front().config, start);
+    EXPECT_EQ(r.evaluated.front().status, Status::device_limits);
+    ASSERT_LT(r.best, r.evaluated.size()) << to_string(s);
+    EXPECT_EQ(r.evaluated[r.best].status, Status::ok);
+  }
+  EXPECT_THROW(simulate(table, Strategy::random, budget, 1, {Config{{"a", 99}}}), InvalidArgument);
+}
+
+TEST(TuneSearch, NeighboursMoveOneParameterOneStep) {
+  // A space with a parameter that exists only for one value of another, like matmul's algo.
+  std::vector<Config> configs{{{"algo", std::string("blas")}}};
+  for (std::int64_t t : {8, 16, 32})
+    for (std::int64_t w : {1, 2, 4}) configs.push_back({{"algo", std::string("native")}, {"tile", t}, {"wpt", w}});
+  tuning::Candidates cands(configs);
+  tuning::Rng rng(5);
+  std::size_t mid = *cands.find({{"algo", std::string("native")}, {"tile", 16}, {"wpt", 2}});
+  int algo_moves = 0;
+  for (int i = 0; i < 200; ++i) {
+    auto nb = cands.neighbour(mid, rng);
+    ASSERT_TRUE(nb);
+    const Config& c = cands.at(*nb);
+    if (c.text("algo") == "blas") {
+      ++algo_moves;
+      continue;
+    }
+    int changed = (c.get("tile") != 16) + (c.get("wpt") != 2);
+    EXPECT_EQ(changed, 1) << c.canonical();
+    EXPECT_TRUE(c.get("tile") != 32 || c.get("wpt") == 2);
+    EXPECT_NE(c.get("tile"), 64);
+  }
+  EXPECT_GT(algo_moves, 0);
+  // From the parameterless config, the only move is to the other algo, nearest first.
+  std::size_t blas = *cands.find({{"algo", std::string("blas")}});
+  auto nb = cands.neighbour(blas, rng);
+  ASSERT_TRUE(nb);
+  EXPECT_EQ(cands.at(*nb).text("algo"), "native");
+  EXPECT_DOUBLE_EQ(cands.distance(blas, blas), 0);
+  EXPECT_GT(cands.distance(blas, mid), cands.distance(mid, *cands.find({{"algo", std::string("native")}, {"tile", 32}, {"wpt", 2}})));
+}
+
+TuneOptions quick() {
+  TuneOptions o;
+  o.timing.warmup_seconds = 0.001;
+  o.timing.min_samples = 3;
+  o.timing.max_samples = 5;
+  o.timing.max_seconds = 0.01;
+  o.timing.flush_bytes = 1 << 20;
+  o.timing.rerank_rounds = 3;
+  return o;
+}
+
+TEST(TuneSearch, OnHardwareTheRandomSequenceFollowsTheSeed) {
+  auto dev = open_device("cpu");
+  Invocation inv = kernels::matmul::invocation({{40, 24}, DType::f32}, {{24, 33}, DType::f32}, {{40, 33}, DType::f32},
+                                               false, false, 1.0, 0.0);
+  TuneOptions o = quick();
+  o.strategy = Strategy::random;
+  o.budget.evaluations = 5;
+  o.seed = 11;
+  auto a = tune(inv, *dev, o), b = tune(inv, *dev, o);
+  ASSERT_EQ(a.measurements.size(), 5u);
+  ASSERT_EQ(b.measurements.size(), 5u);
+  for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(a.measurements[i].config, b.measurements[i].config);
+  EXPECT_EQ(a.measurements.front().config, a.heuristic);  // the heuristic is measured first
+  EXPECT_EQ(a.seed, 11u);
+  EXPECT_EQ(a.entry.provenance.strategy, "random");
+}
+
+TEST(TuneSearch, StoredResultsReplayInSimulation) {
+  auto dev = open_device("cpu");
+  Invocation inv = kernels::matmul::invocation({{32, 32}, DType::f32}, {{32, 32}, DType::f32}, {{32, 32}, DType::f32},
+                                               false, false, 1.0, 0.0);
+  TuneOptions o = quick();
+  o.strategy = Strategy::model;
+  o.budget.evaluations = 12;
+  o.seed = 2;
+  TuneResult r = tune(inv, *dev, o);
+  ASSERT_EQ(r.measurements.size(), 12u) << r.report;
+  auto path = std::filesystem::temp_directory_path() / ("ejk_tune_table_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(path) << r.to_json().dump(1);
+  auto table = MeasurementTable::load(path.string());
+  std::filesystem::remove(path);
+  EXPECT_EQ(table.size(), 12u);
+  TuneResult back = TuneResult::from_json(r.to_json());
+  EXPECT_EQ(back.entry.config, r.entry.config);
+  EXPECT_EQ(back.measurements.size(), r.measurements.size());
+  // An exhaustive replay over the stored measurements finds the tune's best.
+  auto replay = simulate(table, Strategy::exhaustive, {}, 2);
+  ASSERT_LT(replay.best, replay.evaluated.size());
+  double best = 0;
+  for (const auto& m : r.measurements)
+    if (m.status == Status::ok && (best == 0 || m.stats.median_ns < best)) best = m.stats.median_ns;
+  EXPECT_DOUBLE_EQ(replay.evaluated[replay.best].stats.median_ns, best);
+  EXPECT_THROW(MeasurementTable::load("/nonexistent/table.json"), IoError);
+}
+
+}  // namespace
+}  // namespace ejk
