@@ -1,5 +1,7 @@
 // Every built-in kernel and its implementations.
 #include "ejk/registry.hpp"
+#include "flash_attention/flash_attention.hpp"
+#include "flash_attention/impls.hpp"
 #include "matmul/impls.hpp"
 #include "matmul/matmul.hpp"
 
@@ -17,6 +19,10 @@ void register_builtin_kernels(Registry& r) {
   r.add(kernels::matmul::vulkan_coopmat_implementation());
 #endif
 #endif
+  r.add(std::make_shared<kernels::flash_attention::FlashAttentionKernel>());
+  r.add(std::make_shared<kernels::flash_attention::FlashAttentionBwdKernel>());
+  r.add(kernels::flash_attention::cpu_implementation());
+  r.add(kernels::flash_attention::cpu_bwd_implementation());
 }
 
 }  // namespace ejk

@@ -1,0 +1,13 @@
+#pragma once
+// flash_attention's and flash_attention_bwd's implementations, one per backend file; registered
+// by kernels/builtin.cpp.
+#include <memory>
+
+#include "ejk/kernel.hpp"
+
+namespace ejk::kernels::flash_attention {
+
+std::shared_ptr<const Implementation> cpu_implementation();
+std::shared_ptr<const Implementation> cpu_bwd_implementation();
+
+}  // namespace ejk::kernels::flash_attention
