@@ -1,4 +1,5 @@
 #include <fstream>
+#include <map>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -47,25 +48,55 @@ void add_devices(CLI::App& app, Globals& g) {
 }
 
 void add_kernels(CLI::App& app, Globals& g) {
-  auto* cmd = app.add_subcommand("kernels", "list kernels and their implementations\n  example: ejk kernels --space matmul");
-  auto* space = new std::string;
-  cmd->add_option("--space", *space, "print the parameter space of KERNEL on the chosen device");
-  cmd->callback([&g, space] {
+  struct Flags {
+    std::string space;
+    std::vector<std::string> sizes;
+    std::string dtype = "f32";
+  };
+  auto f = std::make_shared<Flags>();
+  auto* cmd = app.add_subcommand("kernels", "list kernels and their implementations, or one kernel's parameter space\n"
+                                            "  example: ejk kernels --space matmul --size m=4096 --size n=4096 --size k=4096 --dtype f16");
+  cmd->add_option("--space", f->space, "print KERNEL's parameter space for one workload on the chosen device");
+  cmd->add_option("--size", f->sizes, "a size of that workload, NAME=VALUE (missing sizes default to 1024)");
+  cmd->add_option("--dtype", f->dtype, "dtype of that workload")->default_val("f32");
+  cmd->callback([f, &g] {
     Registry& r = Registry::global();
-    if (space->empty()) {
+    if (f->space.empty()) {
       for (const auto& k : r.kernels()) {
         std::string backends;
         for (const auto* impl : r.implementations(k))
-          backends += fmt::format("{}{}", backends.empty() ? "" : ", ", to_string(impl->backend()));
-        fmt::print("{:<24} {}\n", k, backends);
+          backends += fmt::format("{}{} ({})", backends.empty() ? "" : ", ", to_string(impl->backend()), r.version(*impl));
+        std::string sizes;
+        for (const auto& s : r.kernel(k).size_names()) sizes += (sizes.empty() ? "" : ",") + s;
+        fmt::print("{:<24} {}{}\n", k, backends, sizes.empty() ? "" : "   sizes: " + sizes);
       }
       return;
     }
-    const Kernel& k = r.kernel(*space);
-    for (const auto* impl : r.implementations(k.name())) {
-      fmt::print("{} on {} (priority {}, version {})\n", k.name(), to_string(impl->backend()), impl->priority(), r.version(*impl));
+    const Kernel& k = r.kernel(f->space);
+    std::map<std::string, std::int64_t> sizes;
+    for (const auto& s : f->sizes) {
+      auto eq = s.find('=');
+      if (eq == std::string::npos) throw InvalidArgument("--size takes NAME=VALUE, got '" + s + "'");
+      try {
+        sizes[s.substr(0, eq)] = std::stoll(s.substr(eq + 1));
+      } catch (const std::exception&) {
+        throw InvalidArgument("--size " + s + ": the value must be an integer");
+      }
     }
-    (void)g;
+    auto names = k.size_names();
+    if (names.empty()) throw InvalidArgument("kernel " + f->space + " cannot be described by sizes");
+    for (const auto& n : names)
+      if (!sizes.count(n) && n != "batch") sizes.emplace(n, 1024);
+    Invocation inv = k.from_sizes(sizes, parse_dtype(f->dtype), nlohmann::json::object());
+    auto dev = open_device(g.device.empty() ? default_device_name() : g.device);
+    const Implementation& impl = r.implementation(inv, dev->info());
+    ParamSpace space = impl.space(inv, dev->info());
+    fmt::print("{} on {} ({}), version {}\nworkload {}\n", k.name(), dev->info().id(), dev->info().name,
+               r.version(impl), inv.signature());
+    fmt::print("{}", space.describe());
+    auto configs = space.enumerate();
+    fmt::print("{} of {} combinations satisfy the constraints; heuristic: {}\n", configs.size(), space.cardinality(),
+               impl.heuristic(inv, dev->info()).canonical());
   });
 }
 

@@ -1,7 +1,16 @@
-// ejk: tune, run and benchmark kernels. The one place exceptions become exit codes:
-//   0 success, 1 a command found what it checks for (a regression, a failed verify),
-//   2 usage or invalid argument, 3 not found, 4 device or compile error, 5 I/O error,
-//   6 selection error, 70 internal error.
+// ejk: tune, run and benchmark kernels. The one place exceptions become exit codes
+// (docs/cli.md):
+//   0 success
+//   1 the command found what it checks for: a regression (compare), a damaged cache (cache
+//     verify), a workload that failed or could not be tuned (run, replay, tune)
+//   2 usage error or invalid argument (bad recipe, bad shape, unknown option value)
+//   3 not found (unknown kernel, device, cache entry, file)
+//   4 device or compile error
+//   5 I/O error (unreadable or unwritable file, damaged bundle)
+//   6 selection error (EJK_STRICT refused a selection)
+//   70 internal error
+#include <cstdlib>
+
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
@@ -9,16 +18,26 @@
 #include "ejk/ejk.hpp"
 
 int main(int argc, char** argv) {
-  CLI::App app{"ejk: kernel tuning and benchmarking on cpu, OpenCL and Vulkan"};
+  CLI::App app{"ejk: tune, run and benchmark attention and matrix kernels on cpu, OpenCL and Vulkan"};
   app.require_subcommand(1);
+  app.fallthrough();  // global options may follow the subcommand
   app.set_version_flag("--version", std::string(ejk::build_info()));
   ejk::app::Globals g;
-  app.add_option("--device", g.device, "device: cpu, opencl:N, vulkan:N or auto (default: $EJK_DEVICE or auto)");
-  app.add_option("--json", g.json_path, "also write results as JSON to FILE");
+  app.add_option("--device", g.device, "device: cpu, opencl:N, vulkan:N or auto (default: the recipe's, $EJK_DEVICE, auto)");
+  app.add_option("--cache-dir", g.cache_dir, "persistent cache folder (default: $EJK_CACHE_DIR, else $XDG_CACHE_HOME/ejk)");
+  app.add_option("--json", g.json_path, "also write the results as JSON (Google Benchmark's shape) to FILE");
   app.add_flag("-v,--verbose", g.verbose, "say more");
-  app.add_flag("-q,--quiet", g.quiet, "say less");
+  app.add_flag("-q,--quiet", g.quiet, "print only what was asked for");
+  app.parse_complete_callback([&g] {
+    if (!g.cache_dir.empty()) setenv("EJK_CACHE_DIR", g.cache_dir.c_str(), 1);
+  });
   ejk::app::add_devices(app, g);
   ejk::app::add_kernels(app, g);
+  ejk::app::add_bundles(app, g);
+  ejk::app::add_cache(app, g);
+  ejk::app::add_compare(app, g);
+  // With EJK_AUTOTUNE_POLICY=autotune, selections that reach the autotune tier are tuned here.
+  ejk::install_autotuner();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -42,5 +61,5 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "ejk: internal error: {}\n", e.what());
     return 70;
   }
-  return 0;
+  return g.exit_code;
 }
