@@ -225,6 +225,51 @@ TEST(FlashAttentionPhilox, KeepRateFollowsProbability) {
   EXPECT_EQ(fa::dropout_threshold(std::nextafter(1.0, 0.0)), 0xFFFFFFFFu);
 }
 
+TEST(FlashAttentionWorkloads, RecipeSizesAndValidInputs) {
+  const auto& fk = Registry::global().kernel("flash_attention");
+  const auto& bk = Registry::global().kernel("flash_attention_bwd");
+  Invocation f = fk.from_sizes({{"seq", 40}, {"heads", 4}, {"kv_heads", 2}, {"head_dim", 16}, {"batch", 2}}, DType::f16,
+                               {{"causal", true}, {"bias", "heads"}, {"sinks", true}, {"segments", true}, {"window_left", 9}});
+  EXPECT_EQ(f.args[fa::fwd::q].shape, (Shape{2, 40, 4, 16}));
+  EXPECT_EQ(f.args[fa::fwd::bias].shape, (Shape{1, 4, 40, 40}));
+  EXPECT_EQ(f.args[fa::fwd::lse].shape, (Shape{2, 4, 40}));
+  EXPECT_TRUE(f.options.at("causal").get<bool>());
+  Invocation b = bk.from_sizes({{"seq_q", 9}, {"seq_k", 33}, {"heads", 2}, {"head_dim", 8}}, DType::f32,
+                               {{"bias", "shared"}, {"sinks", true}, {"segments", true}, {"causal", true}, {"logits_soft_cap", 3.0}});
+  EXPECT_EQ(b.args[fa::bwd::dbias].shape, (Shape{1, 1, 9, 33}));
+  // The backward's out and lse are the forward of its q, k, v.
+  HostArrays a = bk.inputs(b, 3);
+  std::vector<TensorSpec> fs;
+  HostArrays fin;
+  for (std::size_t i : {fa::bwd::q, fa::bwd::k, fa::bwd::v, fa::bwd::bias, fa::bwd::softmax_aux, fa::bwd::cu_seqlens_q,
+                        fa::bwd::cu_seqlens_k, fa::bwd::q_segment_ids, fa::bwd::kv_segment_ids, fa::bwd::out, fa::bwd::lse})
+    fs.push_back(b.args[i]), fin.push_back(a[i]);
+  Invocation fwd_of_b = b;
+  fwd_of_b.kernel = "flash_attention";
+  fwd_of_b.args = fs;
+  auto want = fk.reference(fwd_of_b, fin);
+  EXPECT_LE(test::relative_error(a[fa::bwd::out], want[0]), 1e-5);
+  std::string why;
+  EXPECT_LE(lse_error(a[fa::bwd::lse], want[1], why), 1e-5) << why;
+  // Packed invocations get offsets that respect their bounds.
+  const TensorSpec pq{{10, 2, 8}, DType::f32}, pk{{7, 1, 8}, DType::f32}, cu{{4}, DType::i32};
+  const TensorSpec args[] = {pq, pk, pk, fa::absent(), fa::absent(), cu, cu, fa::absent(), fa::absent(), pq, {{2, 10}, DType::f32}};
+  Invocation packed = fa::forward_invocation(args, {.max_seqlen_q = 4, .max_seqlen_k = 3});
+  HostArrays pa = fk.inputs(packed, 1);
+  EXPECT_EQ(pa[fa::fwd::cu_seqlens_q], (std::vector<double>{0, 4, 7, 10}));
+  EXPECT_EQ(pa[fa::fwd::cu_seqlens_k], (std::vector<double>{0, 3, 5, 7}));
+  EXPECT_THROW(fk.inputs(fa::forward_invocation(args, {.max_seqlen_q = 3, .max_seqlen_k = 3}), 1), InvalidArgument);
+  // Unknown sizes and options are named.
+  try {
+    (void)fk.from_sizes({{"seq", 8}, {"heads", 2}, {"head_dim", 8}, {"m", 3}}, DType::f32, nlohmann::json::object());
+    ADD_FAILURE() << "expected an error for size m";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("no size 'm'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)fk.from_sizes({{"seq", 8}, {"heads", 2}, {"head_dim", 8}}, DType::f32, {{"alibi", true}}), InvalidArgument);
+  EXPECT_THROW((void)fk.from_sizes({{"heads", 2}, {"head_dim", 8}}, DType::f32, nlohmann::json::object()), InvalidArgument);
+}
+
 // ---- every device -------------------------------------------------------------------------
 
 class FlashAttention : public ::testing::TestWithParam<std::string> {};

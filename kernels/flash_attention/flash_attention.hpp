@@ -44,6 +44,8 @@
 // same mask and dropout draw (FlashAttention-2: D_i = dout_i.out_i, dz = P (dP - D)).
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <string>
 #include <span>
 #include <vector>
 
@@ -141,6 +143,15 @@ Sequences sequences(const Problem& p, std::span<const std::int64_t> cu_q, std::s
 // Throws InvalidArgument naming `name` when the values are not 0, non-decreasing, ..., total.
 void check_cu_seqlens(std::span<const std::int64_t> values, const char* name, std::int64_t total);
 
+// Recipes: sizes seq (or seq_q and seq_k), heads, head_dim, and optionally batch (1), kv_heads
+// (heads), seq_q, seq_k; options causal, window_left, window_right, logits_soft_cap, dropout,
+// softmax_scale, dropout_seed, and the optional arrays to pass: bias ("full", "batch", "heads",
+// "shared" for [B, H], [B, 1], [1, H], [1, 1]; true = "full"), sinks (bool), segments (bool).
+// Packed variable-length input is not described by sizes.
+std::vector<std::string> recipe_sizes();
+Invocation recipe_invocation(bool backward, const std::map<std::string, std::int64_t>& sizes, DType dtype,
+                             const nlohmann::json& options);
+
 class FlashAttentionKernel final : public Kernel {
  public:
   std::string_view name() const override { return "flash_attention"; }
@@ -152,6 +163,13 @@ class FlashAttentionKernel final : public Kernel {
   double bytes(const Invocation& inv) const override;
   HostArrays reference(const Invocation& inv, const HostArrays& args) const override;
   double tolerance(const Invocation& inv) const override;
+  // q, k, v (and dout) uniform in [-1, 1); packed offsets split the tokens evenly; segment
+  // ids in runs; the backward's out and lse from the CPU forward, so they agree with q, k, v.
+  HostArrays inputs(const Invocation& inv, std::uint64_t seed) const override;
+  // Recipe sizes and options: see recipe_invocation.
+  Invocation from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
+                        const nlohmann::json& options) const override;
+  std::vector<std::string> size_names() const override { return recipe_sizes(); }
 };
 
 class FlashAttentionBwdKernel final : public Kernel {
@@ -165,6 +183,13 @@ class FlashAttentionBwdKernel final : public Kernel {
   double bytes(const Invocation& inv) const override;
   HostArrays reference(const Invocation& inv, const HostArrays& args) const override;
   double tolerance(const Invocation& inv) const override;
+  // q, k, v (and dout) uniform in [-1, 1); packed offsets split the tokens evenly; segment
+  // ids in runs; the backward's out and lse from the CPU forward, so they agree with q, k, v.
+  HostArrays inputs(const Invocation& inv, std::uint64_t seed) const override;
+  // Recipe sizes and options: see recipe_invocation.
+  Invocation from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
+                        const nlohmann::json& options) const override;
+  std::vector<std::string> size_names() const override { return recipe_sizes(); }
 };
 
 // Gradients are checked with this multiple of the forward tolerance: dz = P (dP - D) cancels

@@ -1,0 +1,183 @@
+// flash_attention's workloads: invocations from recipe sizes, and valid random arguments for
+// tuning and benchmarks.
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "ejk/error.hpp"
+#include "ejk/registry.hpp"
+#include "flash_attention/flash_attention.hpp"
+
+namespace ejk::kernels::flash_attention {
+
+namespace {
+
+const char* const size_list = "seq (or seq_q and seq_k), heads, head_dim; optional batch, kv_heads";
+const char* const option_list =
+    "causal, window_left, window_right, logits_soft_cap, dropout, softmax_scale, dropout_seed, bias, sinks, segments";
+
+// Token counts split as evenly as the sequences allow, as cu_seqlens.
+std::vector<double> even_offsets(std::int64_t total, std::int64_t batch, std::int64_t longest, const char* name) {
+  const std::int64_t base = total / batch, extra = total % batch;
+  if (base + (extra ? 1 : 0) > longest)
+    throw InvalidArgument(std::string(name) + ": " + std::to_string(total) + " tokens do not fit " +
+                          std::to_string(batch) + " sequences of at most " + std::to_string(longest));
+  std::vector<double> cu{0};
+  for (std::int64_t b = 0; b < batch; ++b) cu.push_back(cu.back() + static_cast<double>(base + (b < extra ? 1 : 0)));
+  return cu;
+}
+
+// Two runs of segment ids per sequence.
+std::vector<double> segment_runs(const std::vector<double>& cu) {
+  std::vector<double> ids;
+  for (std::size_t b = 0; b + 1 < cu.size(); ++b) {
+    const auto len = static_cast<std::int64_t>(cu[b + 1] - cu[b]);
+    for (std::int64_t i = 0; i < len; ++i) ids.push_back(static_cast<double>(2 * i / len));
+  }
+  return ids;
+}
+
+std::vector<double> uniform(const TensorSpec& s, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> d(-1.0, 1.0);
+  std::vector<double> v(static_cast<std::size_t>(numel(s.shape)));
+  for (auto& x : v) {
+    do x = d(rng);
+    while (x == 0.0);
+    x = round_to(s.dtype, x);
+  }
+  return v;
+}
+
+struct Slots {
+  std::size_t cu_q, cu_k, q_seg, k_seg;
+};
+
+HostArrays fill(const Invocation& inv, std::uint64_t seed, const Slots& at) {
+  const Problem p = Problem::of(inv);
+  std::mt19937_64 rng(seed);
+  HostArrays a;
+  for (const auto& s : inv.args) a.push_back(is_absent(s) ? std::vector<double>{} : uniform(s, rng));
+  std::vector<double> cu_q, cu_k;
+  if (p.varlen) {
+    cu_q = a[at.cu_q] = even_offsets(p.total_q, p.batch, p.seq_q, "cu_seqlens_q");
+    cu_k = a[at.cu_k] = even_offsets(p.total_k, p.batch, p.seq_k, "cu_seqlens_k");
+  } else {
+    for (std::int64_t b = 0; b <= p.batch; ++b) {
+      cu_q.push_back(static_cast<double>(b * p.seq_q));
+      cu_k.push_back(static_cast<double>(b * p.seq_k));
+    }
+  }
+  if (p.has_segments) {
+    a[at.q_seg] = segment_runs(cu_q);
+    a[at.k_seg] = segment_runs(cu_k);
+  }
+  return a;
+}
+
+}  // namespace
+
+std::vector<std::string> recipe_sizes() { return {"seq", "heads", "head_dim", "batch", "kv_heads", "seq_q", "seq_k"}; }
+
+Invocation recipe_invocation(bool backward, const std::map<std::string, std::int64_t>& sizes, DType dtype,
+                             const nlohmann::json& options) {
+  const std::string k = backward ? "flash_attention_bwd" : "flash_attention";
+  auto names = recipe_sizes();
+  for (const auto& [name, _] : sizes)
+    if (std::find(names.begin(), names.end(), name) == names.end())
+      throw InvalidArgument(k + " has no size '" + name + "' (sizes: " + size_list + ")");
+  auto size = [&](const char* name, std::int64_t fallback) {
+    auto it = sizes.find(name);
+    if (it != sizes.end()) return it->second;
+    if (fallback < 0) throw InvalidArgument(k + " needs size '" + name + "' (sizes: " + size_list + ")");
+    return fallback;
+  };
+  const bool both = sizes.count("seq_q") && sizes.count("seq_k");
+  const std::int64_t seq = both ? 0 : size("seq", -1);
+  const std::int64_t batch = size("batch", 1), heads = size("heads", -1), dim = size("head_dim", -1);
+  const std::int64_t kv_heads = size("kv_heads", heads), sq = size("seq_q", seq), sk = size("seq_k", seq);
+
+  Options o;
+  std::string bias = "none";
+  bool sinks = false, segments = false;
+  for (const auto& [key, v] : options.items()) {
+    auto want = [&](bool ok, const char* what) {
+      if (!ok) throw InvalidArgument(k + " option '" + key + "' must be " + what + ", got " + v.dump());
+    };
+    if (key == "causal") { want(v.is_boolean(), "a boolean"); o.causal = v.get<bool>(); }
+    else if (key == "window_left") { want(v.is_number_integer(), "an integer"); o.window_left = v.get<std::int64_t>(); }
+    else if (key == "window_right") { want(v.is_number_integer(), "an integer"); o.window_right = v.get<std::int64_t>(); }
+    else if (key == "logits_soft_cap") { want(v.is_number(), "a number"); o.logits_soft_cap = v.get<double>(); }
+    else if (key == "dropout") { want(v.is_number(), "a number"); o.dropout = v.get<double>(); }
+    else if (key == "softmax_scale") { want(v.is_number(), "a number"); o.softmax_scale = v.get<double>(); }
+    else if (key == "dropout_seed") { want(v.is_number_unsigned(), "an unsigned integer"); o.dropout_seed = v.get<std::uint64_t>(); }
+    else if (key == "sinks") { want(v.is_boolean(), "a boolean"); sinks = v.get<bool>(); }
+    else if (key == "segments") { want(v.is_boolean(), "a boolean"); segments = v.get<bool>(); }
+    else if (key == "bias") {
+      if (v.is_boolean()) bias = v.get<bool>() ? "full" : "none";
+      else { want(v.is_string(), "a boolean or one of full, batch, heads, shared"); bias = v.get<std::string>(); }
+      if (bias != "none" && bias != "full" && bias != "batch" && bias != "heads" && bias != "shared")
+        throw InvalidArgument(k + " option 'bias' must be full, batch, heads or shared, got " + v.dump());
+    } else {
+      throw InvalidArgument(k + " has no option '" + key + "' (options: " + option_list + ")");
+    }
+  }
+  const TensorSpec q{{batch, sq, heads, dim}, dtype}, kv{{batch, sk, kv_heads, dim}, dtype};
+  TensorSpec b = absent(), s = absent(), qs = absent(), ks = absent();
+  if (bias != "none")
+    b = {{bias == "full" || bias == "batch" ? batch : 1, bias == "full" || bias == "heads" ? heads : 1, sq, sk}, dtype};
+  if (sinks) s = {{heads}, DType::f32};
+  if (segments) qs = {{batch, sq}, DType::i32}, ks = {{batch, sk}, DType::i32};
+  const TensorSpec lse{{batch, heads, sq}, DType::f32};
+  Invocation inv;
+  if (!backward) {
+    const TensorSpec args[] = {q, kv, kv, b, s, absent(), absent(), qs, ks, q, lse};
+    inv = forward_invocation(args, o);
+  } else {
+    const TensorSpec args[] = {q, kv, kv, q, q, lse, b, s, absent(), absent(), qs, ks, q, kv, kv, b, s};
+    inv = backward_invocation(args, o);
+  }
+  (void)Problem::of(inv);  // throws with the argument named
+  return inv;
+}
+
+Invocation FlashAttentionKernel::from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
+                                            const nlohmann::json& options) const {
+  return recipe_invocation(false, sizes, dtype, options);
+}
+
+Invocation FlashAttentionBwdKernel::from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
+                                               const nlohmann::json& options) const {
+  return recipe_invocation(true, sizes, dtype, options);
+}
+
+HostArrays FlashAttentionKernel::inputs(const Invocation& inv, std::uint64_t seed) const {
+  return fill(inv, seed, {fwd::cu_seqlens_q, fwd::cu_seqlens_k, fwd::q_segment_ids, fwd::kv_segment_ids});
+}
+
+HostArrays FlashAttentionBwdKernel::inputs(const Invocation& inv, std::uint64_t seed) const {
+  HostArrays a = fill(inv, seed, {bwd::cu_seqlens_q, bwd::cu_seqlens_k, bwd::q_segment_ids, bwd::kv_segment_ids});
+  // out and lse must be the forward's for these q, k, v: computed by the CPU implementation
+  // called directly (not through an executor, which might tune).
+  const std::size_t from[] = {bwd::q,           bwd::k,           bwd::v,           bwd::bias,   bwd::softmax_aux,
+                              bwd::cu_seqlens_q, bwd::cu_seqlens_k, bwd::q_segment_ids, bwd::kv_segment_ids,
+                              bwd::out,         bwd::lse};
+  std::vector<TensorSpec> specs;
+  for (std::size_t i : from) specs.push_back(inv.args[i]);
+  Invocation f = inv;
+  f.kernel = "flash_attention";
+  f.args = specs;
+  auto dev = open_device("cpu");
+  std::vector<Tensor> t;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    t.emplace_back(dev, specs[i].shape, specs[i].dtype);
+    if (!a[from[i]].empty()) t.back().write(a[from[i]]);
+  }
+  const Implementation& impl = Registry::global().implementation(f, dev->info());
+  impl.run(f, impl.heuristic(f, dev->info()), t, *dev);
+  dev->synchronize();
+  a[bwd::out] = t[fwd::out].read();
+  a[bwd::lse] = t[fwd::lse].read();
+  return a;
+}
+
+}  // namespace ejk::kernels::flash_attention
