@@ -239,6 +239,20 @@ TEST(TuneFailures, TheRealWorkerTunesMatmul) {
   EXPECT_EQ(r.entry.provenance.seed, 1u);
 }
 
+TEST(TuneFailures, MeasuringOneConfigChecksAndKeepsSamples) {
+  register_faulty();
+  auto dev = open_device("cpu");
+  TimingOptions t = quick().timing;
+  Measurement good = measure(faulty({"good", "wrong"}), {{"mode", std::string("good")}}, *dev, t);
+  EXPECT_EQ(good.status, Status::ok) << good.message;
+  EXPECT_EQ(static_cast<int>(good.samples_ns.size()), good.stats.n);
+  EXPECT_EQ(Measurement::from_json(good.to_json()).samples_ns, good.samples_ns);
+  Measurement wrong = measure(faulty({"good", "wrong"}), {{"mode", std::string("wrong")}}, *dev, t);
+  EXPECT_EQ(wrong.status, Status::validation);
+  Measurement unchecked = measure(faulty({"good", "wrong"}), {{"mode", std::string("wrong")}}, *dev, t, false);
+  EXPECT_EQ(unchecked.status, Status::ok);
+}
+
 TEST(TuneFailures, MissingWorkerIsNamed) {
   auto dev = open_device("cpu");
   TuneOptions o = quick();

@@ -189,6 +189,30 @@ TEST(TuneSearch, OnHardwareTheRandomSequenceFollowsTheSeed) {
   EXPECT_EQ(a.entry.provenance.strategy, "random");
 }
 
+TEST(TuneSearch, ExtraConstraintsNarrowTheSpace) {
+  auto dev = open_device("cpu");
+  Invocation inv = kernels::matmul::invocation({{16, 16}, DType::f32}, {{16, 16}, DType::f32}, {{16, 16}, DType::f32},
+                                               false, false, 1.0, 0.0);
+  TuneOptions o = quick();
+  o.strategy = Strategy::random;
+  o.budget.evaluations = 6;
+  o.seed = 4;
+  // The second names no matmul parameter: it is meant for another kernel and ignored here.
+  o.constraints = {"mr == 8 && kc == 128", "block_q <= 64"};
+  TuneResult r = tune(inv, *dev, o);
+  ASSERT_FALSE(r.measurements.empty());
+  std::size_t unconstrained = tuning::Candidates(
+      Registry::global().implementation(inv, dev->info()).space(inv, dev->info()).enumerate()).size();
+  EXPECT_LT(r.space_size, unconstrained);
+  for (const auto& m : r.measurements)
+    if (m.config.has("mr") && m.config != r.heuristic) {
+      EXPECT_EQ(m.config.get("mr"), 8);
+      EXPECT_EQ(m.config.get("kc"), 128);
+    }
+  o.constraints = {"mr == nonsense"};
+  EXPECT_THROW(tune(inv, *dev, o), InvalidArgument);
+}
+
 TEST(TuneSearch, StoredResultsReplayInSimulation) {
   auto dev = open_device("cpu");
   Invocation inv = kernels::matmul::invocation({{32, 32}, DType::f32}, {{32, 32}, DType::f32}, {{32, 32}, DType::f32},

@@ -21,4 +21,5 @@
 #include "ejk/shape.hpp"
 #include "ejk/space.hpp"
 #include "ejk/tensor.hpp"
+#include "ejk/tuner.hpp"
 #include "ejk/version.hpp"

@@ -33,6 +33,9 @@ struct Measurement {
   Stats stats;          // meaningful when status == ok
   double error = 0;     // relative error against the reference (or trusted config)
   std::string message;  // why it failed, for failures
+  // Raw timing samples when the measurer keeps them (comparisons need them); caches do not
+  // store them, and to_json writes them only when present.
+  std::vector<double> samples_ns;
   nlohmann::json to_json() const;
   static Measurement from_json(const nlohmann::json& j);
 };

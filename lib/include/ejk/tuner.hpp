@@ -64,6 +64,9 @@ struct TuneOptions {
   std::uint64_t seed = 0;        // search seed; 0: drawn at random (and recorded)
   std::uint64_t input_seed = 0;  // seed of the random inputs; 0: fresh inputs every tune
   TimingOptions timing;
+  // Extra constraints (expression text, as in ParamSpace::constraint) narrowing the space,
+  // e.g. from a recipe. A config with a parameter a constraint names but lacks passes it.
+  std::vector<std::string> constraints;
   bool validate = true;
   // Above this many flops the double-precision reference would be slow: candidates are
   // checked against the heuristic config's output instead.
@@ -108,6 +111,13 @@ struct TuneResult {
 // throws, it is recorded.
 TuneResult tune(const Invocation& inv, Device& device, const TuneOptions& options = {});
 TuneResult tune(const Invocation& inv, const Implementation& impl, Device& device, const TuneOptions& options = {});
+
+// Times one config as the tuner times a candidate (fresh random inputs, warm-up, rotated
+// inputs, samples until the spread is small; samples_ns kept) and, when `check`, validates its
+// output first: against the reference up to reference_flops_limit, above it against the
+// heuristic config's output. For `ejk run` and benchmarks. Failures are returned, not thrown.
+Measurement measure(const Invocation& inv, const Config& config, Device& device, const TimingOptions& timing = {},
+                    bool check = true, double reference_flops_limit = 2e9);
 
 // ---- simulation: strategies run over stored measurements instead of hardware ----
 

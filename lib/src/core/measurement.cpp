@@ -38,8 +38,10 @@ Stats Stats::from_json(const nlohmann::json& j) {
 }
 
 nlohmann::json Measurement::to_json() const {
-  return {{"config", config.to_json()}, {"status", to_string(status)}, {"stats", stats.to_json()},
-          {"error", error},             {"message", message}};
+  nlohmann::json j{{"config", config.to_json()}, {"status", to_string(status)}, {"stats", stats.to_json()},
+                   {"error", error},             {"message", message}};
+  if (!samples_ns.empty()) j["samples_ns"] = samples_ns;
+  return j;
 }
 
 Measurement Measurement::from_json(const nlohmann::json& j) {
@@ -49,6 +51,7 @@ Measurement Measurement::from_json(const nlohmann::json& j) {
   m.stats = Stats::from_json(j.at("stats"));
   m.error = j.value("error", 0.0);
   m.message = j.value("message", "");
+  if (j.contains("samples_ns")) m.samples_ns = j.at("samples_ns").get<std::vector<double>>();
   return m;
 }
 

@@ -357,6 +357,7 @@ Measurement Bench::measure(const Config& c, double best_ns) {
     double first = time_once(c);
     if (best_ns > 0 && first > t.abandon_ratio * best_ns) {
       m.stats = summarize(std::span<const double>(&first, 1));
+      m.samples_ns = {first};
       m.message = "abandoned after one sample: " + format_g(first / best_ns) + "x the best so far";
       return m;
     }
@@ -383,6 +384,7 @@ Measurement Bench::measure(const Config& c, double best_ns) {
       }
     }
   m.stats = summarize(samples);
+  m.samples_ns = std::move(samples);
   return m;
 }
 

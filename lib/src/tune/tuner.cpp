@@ -145,7 +145,16 @@ TuneResult tune(const Invocation& inv, const Implementation& impl, Device& devic
   out.device = dev.id();
   out.strategy = std::string(to_string(o.strategy));
   out.seed = o.seed ? o.seed : fresh_seed();
-  std::vector<Config> configs = impl.space(inv, dev).enumerate();
+  ParamSpace space = impl.space(inv, dev);
+  for (const auto& text : o.constraints) {
+    // A constraint that reads none of this space's parameters is meant for another kernel.
+    Expr e = Expr::parse(text);
+    bool mine = false;
+    for (const auto& name : e.names())
+      for (const auto& p : space.params()) mine = mine || p.name == name;
+    if (mine) space.constraint(text);
+  }
+  std::vector<Config> configs = space.enumerate();
   out.space_size = configs.size();
   out.heuristic = impl.heuristic(inv, dev);
 
@@ -289,6 +298,21 @@ TuneResult tune(const Invocation& inv, const Implementation& impl, Device& devic
     rep += "no candidate ran and validated: falling back to the heuristic config " + out.heuristic.canonical() + "\n";
   }
   return out;
+}
+
+Measurement measure(const Invocation& inv, const Config& config, Device& device, const TimingOptions& timing, bool check,
+                    double reference_flops_limit) {
+  Registry& reg = Registry::global();
+  reg.kernel(inv.kernel).validate(inv);
+  const Implementation& impl = reg.implementation(inv, device.info());
+  tuning::BenchSettings settings;
+  settings.timing = timing;
+  settings.validate = check;
+  settings.reference_flops_limit = reference_flops_limit;
+  settings.input_seed = fresh_seed();
+  settings.trusted = impl.heuristic(inv, device.info());
+  tuning::Bench bench(inv, impl, device, settings);
+  return bench.measure(config, 0);
 }
 
 }  // namespace ejk

@@ -1,0 +1,143 @@
+// Record -> batch tune -> replay: executor calls recorded with EJK_RECORD are tuned in batch
+// into a persistent cache, from which a fresh executor then selects them; and the tuner as
+// the executor's autotune tier.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include "ejk/cache.hpp"
+#include "ejk/tuner.hpp"
+#include "matmul/matmul.hpp"
+#include "support.hpp"
+
+namespace ejk {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("ejk_tune_trace_" + std::to_string(::getpid()) + "_" +
+                                        std::to_string(reinterpret_cast<std::uintptr_t>(this)));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+TuneOptions quick() {
+  TuneOptions o;
+  o.seed = 3;
+  o.strategy = Strategy::random;
+  o.budget.evaluations = 4;
+  o.timing.warmup_seconds = 0.001;
+  o.timing.min_samples = 3;
+  o.timing.max_samples = 5;
+  o.timing.max_seconds = 0.01;
+  o.timing.flush_bytes = 1 << 20;
+  o.timing.rerank_rounds = 3;
+  return o;
+}
+
+Invocation matmul_inv(std::int64_t m, std::int64_t n, std::int64_t k, double beta) {
+  return kernels::matmul::invocation({{m, k}, DType::f32}, {{k, n}, DType::f32}, {{m, n}, DType::f32}, false, false,
+                                     1.0, beta);
+}
+
+void run_on(Executor& ex, const Invocation& inv) {
+  std::vector<Tensor> args;
+  for (const auto& s : inv.args) args.emplace_back(ex.device_ptr(), s.shape, s.dtype);
+  for (auto& t : args) t.write(std::vector<double>(static_cast<std::size_t>(t.numel()), 0.5));
+  ex.run(inv, args);
+}
+
+TEST(TuneTrace, RecordTuneReplayRoundTrip) {
+  TempDir dir;
+  const fs::path trace = dir.path / "trace.jsonl", cache = dir.path / "ejk.sqlite";
+  auto dev = open_device("cpu");
+  Invocation a = matmul_inv(24, 40, 16, 0.0), b = matmul_inv(33, 17, 9, 1.0);
+  {
+    ::setenv("EJK_RECORD", trace.c_str(), 1);
+    Executor ex(dev, {.cache_path = fs::path()});
+    ::unsetenv("EJK_RECORD");
+    run_on(ex, a);
+    run_on(ex, b);
+    run_on(ex, a);
+  }
+  auto records = read_trace(trace.string());
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_EQ(records[0].invocation.signature(), a.signature());
+  EXPECT_EQ(records[1].invocation.scalars.at("beta"), 1.0);
+  EXPECT_EQ(records[0].device, "cpu");
+  EXPECT_EQ(records[0].tier, "heuristic");
+  EXPECT_FALSE(records[0].version.empty());
+
+  // A line this build cannot tune does not stop the batch.
+  std::ofstream(trace, std::ios::app) << R"({"kernel":"no_such_kernel","args":[{"shape":[2],"dtype":"f32"}]})" << "\n";
+
+  BatchOptions opts;
+  opts.tune = quick();
+  opts.cache_path = cache;
+  int seen = 0;
+  opts.on_result = [&](const TuneResult&) { ++seen; };
+  auto results = tune_trace(trace.string(), opts);
+  ASSERT_EQ(results.size(), 3u);  // the repeated call is tuned once
+  EXPECT_EQ(seen, 3);
+  EXPECT_TRUE(results[0].tuned) << results[0].report;
+  EXPECT_TRUE(results[1].tuned) << results[1].report;
+  EXPECT_EQ(results[1].invocation.scalars.at("beta"), 1.0);
+  EXPECT_FALSE(results[2].tuned);
+  EXPECT_NE(results[2].report.find("not tuned"), std::string::npos) << results[2].report;
+
+  {
+    PersistentCache pc(cache);
+    EXPECT_EQ(pc.size(), 2u);
+    auto stored = pc.get(results[0].entry.key());
+    ASSERT_TRUE(stored);
+    EXPECT_EQ(stored->config, results[0].entry.config);
+    EXPECT_EQ(pc.measurements(results[0].entry.key()).size(), results[0].measurements.size());
+  }
+  // Replay: a fresh executor over that cache selects the tuned configs.
+  Executor ex(dev, {.cache_path = cache});
+  for (std::size_t i = 0; i < 2; ++i) {
+    Selection s = ex.select(records[i].invocation);
+    EXPECT_EQ(s.tier, Tier::persistent) << s.reason;
+    EXPECT_EQ(s.config, results[i].entry.config);
+    EXPECT_EQ(ex.key(records[i].invocation), results[i].entry.key());
+  }
+}
+
+TEST(TuneTrace, MalformedLinesAreNamed) {
+  TempDir dir;
+  const fs::path trace = dir.path / "bad.jsonl";
+  std::ofstream(trace) << R"({"kernel":"matmul","args":[]})" << "\n\n{not json\n";
+  try {
+    read_trace(trace.string());
+    FAIL() << "expected IoError";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.jsonl:3"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(read_trace((dir.path / "missing.jsonl").string()), IoError);
+}
+
+TEST(TuneTrace, TheTunerAnswersTheAutotuneTier) {
+  TempDir dir;
+  auto dev = open_device("cpu");
+  Autotuner before = current_autotuner();
+  install_autotuner(quick());
+  ScopedPolicy policy({.autotune = AutotunePolicy::autotune});
+  Executor ex(dev, {.cache_path = dir.path / "ejk.sqlite"});
+  Invocation inv = matmul_inv(20, 12, 28, 0.0);
+  Selection s = ex.select(inv);
+  EXPECT_EQ(s.tier, Tier::autotune) << s.reason;
+  auto stored = ex.persistent_cache()->get(ex.key(inv));
+  ASSERT_TRUE(stored);
+  EXPECT_EQ(stored->config, s.config);
+  EXPECT_EQ(stored->provenance.strategy, "random");
+  EXPECT_EQ(ex.persistent_cache()->measurements(ex.key(inv)).size(), 4u);
+  set_autotuner(before);
+}
+
+}  // namespace
+}  // namespace ejk
