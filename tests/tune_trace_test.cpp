@@ -45,6 +45,12 @@ Invocation matmul_inv(std::int64_t m, std::int64_t n, std::int64_t k, double bet
                                      1.0, beta);
 }
 
+ExecutorOptions with_cache(const fs::path& path) {
+  ExecutorOptions o;
+  o.cache_path = path;
+  return o;
+}
+
 void run_on(Executor& ex, const Invocation& inv) {
   std::vector<Tensor> args;
   for (const auto& s : inv.args) args.emplace_back(ex.device_ptr(), s.shape, s.dtype);
@@ -59,7 +65,7 @@ TEST(TuneTrace, RecordTuneReplayRoundTrip) {
   Invocation a = matmul_inv(24, 40, 16, 0.0), b = matmul_inv(33, 17, 9, 1.0);
   {
     ::setenv("EJK_RECORD", trace.c_str(), 1);
-    Executor ex(dev, {.cache_path = fs::path()});
+    Executor ex(dev, with_cache(fs::path()));
     ::unsetenv("EJK_RECORD");
     run_on(ex, a);
     run_on(ex, b);
@@ -99,7 +105,7 @@ TEST(TuneTrace, RecordTuneReplayRoundTrip) {
     EXPECT_EQ(pc.measurements(results[0].entry.key()).size(), results[0].measurements.size());
   }
   // Replay: a fresh executor over that cache selects the tuned configs.
-  Executor ex(dev, {.cache_path = cache});
+  Executor ex(dev, with_cache(cache));
   for (std::size_t i = 0; i < 2; ++i) {
     Selection s = ex.select(records[i].invocation);
     EXPECT_EQ(s.tier, Tier::persistent) << s.reason;
@@ -126,8 +132,10 @@ TEST(TuneTrace, TheTunerAnswersTheAutotuneTier) {
   auto dev = open_device("cpu");
   Autotuner before = current_autotuner();
   install_autotuner(quick());
-  ScopedPolicy policy({.autotune = AutotunePolicy::autotune});
-  Executor ex(dev, {.cache_path = dir.path / "ejk.sqlite"});
+  PolicyOverride autotune;
+  autotune.autotune = AutotunePolicy::autotune;
+  ScopedPolicy policy(autotune);
+  Executor ex(dev, with_cache(dir.path / "ejk.sqlite"));
   Invocation inv = matmul_inv(20, 12, 28, 0.0);
   Selection s = ex.select(inv);
   EXPECT_EQ(s.tier, Tier::autotune) << s.reason;
@@ -137,6 +145,26 @@ TEST(TuneTrace, TheTunerAnswersTheAutotuneTier) {
   EXPECT_EQ(stored->provenance.strategy, "random");
   EXPECT_EQ(ex.persistent_cache()->measurements(ex.key(inv)).size(), 4u);
   set_autotuner(before);
+}
+
+TEST(TuneTrace, AutotuneOptionsComeFromTheEnvironment) {
+  EXPECT_TRUE(current_autotuner());  // the library's tuner is there from the start
+  ::setenv("EJK_TUNE_STRATEGY", "anneal", 1);
+  ::setenv("EJK_TUNE_EVALS", "12", 1);
+  ::setenv("EJK_TUNE_SEED", "9", 1);
+  ::setenv("EJK_TUNE_ISOLATE", "1", 1);
+  TuneOptions o = tune_options_from_env();
+  EXPECT_EQ(o.strategy, Strategy::anneal);
+  EXPECT_EQ(o.budget.evaluations, 12);
+  EXPECT_EQ(o.seed, 9u);
+  EXPECT_TRUE(o.isolate);
+  ::setenv("EJK_TUNE_EVALS", "many", 1);
+  EXPECT_THROW(tune_options_from_env(), InvalidArgument);
+  ::setenv("EJK_TUNE_EVALS", "12", 1);
+  ::setenv("EJK_TUNE_STRATEGY", "greedy", 1);
+  EXPECT_THROW(tune_options_from_env(), InvalidArgument);
+  for (const char* v : {"EJK_TUNE_STRATEGY", "EJK_TUNE_EVALS", "EJK_TUNE_SEED", "EJK_TUNE_ISOLATE"}) ::unsetenv(v);
+  EXPECT_EQ(tune_options_from_env().strategy, Strategy::model);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 
 #include "ejk/config.hpp"
 #include "ejk/device.hpp"
+#include "ejk/executor.hpp"
 #include "ejk/invocation.hpp"
 #include "ejk/kernel.hpp"
 #include "ejk/measurement.hpp"
@@ -186,9 +187,16 @@ std::vector<TuneResult> tune_trace(const std::string& path, const BatchOptions& 
 
 // ---- the executor's autotune tier ----
 
-// Makes tune() with these options the executor's autotuner (set_autotuner): the autotune tier
-// then measures, validates and stores as documented in docs/tuning.md.
-void install_autotuner(TuneOptions options = {});
+// The options the autotune tier tunes with: strategy model with its default budget unless
+// EJK_TUNE_STRATEGY, EJK_TUNE_EVALS, EJK_TUNE_SECONDS, EJK_TUNE_SEED or EJK_TUNE_ISOLATE=1
+// say otherwise. Throws InvalidArgument naming a variable whose value does not parse.
+TuneOptions tune_options_from_env();
+
+// tune() with these options as an executor autotuner: nullopt when no candidate passed.
+// The executor installs make_autotuner(tune_options_from_env()) until set_autotuner replaces it.
+Autotuner make_autotuner(TuneOptions options);
+// set_autotuner(make_autotuner(options)).
+void install_autotuner(TuneOptions options = tune_options_from_env());
 
 // ---- isolation ----
 

@@ -18,6 +18,7 @@
 #include "ejk/error.hpp"
 #include "ejk/overlay.hpp"
 #include "ejk/registry.hpp"
+#include "ejk/tuner.hpp"
 #include "ejk/version.hpp"
 #include "select/profile.hpp"
 #include "select/recorder.hpp"
@@ -60,7 +61,18 @@ struct AutotunerSlot {
 };
 
 AutotunerSlot& autotuner_slot() {
-  static auto* slot = new AutotunerSlot;  // outlives static destructors that may still select
+  // Outlives static destructors that may still select. The library's tuner answers until
+  // set_autotuner replaces it; its options come from the environment when it first runs.
+  static auto* slot = [] {
+    auto* s = new AutotunerSlot;
+    s->tuner = std::make_shared<const Autotuner>(
+        [](const Invocation& inv, const Implementation& impl, const std::shared_ptr<Device>& dev) {
+          static const Autotuner tuner = make_autotuner(tune_options_from_env());
+          return tuner(inv, impl, dev);
+        });
+    s->installed.store(true);
+    return s;
+  }();
   return *slot;
 }
 
