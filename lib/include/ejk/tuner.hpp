@@ -46,8 +46,8 @@ struct TimingOptions {
   int max_samples = 40;
   double max_seconds = 0.25;  // sampling time per candidate, after warm-up
   double max_spread = 0.02;   // stop sampling once IQR / median falls to this
-  // A candidate whose first sample is this many times slower than the best median so far is
-  // abandoned: recorded as ok with n = 1.
+  // A candidate whose first sample is this many times slower than the best median so far,
+  // confirmed by a second sample, is abandoned: recorded as ok with n = 2 and a message.
   double abandon_ratio = 4.0;
   // Bytes of distinct memory touched between two runs of a candidate, so that small problems
   // are not timed from cache: the inputs are replicated (up to max_input_sets copies, cycled)

@@ -356,10 +356,17 @@ Measurement Bench::measure(const Config& c, double best_ns) {
   try {
     double first = time_once(c);
     if (best_ns > 0 && first > t.abandon_ratio * best_ns) {
-      m.stats = summarize(std::span<const double>(&first, 1));
-      m.samples_ns = {first};
-      m.message = "abandoned after one sample: " + format_g(first / best_ns) + "x the best so far";
-      return m;
+      // One more sample confirms it, so a single preempted run on a busy machine does not
+      // condemn a good candidate.
+      double second = time_once(c);
+      if (second > t.abandon_ratio * best_ns) {
+        std::vector<double> two{first, second};
+        m.stats = summarize(two);
+        m.samples_ns = std::move(two);
+        m.message = "abandoned after one sample (confirmed by a second): " +
+                    format_g(std::min(first, second) / best_ns) + "x the best so far";
+        return m;
+      }
     }
     auto w0 = Clock::now();
     while (seconds_since(w0) < t.warmup_seconds) time_once(c);

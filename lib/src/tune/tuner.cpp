@@ -274,13 +274,13 @@ TuneResult tune(const Invocation& inv, const Implementation& impl, Device& devic
   for (const auto& m : out.measurements) ++counts[m.status];
   int abandoned = 0;
   for (const auto& m : out.measurements)
-    if (m.status == Status::ok && m.stats.n == 1 && !m.message.empty()) ++abandoned;
+    if (m.status == Status::ok && m.message.starts_with("abandoned")) ++abandoned;
   std::string& rep = out.report;
   rep = inv.kernel + " " + inv.signature() + " on " + dev.id() + ": " + out.strategy + " (seed " +
         std::to_string(out.seed) + ") evaluated " + std::to_string(out.measurements.size()) + " of " +
         std::to_string(out.space_size) + " candidates in " + format_g(out.seconds, "%.3g") + " s (" + r.stopped + ")\n";
   rep += "results: ok " + std::to_string(counts[Status::ok]);
-  if (abandoned) rep += " (" + std::to_string(abandoned) + " abandoned after one sample)";
+  if (abandoned) rep += " (" + std::to_string(abandoned) + " abandoned early as far slower than the best)";
   for (Status s : {Status::compile, Status::device_limits, Status::runtime, Status::validation, Status::timeout,
                    Status::skipped})
     if (counts[s]) rep += ", " + std::string(to_string(s)) + " " + std::to_string(counts[s]);
