@@ -4,7 +4,9 @@
 // routines are in cpu_kernels.inc; this file plans a call and spreads its tasks.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backends/cpu/cpu_device.hpp"
@@ -18,12 +20,21 @@ namespace {
 
 static_assert(max_head_dim <= cpu::max_head_dim_padded);
 
+// The widest build the CPU runs; $EJK_FA_CPU_ISA (avx512, avx2, generic) picks a narrower one,
+// so every build can be tested on one machine.
 const cpu::Isa& isa() {
+  bool avx512 = false, avx2 = false;
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return cpu::avx512();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return cpu::avx2();
+  avx512 = __builtin_cpu_supports("avx512f");
+  avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
+  const char* env = std::getenv("EJK_FA_CPU_ISA");
+  const std::string want = env ? env : "";
+  if (!want.empty() && want != "avx512" && want != "avx2" && want != "generic")
+    throw InvalidArgument("EJK_FA_CPU_ISA='" + want + "' (expected avx512, avx2 or generic)");
+  if ((want.empty() || want == "avx512") && avx512) return cpu::avx512();
+  if ((want.empty() || want == "avx512" || want == "avx2") && avx2) return cpu::avx2();
   return cpu::generic();
 }
 
