@@ -33,6 +33,8 @@ int main(int argc, char** argv) {
   });
   ejk::app::add_devices(app, g);
   ejk::app::add_kernels(app, g);
+  ejk::app::add_run(app, g);
+  ejk::app::add_tune(app, g);
   ejk::app::add_bundles(app, g);
   ejk::app::add_cache(app, g);
   ejk::app::add_compare(app, g);

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -14,7 +15,13 @@ namespace ejk::app {
 std::string workload_name(const Invocation& inv, const std::map<std::string, std::int64_t>& sizes) {
   std::string name = inv.kernel;
   if (!sizes.empty()) {
-    for (const auto& [k, v] : sizes) name += fmt::format("/{}:{}", k, v);
+    // In the order the kernel declares its sizes (m, n, k), not alphabetically.
+    std::vector<std::string> order = Registry::global().has(inv.kernel) ? Registry::global().kernel(inv.kernel).size_names()
+                                                                        : std::vector<std::string>{};
+    for (const auto& [k, v] : sizes)
+      if (std::find(order.begin(), order.end(), k) == order.end()) order.push_back(k);
+    for (const auto& k : order)
+      if (auto it = sizes.find(k); it != sizes.end()) name += fmt::format("/{}:{}", k, it->second);
   } else {
     for (const auto& a : inv.args) {
       std::string dims;

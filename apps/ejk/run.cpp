@@ -1,0 +1,128 @@
+// ejk run, ejk replay and ejk record: run invocations with the configs the selector chain gives.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include <fmt/core.h>
+
+#include "commands.hpp"
+#include "workloads.hpp"
+
+namespace ejk::app {
+
+namespace {
+
+struct RunFlags {
+  std::string path;
+  bool check = false;
+};
+
+// One executor per device, created on first use.
+class Executors {
+ public:
+  Executor& operator[](const std::string& device) {
+    auto& slot = map_[device];
+    if (!slot) slot = std::make_unique<Executor>(open_device(device));
+    return *slot;
+  }
+
+ private:
+  std::map<std::string, std::unique_ptr<Executor>> map_;
+};
+
+int run_workset(const Workset& w, const Globals& g, bool check) {
+  Executors executors;
+  std::vector<Row> rows;
+  const DeviceInfo* first_device = nullptr;
+  Progress progress(w.items.size(), !g.quiet);
+  int failed = 0;
+  for (const auto& item : w.items) {
+    progress.step(item.name);
+    Row row;
+    row.name = item.name;
+    row.kernel = item.invocation.kernel;
+    try {
+      Executor& ex = executors[item.device];
+      if (!first_device) first_device = &ex.device().info();
+      const Kernel& k = Registry::global().kernel(item.invocation.kernel);
+      Selection s = ex.select(item.invocation);
+      row.config = s.config.canonical();
+      row.tier = std::string(to_string(s.tier));
+      row.reason = s.reason;
+      row.flops = k.flops(item.invocation);
+      row.bytes = k.bytes(item.invocation);
+      Measurement m = measure(item.invocation, s.config, ex.device(), run_timing(), check);
+      row.stats = m.stats;
+      row.samples_ns = m.samples_ns;
+      if (m.status != Status::ok) {
+        row.status = std::string(to_string(m.status));
+        row.note = m.message;
+        ++failed;
+      }
+    } catch (const InvalidArgument& e) {
+      row.status = "invalid";
+      row.note = e.what();
+      ++failed;
+    }
+    rows.push_back(std::move(row));
+  }
+  progress.finish();
+  if (!g.quiet) print_table(rows, false);
+  if (!g.json_path.empty())
+    write_json_file(g.json_path, benchmark_json(first_device ? *first_device : open_device("cpu")->info(), rows));
+  return failed ? 1 : 0;
+}
+
+}  // namespace
+
+void add_run(CLI::App& app, Globals& g) {
+  auto flags = std::make_shared<RunFlags>();
+  auto* run = app.add_subcommand("run", "run a recipe's or trace's workloads with the selected configs and report their speed\n"
+                                        "  example: ejk run recipes/quickstart.yaml --json run.json");
+  run->add_option("workload", flags->path, "recipe (.yaml) or trace (.jsonl)")->required()->check(CLI::ExistingFile);
+  run->add_flag("--check", flags->check, "also check every output against the kernel's reference");
+  run->callback([flags, &g] { g.exit_code = run_workset(load_workset(flags->path, g), g, flags->check); });
+
+  auto* replay = app.add_subcommand("replay", "re-run the invocations of a recorded trace, checking their results\n"
+                                              "  example: ejk replay trace.jsonl --json replay.json");
+  auto rflags = std::make_shared<RunFlags>();
+  replay->add_option("trace", rflags->path, "trace (.jsonl) written with EJK_RECORD or ejk record")
+      ->required()
+      ->check(CLI::ExistingFile);
+  replay->add_flag("!--no-check", rflags->check, "time only, without checking results")->default_val(true);
+  replay->callback([rflags, &g] {
+    if (!is_trace(rflags->path)) throw InvalidArgument("replay takes a trace (.jsonl), got " + rflags->path);
+    g.exit_code = run_workset(load_workset(rflags->path, g), g, rflags->check);
+  });
+
+  auto* record = app.add_subcommand(
+      "record",
+      "record invocations into a trace: those of a recipe, or those a program linked with libejk makes\n"
+      "  example: ejk record recipes/quickstart.yaml -o trace.jsonl\n"
+      "  example: ejk record -o trace.jsonl -- ./my_app --its-args");
+  auto out = std::make_shared<std::string>();
+  auto command = std::make_shared<std::vector<std::string>>();
+  record->add_option("-o,--output", *out, "trace file to append to")->required();
+  record->add_option("recipe", *command, "a recipe, or after --, a command to run with recording on");
+  record->callback([out, command, &g] {
+    if (command->empty()) throw InvalidArgument("record needs a recipe or -- COMMAND");
+    setenv("EJK_RECORD", out->c_str(), 1);
+    if (command->size() == 1 && !is_trace((*command)[0]) && std::filesystem::exists((*command)[0]) &&
+        ((*command)[0].ends_with(".yaml") || (*command)[0].ends_with(".yml"))) {
+      g.exit_code = run_workset(load_workset((*command)[0], g), g, false);
+      return;
+    }
+    std::vector<char*> argv;
+    for (auto& a : *command) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::fflush(nullptr);
+    execvp(argv[0], argv.data());
+    throw NotFound("cannot run " + (*command)[0] + ": " + std::strerror(errno));
+  });
+}
+
+}  // namespace ejk::app
