@@ -178,11 +178,18 @@ TuneResult tune(const Invocation& inv, const Implementation& impl, Device& devic
                             {"invocation", inv.to_json()},
                             {"settings", settings.to_json()}};
     isolated = std::make_unique<tuning::IsolatedRunner>(o.worker.empty() ? find_worker() : o.worker, setup, o);
+    isolated->start();
   } else {
     bench = std::make_unique<tuning::Bench>(inv, impl, device, settings);
   }
   auto measure = [&](const Config& c, double best_ns) {
-    return isolated ? isolated->measure(c, best_ns) : bench->measure(c, best_ns);
+    // Reading back or checking a candidate's output can fail too (a lost device, say): that is
+    // this candidate's result, not the end of the tune.
+    try {
+      return isolated ? isolated->measure(c, best_ns) : bench->measure(c, best_ns);
+    } catch (...) {
+      return tuning::classify(c, std::current_exception(), "after the run");
+    }
   };
   auto validated = [&] { return isolated ? isolated->validated() : bench->validated(); };
 

@@ -58,6 +58,9 @@ class IsolatedRunner {
   IsolatedRunner(std::string worker_path, nlohmann::json setup, const TuneOptions& options);
   ~IsolatedRunner();
 
+  // Starts and sets up the worker now, so that a missing worker or an invocation it cannot
+  // serve throws before any candidate runs.
+  void start() { ensure(); }
   Measurement measure(const Config& c, double best_ns);
   void rerank(const std::vector<Config>& configs, int rounds, double slowest_ns,
               std::vector<std::vector<double>>& samples, std::vector<std::string>& errors);
