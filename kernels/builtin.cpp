@@ -15,9 +15,6 @@ void register_builtin_kernels(Registry& r) {
 #endif
 #ifdef EJK_HAVE_VULKAN
   r.add(kernels::matmul::vulkan_implementation());
-#ifdef EJK_HAVE_COOPMAT
-  r.add(kernels::matmul::vulkan_coopmat_implementation());
-#endif
 #endif
   r.add(std::make_shared<kernels::flash_attention::FlashAttentionKernel>());
   r.add(std::make_shared<kernels::flash_attention::FlashAttentionBwdKernel>());

@@ -11,10 +11,8 @@ std::shared_ptr<const Implementation> cpu_implementation();
 std::shared_ptr<const Implementation> opencl_implementation();
 #endif
 #ifdef EJK_HAVE_VULKAN
+// Scalar and (where the device and build allow) cooperative-matrix variants in one space.
 std::shared_ptr<const Implementation> vulkan_implementation();
-#ifdef EJK_HAVE_COOPMAT
-std::shared_ptr<const Implementation> vulkan_coopmat_implementation();
-#endif
 #endif
 
 }  // namespace ejk::kernels::matmul

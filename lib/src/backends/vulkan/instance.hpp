@@ -1,0 +1,57 @@
+#pragma once
+// The process-wide Vulkan instance and what it found: every usable physical device with its
+// DeviceInfo and the features and limits device creation and kernels need.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <vulkan/vulkan.h>
+
+#include "ejk/device.hpp"
+
+namespace ejk::vulkan {
+
+struct PhysicalDevice {
+  VkPhysicalDevice handle = VK_NULL_HANDLE;
+  DeviceInfo info;
+  VkPhysicalDeviceLimits limits{};
+  VkPhysicalDeviceMemoryProperties memory{};
+  std::uint32_t api_version = 0;
+  std::uint32_t queue_family = 0;      // the first family with compute
+  std::uint32_t timestamp_bits = 0;    // 0: the family cannot time
+  float timestamp_period = 1.f;        // nanoseconds per tick
+  std::uint32_t max_subgroup_size = 0;
+  // Features present (device creation enables them).
+  bool storage16 = false;      // storageBuffer16BitAccess
+  bool float16 = false;        // shaderFloat16
+  bool int16 = false;          // shaderInt16
+  bool memory_model = false;   // vulkanMemoryModel (glslang emits it for cooperative matrices)
+  bool push_descriptor = false;
+  bool full_subgroups = false;  // computeFullSubgroups (VK_EXT_subgroup_size_control)
+  bool coopmat_nv = false;      // VK_NV_cooperative_matrix with cooperativeMatrix
+  bool integrated = false;      // integrated GPU or CPU: host-visible device memory is as fast
+  bool cpu = false;             // a CPU implementation such as lavapipe
+};
+
+class Instance {
+ public:
+  // The instance, created on first use and never destroyed (drivers tear down in atexit).
+  static Instance& get();
+
+  VkInstance handle() const { return instance_; }
+  // Devices with Vulkan 1.2 or newer (the SPIR-V targets 1.2); empty without a driver.
+  const std::vector<PhysicalDevice>& devices() const { return devices_; }
+  bool validation() const { return validation_; }
+
+ private:
+  Instance();
+  VkInstance instance_ = VK_NULL_HANDLE;
+  VkDebugUtilsMessengerEXT messenger_ = VK_NULL_HANDLE;
+  bool validation_ = false;
+  std::vector<PhysicalDevice> devices_;
+};
+
+// The physical device behind vulkan:<index>; throws InvalidArgument when there is none.
+const PhysicalDevice& physical_device(int index);
+
+}  // namespace ejk::vulkan

@@ -1,0 +1,681 @@
+#include "backends/vulkan/vulkan_device.hpp"
+
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "backends/backends.hpp"
+#include "backends/vulkan/vk_util.hpp"
+#include "ejk/detail/embedded.hpp"
+#include "ejk/error.hpp"
+
+namespace ejk::vulkan {
+
+// The VkDevice. Buffers hold it too, so it outlives the VulkanDevice while they exist.
+struct Core {
+  VkDevice device = VK_NULL_HANDLE;
+  Core() = default;
+  Core(const Core&) = delete;
+  Core& operator=(const Core&) = delete;
+  ~Core() {
+    if (device) {
+      vkDeviceWaitIdle(device);
+      vkDestroyDevice(device, nullptr);
+    }
+  }
+};
+
+struct Allocation {
+  std::shared_ptr<Core> core;  // first, so it is released last
+  OwnedBuffer buffer;
+  OwnedMemory memory;
+  void* mapped = nullptr;  // host address when the memory is host-visible
+  VkDeviceSize size = 0;   // of the VkBuffer
+  VkDeviceSize range = 0;  // bound as a storage buffer
+};
+
+VulkanBuffer::VulkanBuffer(std::size_t bytes, std::shared_ptr<Allocation> allocation)
+    : Buffer(bytes), allocation_(std::move(allocation)) {}
+VulkanBuffer::~VulkanBuffer() = default;
+
+namespace {
+
+// Commands in one batch before it is submitted, so the device starts while more are recorded.
+constexpr std::uint32_t batch_commands = 64;
+// Descriptor sets per pool on devices without push descriptors.
+constexpr std::uint32_t pool_sets = 64;
+constexpr std::uint32_t pool_descriptors = pool_sets * 8;
+
+enum class Memory { device, upload, download };
+
+const VulkanBuffer& buffer_of(const Buffer& b, const Core* core, const char* what) {
+  const auto* vb = dynamic_cast<const VulkanBuffer*>(&b);
+  if (!vb || vb->allocation()->core.get() != core)
+    throw InvalidArgument(std::string(what) + ": the buffer does not belong to this Vulkan device");
+  return *vb;
+}
+
+int memory_type(const VkPhysicalDeviceMemoryProperties& mp, std::uint32_t bits, VkMemoryPropertyFlags want) {
+  for (std::uint32_t i = 0; i < mp.memoryTypeCount; ++i)
+    if ((bits & (1u << i)) && (mp.memoryTypes[i].propertyFlags & want) == want) return static_cast<int>(i);
+  return -1;
+}
+
+std::string spec_text(const Launch& l) {
+  std::string s = std::string(l.spirv) + " local " + std::to_string(l.local_size[0]) + "x" +
+                  std::to_string(l.local_size[1]) + "x" + std::to_string(l.local_size[2]) + " spec [";
+  for (std::size_t i = 0; i < l.spec.size(); ++i) s += (i ? ", " : "") + std::to_string(l.spec[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+struct VulkanDevice::State {
+  struct Batch {
+    VkCommandBuffer cmd = VK_NULL_HANDLE;
+    OwnedFence fence;
+    std::vector<std::shared_ptr<Allocation>> keep;  // buffers its commands use
+    std::vector<OwnedDescriptorPool> pools;
+    std::size_t pool = 0;  // the pool sets come from now
+    std::uint32_t pool_sets_used = 0, pool_descriptors_used = 0;
+    std::uint32_t commands = 0;
+  };
+  struct Layout {
+    OwnedDescriptorSetLayout set;
+    OwnedPipelineLayout pipeline;
+  };
+  struct Pipeline {
+    OwnedPipeline pipeline;
+    const Layout* layout = nullptr;
+    std::uint32_t bindings = 0;
+  };
+
+  const PhysicalDevice& pd;
+  std::shared_ptr<Core> core;  // before every device object, so it is destroyed after them
+  VkQueue queue = VK_NULL_HANDLE;
+  bool push_descriptors = false;
+  bool full_subgroups = false;
+  PFN_vkCmdPushDescriptorSetKHR push_descriptor_fn = nullptr;
+
+  mutable std::mutex mutex;  // the stream, the caches and the queue
+  OwnedCommandPool command_pool;
+  OwnedPipelineCache pipeline_cache;
+  OwnedQueryPool queries;
+  std::map<std::string, OwnedShaderModule, std::less<>> modules;
+  std::map<std::pair<std::uint32_t, std::uint32_t>, Layout> layouts;
+  std::unordered_map<std::string, Pipeline> pipelines;
+  PipelineStats stats;
+  std::unique_ptr<Batch> recording;
+  std::deque<std::unique_ptr<Batch>> in_flight;
+  std::vector<std::unique_ptr<Batch>> spare;
+  std::mutex timing;
+
+  State(int index, DeviceOptions options) : pd(physical_device(index)), core(std::make_shared<Core>()) {
+    const float priority = 1.f;
+    auto queue_info = make<VkDeviceQueueCreateInfo>(VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO);
+    queue_info.queueFamilyIndex = pd.queue_family;
+    queue_info.queueCount = 1;
+    queue_info.pQueuePriorities = &priority;
+
+    std::vector<const char*> extensions;
+    auto features = make<VkPhysicalDeviceFeatures2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2);
+    auto f11 = make<VkPhysicalDeviceVulkan11Features>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES);
+    auto f12 = make<VkPhysicalDeviceVulkan12Features>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES);
+    auto fsize = make<VkPhysicalDeviceSubgroupSizeControlFeaturesEXT>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT);
+    auto fcoop = make<VkPhysicalDeviceCooperativeMatrixFeaturesNV>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV);
+    features.pNext = &f11;
+    f11.pNext = &f12;
+    void** tail = &f12.pNext;
+    features.features.shaderInt16 = pd.int16;
+    f11.storageBuffer16BitAccess = pd.storage16;
+    f12.shaderFloat16 = pd.float16;
+    f12.vulkanMemoryModel = pd.memory_model;
+    if (pd.full_subgroups) {
+      extensions.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
+      fsize.computeFullSubgroups = VK_TRUE;
+      *std::exchange(tail, &fsize.pNext) = &fsize;
+      full_subgroups = true;
+    }
+    if (pd.coopmat_nv) {
+      extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+      fcoop.cooperativeMatrix = VK_TRUE;
+      *std::exchange(tail, &fcoop.pNext) = &fcoop;
+    }
+    push_descriptors = pd.push_descriptor && options.push_descriptors;
+    if (push_descriptors) extensions.push_back(VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
+
+    auto info = make<VkDeviceCreateInfo>(VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO);
+    info.pNext = &features;
+    info.queueCreateInfoCount = 1;
+    info.pQueueCreateInfos = &queue_info;
+    info.enabledExtensionCount = static_cast<std::uint32_t>(extensions.size());
+    info.ppEnabledExtensionNames = extensions.data();
+    check(vkCreateDevice(pd.handle, &info, nullptr, &core->device), "vkCreateDevice");
+    VkDevice dev = core->device;
+    vkGetDeviceQueue(dev, pd.queue_family, 0, &queue);
+    if (push_descriptors) {
+      push_descriptor_fn = reinterpret_cast<PFN_vkCmdPushDescriptorSetKHR>(vkGetDeviceProcAddr(dev, "vkCmdPushDescriptorSetKHR"));
+      if (!push_descriptor_fn) push_descriptors = false;
+    }
+
+    auto pool_info = make<VkCommandPoolCreateInfo>(VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO);
+    pool_info.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+    pool_info.queueFamilyIndex = pd.queue_family;
+    VkCommandPool pool;
+    check(vkCreateCommandPool(dev, &pool_info, nullptr, &pool), "vkCreateCommandPool");
+    command_pool = OwnedCommandPool(dev, pool);
+
+    auto cache_info = make<VkPipelineCacheCreateInfo>(VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO);
+    VkPipelineCache cache;
+    check(vkCreatePipelineCache(dev, &cache_info, nullptr, &cache), "vkCreatePipelineCache");
+    pipeline_cache = OwnedPipelineCache(dev, cache);
+
+    if (pd.timestamp_bits) {
+      auto q = make<VkQueryPoolCreateInfo>(VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO);
+      q.queryType = VK_QUERY_TYPE_TIMESTAMP;
+      q.queryCount = 2;
+      VkQueryPool qp;
+      check(vkCreateQueryPool(dev, &q, nullptr, &qp), "vkCreateQueryPool");
+      queries = OwnedQueryPool(dev, qp);
+    }
+  }
+
+  ~State() {
+    std::lock_guard lock(mutex);
+    try {
+      wait_all();
+    } catch (...) {
+      // A lost device cannot be waited for; destruction goes on.
+    }
+    if (core->device) vkDeviceWaitIdle(core->device);
+  }
+
+  VkDevice device() const { return core->device; }
+  std::string id() const { return pd.info.id(); }
+
+  std::shared_ptr<Allocation> allocate(std::size_t bytes, Memory kind) {
+    const std::uint64_t limit = pd.info.max_buffer;
+    if (bytes > limit)
+      throw ResourceError(id() + ": a buffer of " + std::to_string(bytes) + " bytes exceeds the largest storage buffer (" +
+                          std::to_string(limit) + " bytes)");
+    // Rounded up so vector loads of a 16-bit tail stay inside the buffer.
+    VkDeviceSize size = std::max<VkDeviceSize>(16, (bytes + 15) / 16 * 16);
+    if (size > limit) size = std::max<VkDeviceSize>(bytes, 4);
+    auto a = std::make_shared<Allocation>();
+    a->core = core;
+    a->size = size;
+    a->range = std::min<VkDeviceSize>(size, pd.limits.maxStorageBufferRange);
+    auto bi = make<VkBufferCreateInfo>(VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO);
+    bi.size = size;
+    bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+    bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+    VkBuffer buf;
+    check(vkCreateBuffer(device(), &bi, nullptr, &buf), "vkCreateBuffer");
+    a->buffer = OwnedBuffer(device(), buf);
+    VkMemoryRequirements req;
+    vkGetBufferMemoryRequirements(device(), buf, &req);
+
+    constexpr VkMemoryPropertyFlags host = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    int type = -1;
+    switch (kind) {
+      case Memory::device:
+        // Integrated GPUs and CPUs see host-visible memory as fast as any: no staging there.
+        if (pd.integrated) type = memory_type(pd.memory, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | host);
+        if (type < 0) type = memory_type(pd.memory, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+        break;
+      case Memory::upload: type = memory_type(pd.memory, req.memoryTypeBits, host); break;
+      case Memory::download:
+        type = memory_type(pd.memory, req.memoryTypeBits, host | VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
+        if (type < 0) type = memory_type(pd.memory, req.memoryTypeBits, host);
+        break;
+    }
+    if (type < 0) type = memory_type(pd.memory, req.memoryTypeBits, 0);
+    if (type < 0) throw DeviceError(id() + ": no memory type for a buffer of " + std::to_string(bytes) + " bytes");
+    auto ai = make<VkMemoryAllocateInfo>(VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO);
+    ai.allocationSize = req.size;
+    ai.memoryTypeIndex = static_cast<std::uint32_t>(type);
+    VkDeviceMemory mem;
+    VkResult r = vkAllocateMemory(device(), &ai, nullptr, &mem);
+    if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY)
+      throw ResourceError(id() + ": cannot allocate a buffer of " + std::to_string(bytes) + " bytes: " + result_name(r));
+    check(r, "vkAllocateMemory");
+    a->memory = OwnedMemory(device(), mem);
+    check(vkBindBufferMemory(device(), buf, mem, 0), "vkBindBufferMemory");
+    if (pd.memory.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)
+      check(vkMapMemory(device(), mem, 0, VK_WHOLE_SIZE, 0, &a->mapped), "vkMapMemory");
+    return a;
+  }
+
+  // ---- the stream (callers hold `mutex`) ----
+
+  std::unique_ptr<Batch> take_batch() {
+    if (!spare.empty()) {
+      auto b = std::move(spare.back());
+      spare.pop_back();
+      return b;
+    }
+    auto b = std::make_unique<Batch>();
+    auto ai = make<VkCommandBufferAllocateInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO);
+    ai.commandPool = command_pool.get();
+    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    ai.commandBufferCount = 1;
+    check(vkAllocateCommandBuffers(device(), &ai, &b->cmd), "vkAllocateCommandBuffers");
+    auto fi = make<VkFenceCreateInfo>(VK_STRUCTURE_TYPE_FENCE_CREATE_INFO);
+    VkFence f;
+    check(vkCreateFence(device(), &fi, nullptr, &f), "vkCreateFence");
+    b->fence = OwnedFence(device(), f);
+    return b;
+  }
+
+  void recycle(std::unique_ptr<Batch> b) {
+    VkFence f = b->fence.get();
+    check(vkResetFences(device(), 1, &f), "vkResetFences");
+    check(vkResetCommandBuffer(b->cmd, 0), "vkResetCommandBuffer");
+    b->keep.clear();
+    for (auto& p : b->pools) check(vkResetDescriptorPool(device(), p.get(), 0), "vkResetDescriptorPool");
+    b->pool = 0;
+    b->pool_sets_used = b->pool_descriptors_used = 0;
+    b->commands = 0;
+    spare.push_back(std::move(b));
+  }
+
+  // Opens the batch if needed and orders the next command after everything before it, in
+  // this batch and in earlier submissions, for reads and writes alike.
+  VkCommandBuffer begin_command() {
+    if (!recording) {
+      recording = take_batch();
+      auto bi = make<VkCommandBufferBeginInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO);
+      bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+      check(vkBeginCommandBuffer(recording->cmd, &bi), "vkBeginCommandBuffer");
+    }
+    auto mb = make<VkMemoryBarrier>(VK_STRUCTURE_TYPE_MEMORY_BARRIER);
+    mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
+                       VK_ACCESS_TRANSFER_WRITE_BIT;
+    constexpr VkPipelineStageFlags stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+    vkCmdPipelineBarrier(recording->cmd, stages, stages, 0, 1, &mb, 0, nullptr, 0, nullptr);
+    ++recording->commands;
+    return recording->cmd;
+  }
+
+  void flush() {
+    if (!recording || recording->commands == 0) return;
+    // Device writes become visible to host reads of mapped memory once the fence signals.
+    auto mb = make<VkMemoryBarrier>(VK_STRUCTURE_TYPE_MEMORY_BARRIER);
+    mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+    vkCmdPipelineBarrier(recording->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                         VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
+    auto batch = std::move(recording);
+    check(vkEndCommandBuffer(batch->cmd), "vkEndCommandBuffer");
+    auto si = make<VkSubmitInfo>(VK_STRUCTURE_TYPE_SUBMIT_INFO);
+    si.commandBufferCount = 1;
+    si.pCommandBuffers = &batch->cmd;
+    check(vkQueueSubmit(queue, 1, &si, batch->fence.get()), "vkQueueSubmit");
+    in_flight.push_back(std::move(batch));
+  }
+
+  void wait_all() {
+    flush();
+    while (!in_flight.empty()) {
+      VkFence f = in_flight.front()->fence.get();
+      check(vkWaitForFences(device(), 1, &f, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+      auto b = std::move(in_flight.front());
+      in_flight.pop_front();
+      recycle(std::move(b));
+    }
+  }
+
+  void reclaim() {
+    while (!in_flight.empty() && vkGetFenceStatus(device(), in_flight.front()->fence.get()) == VK_SUCCESS) {
+      auto b = std::move(in_flight.front());
+      in_flight.pop_front();
+      recycle(std::move(b));
+    }
+  }
+
+  bool idle() const { return in_flight.empty() && (!recording || recording->commands == 0); }
+
+  void after_command() {
+    if (recording && recording->commands >= batch_commands) {
+      flush();
+      reclaim();
+    }
+  }
+
+  // ---- pipelines (callers hold `mutex`) ----
+
+  VkShaderModule module(std::string_view key) {
+    auto it = modules.find(key);
+    if (it != modules.end()) return it->second.get();
+    const auto& file = detail::embedded(key);
+    auto mi = make<VkShaderModuleCreateInfo>(VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO);
+    mi.codeSize = file.size;
+    mi.pCode = reinterpret_cast<const std::uint32_t*>(file.data);
+    VkShaderModule m;
+    check(vkCreateShaderModule(device(), &mi, nullptr, &m), "vkCreateShaderModule");
+    return modules.emplace(std::string(key), OwnedShaderModule(device(), m)).first->second.get();
+  }
+
+  const Layout& layout(std::uint32_t bindings, std::uint32_t push_size) {
+    auto key = std::make_pair(bindings, push_size);
+    auto it = layouts.find(key);
+    if (it != layouts.end()) return it->second;
+    std::vector<VkDescriptorSetLayoutBinding> b(bindings);
+    for (std::uint32_t i = 0; i < bindings; ++i)
+      b[i] = {i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
+    auto li = make<VkDescriptorSetLayoutCreateInfo>(VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO);
+    if (push_descriptors) li.flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR;
+    li.bindingCount = bindings;
+    li.pBindings = b.data();
+    VkDescriptorSetLayout dsl;
+    check(vkCreateDescriptorSetLayout(device(), &li, nullptr, &dsl), "vkCreateDescriptorSetLayout");
+    Layout out;
+    out.set = OwnedDescriptorSetLayout(device(), dsl);
+    VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, push_size};
+    auto pi = make<VkPipelineLayoutCreateInfo>(VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO);
+    pi.setLayoutCount = 1;
+    pi.pSetLayouts = &dsl;
+    pi.pushConstantRangeCount = push_size ? 1 : 0;
+    pi.pPushConstantRanges = &range;
+    VkPipelineLayout pl;
+    check(vkCreatePipelineLayout(device(), &pi, nullptr, &pl), "vkCreatePipelineLayout");
+    out.pipeline = OwnedPipelineLayout(device(), pl);
+    return layouts.emplace(key, std::move(out)).first->second;
+  }
+
+  const Pipeline& pipeline(const Launch& l, std::uint32_t push_size) {
+    std::string key(l.spirv);
+    key.reserve(key.size() + 16 * (l.spec.size() + 6));
+    auto add = [&](std::uint32_t v) { key += ' ' + std::to_string(v); };
+    for (auto v : l.local_size) add(v);
+    key += " |";
+    for (auto v : l.spec) add(v);
+    key += " |";
+    add(static_cast<std::uint32_t>(l.buffers.size()));
+    add(push_size);
+    // Full subgroups need a workgroup width that is a multiple of the largest subgroup.
+    const bool full = l.full_subgroups && full_subgroups && pd.max_subgroup_size && l.local_size[0] % pd.max_subgroup_size == 0;
+    add(full);
+    auto it = pipelines.find(key);
+    if (it != pipelines.end()) {
+      ++stats.hits;
+      return it->second;
+    }
+    const Layout& lay = layout(static_cast<std::uint32_t>(l.buffers.size()), push_size);
+    std::vector<std::uint32_t> data(l.local_size.begin(), l.local_size.end());
+    data.insert(data.end(), l.spec.begin(), l.spec.end());
+    std::vector<VkSpecializationMapEntry> entries(data.size());
+    for (std::uint32_t i = 0; i < data.size(); ++i) entries[i] = {i, i * 4u, 4};
+    VkSpecializationInfo si{static_cast<std::uint32_t>(entries.size()), entries.data(), data.size() * 4, data.data()};
+    auto ci = make<VkComputePipelineCreateInfo>(VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO);
+    ci.stage = make<VkPipelineShaderStageCreateInfo>(VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO);
+    if (full) ci.stage.flags = VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT_EXT;
+    ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+    ci.stage.module = module(l.spirv);
+    ci.stage.pName = "main";
+    ci.stage.pSpecializationInfo = &si;
+    ci.layout = lay.pipeline.get();
+    VkPipeline p;
+    VkResult r = vkCreateComputePipelines(device(), pipeline_cache.get(), 1, &ci, nullptr, &p);
+    if (r != VK_SUCCESS) throw CompileError(id() + ": cannot build the pipeline for " + spec_text(l) + ": " + result_name(r));
+    ++stats.created;
+    Pipeline out{OwnedPipeline(device(), p), &lay, static_cast<std::uint32_t>(l.buffers.size())};
+    return pipelines.emplace(std::move(key), std::move(out)).first->second;
+  }
+
+  VkDescriptorSet allocate_set(const Layout& lay, std::uint32_t bindings) {
+    Batch& b = *recording;
+    if (b.pool < b.pools.size() &&
+        (b.pool_sets_used + 1 > pool_sets || b.pool_descriptors_used + bindings > pool_descriptors)) {
+      ++b.pool;
+      b.pool_sets_used = b.pool_descriptors_used = 0;
+    }
+    if (b.pool == b.pools.size()) {
+      VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, pool_descriptors};
+      auto pi = make<VkDescriptorPoolCreateInfo>(VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO);
+      pi.maxSets = pool_sets;
+      pi.poolSizeCount = 1;
+      pi.pPoolSizes = &size;
+      VkDescriptorPool p;
+      check(vkCreateDescriptorPool(device(), &pi, nullptr, &p), "vkCreateDescriptorPool");
+      b.pools.emplace_back(device(), p);
+    }
+    VkDescriptorSetLayout dsl = lay.set.get();
+    auto ai = make<VkDescriptorSetAllocateInfo>(VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO);
+    ai.descriptorPool = b.pools[b.pool].get();
+    ai.descriptorSetCount = 1;
+    ai.pSetLayouts = &dsl;
+    VkDescriptorSet set;
+    check(vkAllocateDescriptorSets(device(), &ai, &set), "vkAllocateDescriptorSets");
+    ++b.pool_sets_used;
+    b.pool_descriptors_used += bindings;
+    return set;
+  }
+};
+
+VulkanDevice::VulkanDevice(int index, DeviceOptions options) : state_(std::make_unique<State>(index, options)) {}
+VulkanDevice::~VulkanDevice() = default;
+
+const DeviceInfo& VulkanDevice::info() const { return state_->pd.info; }
+const PhysicalDevice& VulkanDevice::physical() const { return state_->pd; }
+bool VulkanDevice::uses_push_descriptors() const { return state_->push_descriptors; }
+VkDevice VulkanDevice::handle() const { return state_->device(); }
+
+PipelineStats VulkanDevice::pipeline_stats() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->stats;
+}
+
+std::shared_ptr<Buffer> VulkanDevice::allocate(std::size_t bytes) {
+  std::lock_guard lock(state_->mutex);
+  return std::make_shared<VulkanBuffer>(bytes, state_->allocate(bytes, Memory::device));
+}
+
+void VulkanDevice::write(Buffer& dst, std::size_t offset, const void* src, std::size_t bytes) {
+  State& s = *state_;
+  const auto& b = buffer_of(dst, s.core.get(), "write");
+  if (offset > dst.bytes() || bytes > dst.bytes() - offset)
+    throw InvalidArgument("write of " + std::to_string(bytes) + " bytes at " + std::to_string(offset) +
+                          " past the end of a buffer of " + std::to_string(dst.bytes()));
+  if (bytes == 0) return;
+  std::lock_guard lock(s.mutex);
+  const auto& a = b.allocation();
+  if (a->mapped) {
+    // Queued work may still read or write this memory.
+    if (!s.idle()) s.wait_all();
+    std::memcpy(static_cast<char*>(a->mapped) + offset, src, bytes);
+    return;
+  }
+  auto staging = s.allocate(bytes, Memory::upload);
+  std::memcpy(staging->mapped, src, bytes);
+  VkCommandBuffer cmd = s.begin_command();
+  VkBufferCopy region{0, offset, bytes};
+  vkCmdCopyBuffer(cmd, staging->buffer.get(), a->buffer.get(), 1, &region);
+  s.recording->keep.push_back(std::move(staging));
+  s.recording->keep.push_back(a);
+  s.after_command();
+}
+
+void VulkanDevice::read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) {
+  State& s = *state_;
+  const auto& b = buffer_of(src, s.core.get(), "read");
+  if (offset > src.bytes() || bytes > src.bytes() - offset)
+    throw InvalidArgument("read of " + std::to_string(bytes) + " bytes at " + std::to_string(offset) +
+                          " past the end of a buffer of " + std::to_string(src.bytes()));
+  if (bytes == 0) return;
+  std::lock_guard lock(s.mutex);
+  const auto& a = b.allocation();
+  if (a->mapped) {
+    s.wait_all();
+    std::memcpy(dst, static_cast<const char*>(a->mapped) + offset, bytes);
+    return;
+  }
+  auto staging = s.allocate(bytes, Memory::download);
+  VkCommandBuffer cmd = s.begin_command();
+  VkBufferCopy region{offset, 0, bytes};
+  vkCmdCopyBuffer(cmd, a->buffer.get(), staging->buffer.get(), 1, &region);
+  s.recording->keep.push_back(a);
+  s.recording->keep.push_back(staging);
+  s.wait_all();
+  std::memcpy(dst, staging->mapped, bytes);
+}
+
+void VulkanDevice::copy(const Buffer& src, Buffer& dst, std::size_t bytes) {
+  State& s = *state_;
+  const auto& from = buffer_of(src, s.core.get(), "copy");
+  const auto& to = buffer_of(dst, s.core.get(), "copy");
+  if (bytes > src.bytes() || bytes > dst.bytes())
+    throw InvalidArgument("copy of " + std::to_string(bytes) + " bytes past the end of a buffer (source " +
+                          std::to_string(src.bytes()) + ", destination " + std::to_string(dst.bytes()) + " bytes)");
+  if (bytes == 0) return;
+  std::lock_guard lock(s.mutex);
+  VkCommandBuffer cmd = s.begin_command();
+  VkBufferCopy region{0, 0, bytes};
+  vkCmdCopyBuffer(cmd, from.allocation()->buffer.get(), to.allocation()->buffer.get(), 1, &region);
+  s.recording->keep.push_back(from.allocation());
+  s.recording->keep.push_back(to.allocation());
+  s.after_command();
+}
+
+void VulkanDevice::synchronize() {
+  std::lock_guard lock(state_->mutex);
+  state_->wait_all();
+}
+
+double VulkanDevice::time_ns(const std::function<void()>& work) {
+  State& s = *state_;
+  thread_local bool inside = false;
+  if (inside) throw InvalidArgument("time_ns: work must not time itself (nested time_ns on " + s.id() + ")");
+  struct Flag {
+    bool& f;
+    explicit Flag(bool& x) : f(x) { f = true; }
+    ~Flag() { f = false; }
+  } flag(inside);
+  std::lock_guard timing(s.timing);
+  if (!s.pd.timestamp_bits) {
+    synchronize();
+    auto t0 = std::chrono::steady_clock::now();
+    work();
+    synchronize();
+    return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+  }
+  VkQueryPool q = s.queries.get();
+  {
+    // An idle queue first, so the first timestamp marks when this work starts.
+    std::lock_guard lock(s.mutex);
+    s.wait_all();
+    VkCommandBuffer cmd = s.begin_command();
+    vkCmdResetQueryPool(cmd, q, 0, 2);
+    vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, q, 0);
+  }
+  try {
+    work();
+  } catch (...) {
+    std::lock_guard lock(s.mutex);
+    s.wait_all();
+    throw;
+  }
+  std::uint64_t ticks[2] = {0, 0};
+  {
+    std::lock_guard lock(s.mutex);
+    VkCommandBuffer cmd = s.begin_command();
+    vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, q, 1);
+    s.wait_all();
+    check(vkGetQueryPoolResults(s.device(), q, 0, 2, sizeof ticks, ticks, sizeof ticks[0],
+                                VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+          "vkGetQueryPoolResults");
+  }
+  const std::uint64_t mask = s.pd.timestamp_bits >= 64 ? ~0ull : (1ull << s.pd.timestamp_bits) - 1;
+  return static_cast<double>((ticks[1] - ticks[0]) & mask) * static_cast<double>(s.pd.timestamp_period);
+}
+
+void VulkanDevice::dispatch(const Launch& l) {
+  State& s = *state_;
+  const auto& lim = s.pd.limits;
+  const std::uint64_t invocations = std::uint64_t{l.local_size[0]} * l.local_size[1] * l.local_size[2];
+  for (int i = 0; i < 3; ++i)
+    if (l.local_size[static_cast<std::size_t>(i)] == 0 || l.local_size[static_cast<std::size_t>(i)] > lim.maxComputeWorkGroupSize[i])
+      throw ResourceError(s.id() + ": " + spec_text(l) + ": workgroup size " + std::to_string(l.local_size[static_cast<std::size_t>(i)]) +
+                          " in dimension " + std::to_string(i) + " exceeds the device's " +
+                          std::to_string(lim.maxComputeWorkGroupSize[i]));
+  if (invocations > lim.maxComputeWorkGroupInvocations)
+    throw ResourceError(s.id() + ": " + spec_text(l) + ": " + std::to_string(invocations) +
+                        " invocations per workgroup exceed the device's " + std::to_string(lim.maxComputeWorkGroupInvocations));
+  if (l.shared_bytes > lim.maxComputeSharedMemorySize)
+    throw ResourceError(s.id() + ": " + spec_text(l) + ": " + std::to_string(l.shared_bytes) +
+                        " bytes of shared memory exceed the device's " + std::to_string(lim.maxComputeSharedMemorySize));
+  for (int i = 0; i < 3; ++i)
+    if (l.groups[static_cast<std::size_t>(i)] > lim.maxComputeWorkGroupCount[i])
+      throw ResourceError(s.id() + ": " + spec_text(l) + ": " + std::to_string(l.groups[static_cast<std::size_t>(i)]) +
+                          " workgroups in dimension " + std::to_string(i) + " exceed the device's " +
+                          std::to_string(lim.maxComputeWorkGroupCount[i]));
+  if (l.buffers.size() > lim.maxPerStageDescriptorStorageBuffers)
+    throw ResourceError(s.id() + ": " + spec_text(l) + ": " + std::to_string(l.buffers.size()) + " storage buffers exceed the device's " +
+                        std::to_string(lim.maxPerStageDescriptorStorageBuffers));
+  const auto push_size = static_cast<std::uint32_t>((l.push.size() + 3) / 4 * 4);
+  if (push_size > lim.maxPushConstantsSize)
+    throw ResourceError(s.id() + ": " + spec_text(l) + ": " + std::to_string(push_size) +
+                        " bytes of push constants exceed the device's " + std::to_string(lim.maxPushConstantsSize));
+  std::vector<const Allocation*> allocs;
+  allocs.reserve(l.buffers.size());
+  for (const Buffer* b : l.buffers) allocs.push_back(buffer_of(*b, s.core.get(), "dispatch").allocation().get());
+  if (l.groups[0] == 0 || l.groups[1] == 0 || l.groups[2] == 0) return;
+
+  std::lock_guard lock(s.mutex);
+  const State::Pipeline& p = s.pipeline(l, push_size);
+  VkCommandBuffer cmd = s.begin_command();
+  vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline.get());
+  std::vector<VkDescriptorBufferInfo> infos(allocs.size());
+  std::vector<VkWriteDescriptorSet> writes(allocs.size());
+  for (std::size_t i = 0; i < allocs.size(); ++i) {
+    infos[i] = {allocs[i]->buffer.get(), 0, allocs[i]->range};
+    writes[i] = make<VkWriteDescriptorSet>(VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET);
+    writes[i].dstBinding = static_cast<std::uint32_t>(i);
+    writes[i].descriptorCount = 1;
+    writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    writes[i].pBufferInfo = &infos[i];
+  }
+  if (!writes.empty()) {
+    if (s.push_descriptors) {
+      s.push_descriptor_fn(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout->pipeline.get(), 0,
+                           static_cast<std::uint32_t>(writes.size()), writes.data());
+    } else {
+      VkDescriptorSet set = s.allocate_set(*p.layout, p.bindings);
+      for (auto& w : writes) w.dstSet = set;
+      vkUpdateDescriptorSets(s.device(), static_cast<std::uint32_t>(writes.size()), writes.data(), 0, nullptr);
+      vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout->pipeline.get(), 0, 1, &set, 0, nullptr);
+    }
+  }
+  if (push_size) {
+    std::vector<std::byte> padded(push_size);
+    std::memcpy(padded.data(), l.push.data(), l.push.size());
+    vkCmdPushConstants(cmd, p.layout->pipeline.get(), VK_SHADER_STAGE_COMPUTE_BIT, 0, push_size, padded.data());
+  }
+  vkCmdDispatch(cmd, l.groups[0], l.groups[1], l.groups[2]);
+  for (const Buffer* b : l.buffers) s.recording->keep.push_back(static_cast<const VulkanBuffer*>(b)->allocation());
+  s.after_command();
+}
+
+VulkanDevice& vulkan_device(Device& d) {
+  if (d.info().backend != Backend::vulkan) throw DeviceError("expected a Vulkan device, got " + d.info().id());
+  return static_cast<VulkanDevice&>(d);
+}
+
+}  // namespace ejk::vulkan
+
+namespace ejk::backends {
+
+std::vector<DeviceInfo> vulkan_devices() {
+  std::vector<DeviceInfo> out;
+  for (const auto& d : vulkan::Instance::get().devices()) out.push_back(d.info);
+  return out;
+}
+
+std::shared_ptr<Device> open_vulkan(int index) { return std::make_shared<vulkan::VulkanDevice>(index); }
+
+}  // namespace ejk::backends

@@ -1,0 +1,95 @@
+#pragma once
+// The Vulkan backend's device: storage buffers, a command stream that records dispatches and
+// transfers with barriers between them and submits them in batches, compute pipelines cached
+// per (SPIR-V, specialization constants), and timestamp-query timing. Kernels launch through
+// VulkanDevice::dispatch.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "backends/vulkan/instance.hpp"
+#include "ejk/device.hpp"
+
+namespace ejk::vulkan {
+
+struct Allocation;
+
+class VulkanBuffer final : public Buffer {
+ public:
+  VulkanBuffer(std::size_t bytes, std::shared_ptr<Allocation> allocation);
+  ~VulkanBuffer() override;
+  // Shared with every batch that uses it, so dropping a tensor while work is queued is safe.
+  const std::shared_ptr<Allocation>& allocation() const { return allocation_; }
+
+ private:
+  std::shared_ptr<Allocation> allocation_;
+};
+
+// One compute dispatch. Shaders take their workgroup size from specialization constants 0, 1
+// and 2 (layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;) and `spec`
+// as 32-bit constants 3, 4, ...; `buffers` bind as storage buffers 0, 1, ... of set 0; `push` is
+// the push-constant block.
+struct Launch {
+  std::string_view spirv;  // embedded key, e.g. "matmul/matmul.spv"
+  std::array<std::uint32_t, 3> local_size{1, 1, 1};
+  std::vector<std::uint32_t> spec;
+  std::vector<const Buffer*> buffers;
+  std::span<const std::byte> push;
+  std::array<std::uint32_t, 3> groups{1, 1, 1};
+  std::uint32_t shared_bytes = 0;  // the shader's shared memory, checked against the device limit
+  bool full_subgroups = false;     // require full subgroups (shaders that index by gl_SubgroupID)
+};
+
+template <class T>
+std::span<const std::byte> push_bytes(const T& block) {
+  return std::as_bytes(std::span<const T, 1>(&block, 1));
+}
+
+struct PipelineStats {
+  std::uint64_t created = 0;  // pipelines built
+  std::uint64_t hits = 0;     // dispatches that found theirs in the cache
+};
+
+struct DeviceOptions {
+  // Off: descriptor sets come from per-batch pools even where VK_KHR_push_descriptor exists.
+  bool push_descriptors = true;
+};
+
+class VulkanDevice final : public Device {
+ public:
+  explicit VulkanDevice(int index, DeviceOptions options = {});
+  ~VulkanDevice() override;
+
+  const DeviceInfo& info() const override;
+  // Throws ResourceError naming the size when it exceeds the largest storage buffer.
+  std::shared_ptr<Buffer> allocate(std::size_t bytes) override;
+  void write(Buffer& dst, std::size_t offset, const void* src, std::size_t bytes) override;
+  void read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) override;
+  void copy(const Buffer& src, Buffer& dst, std::size_t bytes) override;
+  void synchronize() override;
+  // Timestamp queries before and after `work` (which must not call time_ns itself).
+  double time_ns(const std::function<void()>& work) override;
+
+  // Records a dispatch; batches are submitted at synchronize, read and time_ns, or once they
+  // hold enough commands. Throws ResourceError when the launch exceeds the device's limits and
+  // CompileError when the driver cannot build the pipeline.
+  void dispatch(const Launch& launch);
+
+  const PhysicalDevice& physical() const;
+  PipelineStats pipeline_stats() const;
+  bool uses_push_descriptors() const;
+  VkDevice handle() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// The Vulkan device behind a Device reference; throws DeviceError when it is another backend's.
+VulkanDevice& vulkan_device(Device& d);
+
+}  // namespace ejk::vulkan

@@ -1,0 +1,308 @@
+// The Vulkan backend: device info, pipelines, timestamps, limits, transfer ordering, the
+// validation layer, and the cooperative-matrix matmul where a device offers it. A listener fails
+// whichever test was running when the validation layer reported something, so every test in this
+// program runs under validation (ctest sets EJK_VULKAN_VALIDATION=1).
+#include <map>
+#include <random>
+#include <set>
+
+#include "backends/vulkan/validation.hpp"
+#include "backends/vulkan/vk_util.hpp"
+#include "backends/vulkan/vulkan_device.hpp"
+#include "matmul/matmul.hpp"
+#include "support.hpp"
+
+namespace ejk {
+namespace {
+
+class ValidationListener : public ::testing::EmptyTestEventListener {
+  // Messages before the first test (instance creation, device listing) count against it.
+  void OnTestEnd(const ::testing::TestInfo& /*info*/) override {
+    std::uint64_t now = vulkan::validation_messages();
+    if (now > blamed_)
+      ADD_FAILURE() << (now - blamed_) << " Vulkan validation message(s) during this test (printed above)";
+    blamed_ = now;
+  }
+  std::uint64_t blamed_ = 0;
+};
+
+// gtest sends end events to listeners in reverse order: appended after the result printer, this
+// one reports before the printer writes the test's verdict.
+[[maybe_unused]] const bool listener_installed = [] {
+  ::testing::UnitTest::GetInstance()->listeners().Append(new ValidationListener);
+  return true;
+}();
+
+std::vector<std::string> vulkan_devices() {
+  std::vector<std::string> out;
+  for (const auto& d : list_devices())
+    if (d.backend == Backend::vulkan) out.push_back(d.id());
+  return out;
+}
+
+std::vector<double> reference(const Invocation& inv, const Tensor& a, const Tensor& b, const Tensor& c) {
+  return kernels::matmul::MatmulKernel().reference(inv, {a.read(), b.read(), c.read()})[0];
+}
+
+double tolerance(const Invocation& inv) { return kernels::matmul::MatmulKernel().tolerance(inv); }
+
+struct Case {
+  std::int64_t batch, m, n, k;
+  bool ta, tb;
+  double alpha, beta;
+};
+
+Invocation invocation_of(const Case& c, DType t) {
+  auto shape = [&](std::int64_t r, std::int64_t col) { return c.batch > 1 ? Shape{c.batch, r, col} : Shape{r, col}; };
+  return kernels::matmul::invocation({c.ta ? shape(c.k, c.m) : shape(c.m, c.k), t}, {c.tb ? shape(c.n, c.k) : shape(c.k, c.n), t},
+                                     {shape(c.m, c.n), t}, c.ta, c.tb, c.alpha, c.beta);
+}
+
+// Runs one case with `config` and returns the relative error against the reference.
+double run_case(Context& ctx, DType t, const Case& c, const Config& config) {
+  Invocation inv = invocation_of(c, t);
+  Tensor a = ctx.random(inv.args[0].shape, t), b = ctx.random(inv.args[1].shape, t), out = ctx.random(inv.args[2].shape, t);
+  auto want = reference(inv, a, b, out);
+  matmul(ctx, a, b, out, {.trans_a = c.ta, .trans_b = c.tb, .alpha = c.alpha, .beta = c.beta, .config = config});
+  return test::relative_error(out.read(), want);
+}
+
+const Config small_config{{"variant", std::string("scalar")}, {"tile_m", 32}, {"tile_n", 32}, {"tile_k", 8},
+                          {"wpt_m", 2}, {"wpt_n", 2}, {"vec", 1}, {"prefetch", 1}};
+
+class Vulkan : public ::testing::TestWithParam<std::string> {
+ protected:
+  vulkan::VulkanDevice& device() { return vulkan::vulkan_device(*open_device(GetParam())); }
+  int index() { return device().info().index; }
+};
+
+TEST_P(Vulkan, InfoIsFilled) {
+  const DeviceInfo& d = device().info();
+  EXPECT_EQ(d.api_version.rfind("Vulkan 1.", 0), 0u) << d.api_version;
+  EXPECT_FALSE(d.vendor.empty());
+  EXPECT_FALSE(d.driver.empty());
+  EXPECT_FALSE(d.architecture.empty());
+  EXPECT_GT(d.compute_units, 0u);
+  EXPECT_GE(d.local_mem, 16384u) << "Vulkan guarantees 16 KiB of shared memory";
+  EXPECT_GE(d.max_workgroup_size, 128u);
+  EXPECT_GE(d.max_buffer, 1u << 27);
+  EXPECT_GT(d.subgroup_size, 0u);
+  EXPECT_EQ(d.fp16, device().physical().float16 && device().physical().storage16);
+  EXPECT_EQ(!d.coopmat.empty(), device().physical().coopmat_nv && !d.coopmat.empty());
+  for (const auto& s : d.coopmat) EXPECT_TRUE(s.m && s.n && s.k) << d.id();
+}
+
+TEST_P(Vulkan, PipelinesAreCachedPerShaderAndSpecialization) {
+  Context ctx(std::make_shared<vulkan::VulkanDevice>(index()));
+  auto& dev = vulkan::vulkan_device(ctx.device());
+  Tensor a = ctx.random({40, 24}, DType::f32), b = ctx.random({24, 56}, DType::f32);
+  auto stats = [&] { return dev.pipeline_stats(); };
+  EXPECT_EQ(stats().created, 0u);
+  matmul(ctx, a, b, {.config = small_config});
+  EXPECT_EQ(stats().created, 1u);
+  EXPECT_EQ(stats().hits, 0u);
+  matmul(ctx, a, b, {.alpha = 3.0, .config = small_config});  // push constants only: same pipeline
+  EXPECT_EQ(stats().created, 1u);
+  EXPECT_EQ(stats().hits, 1u);
+  Config other = small_config;
+  other.set("tile_k", 16);
+  matmul(ctx, a, b, {.config = other});
+  EXPECT_EQ(stats().created, 2u);
+  matmul(ctx, a, b, {.trans_a = false, .config = other});
+  EXPECT_EQ(stats().created, 2u);
+  EXPECT_EQ(stats().hits, 2u);
+  if (dev.physical().storage16) {
+    Tensor ah = ctx.random({40, 24}, DType::f16), bh = ctx.random({24, 56}, DType::f16);
+    matmul(ctx, ah, bh, {.config = other});  // another module
+    EXPECT_EQ(stats().created, 3u);
+  }
+}
+
+TEST_P(Vulkan, TimestampsArePositive) {
+  auto& dev = device();
+  Context ctx(open_device(GetParam()));
+  Tensor a = ctx.random({128, 128}, DType::f32);
+  Tensor c = ctx.empty({128, 128}, DType::f32);
+  double ns = dev.time_ns([&] { matmul(ctx, a, a, c, {.config = small_config}); });
+  EXPECT_GT(ns, 0.0);
+  EXPECT_TRUE(std::isfinite(ns));
+  EXPECT_THROW(dev.time_ns([&] { dev.time_ns([] {}); }), InvalidArgument);
+  // The stream still works after the rejected nested call.
+  double again = dev.time_ns([&] { matmul(ctx, a, a, c, {.config = small_config}); });
+  EXPECT_GT(again, 0.0);
+}
+
+TEST_P(Vulkan, BufferOverTheLimitIsAResourceError) {
+  auto& dev = device();
+  const std::uint64_t too_big = dev.info().max_buffer + 1;
+  try {
+    dev.allocate(too_big);
+    FAIL() << "expected ResourceError";
+  } catch (const ResourceError& e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(too_big)), std::string::npos) << e.what();
+  }
+  EXPECT_NE(dev.allocate(dev.info().max_buffer / 4), nullptr);
+}
+
+TEST_P(Vulkan, LaunchesBeyondTheLimitsAreResourceErrors) {
+  auto& dev = device();
+  Context ctx(open_device(GetParam()));
+  Tensor t = ctx.empty({64}, DType::f32);
+  const auto& lim = dev.physical().limits;
+  vulkan::Launch l;
+  l.spirv = "matmul/matmul.spv";
+  l.buffers = {&t.buffer(), &t.buffer(), &t.buffer()};
+  l.local_size = {lim.maxComputeWorkGroupSize[0] + 1, 1, 1};
+  EXPECT_THROW(dev.dispatch(l), ResourceError);
+  l.local_size = {1, 1, 1};
+  l.shared_bytes = lim.maxComputeSharedMemorySize + 4;
+  EXPECT_THROW(dev.dispatch(l), ResourceError);
+  l.shared_bytes = 0;
+  l.groups = {1, 1, lim.maxComputeWorkGroupCount[2] + 1};
+  EXPECT_THROW(dev.dispatch(l), ResourceError);
+  l.groups = {1, 1, 1};
+  std::vector<std::byte> push(lim.maxPushConstantsSize + 4);
+  l.push = push;
+  EXPECT_THROW(dev.dispatch(l), ResourceError);
+}
+
+TEST_P(Vulkan, WritesReadsAndDispatchesStayInOrder) {
+  Context ctx(open_device(GetParam()));
+  Tensor a = ctx.random({33, 20}, DType::f32), b = ctx.random({20, 17}, DType::f32);
+  Tensor c1 = ctx.empty({33, 17}, DType::f32), c2 = ctx.empty({33, 17}, DType::f32);
+  Invocation inv = kernels::matmul::invocation(a.spec(), b.spec(), c1.spec(), false, false, 1, 0);
+  auto want1 = reference(inv, a, b, c1);
+  matmul(ctx, a, b, c1, {.config = small_config});
+  // Overwrite a while the first product may still be queued; it must have seen the old values.
+  std::vector<double> fresh(a.numel());
+  std::mt19937 rng(3);
+  for (auto& v : fresh) v = std::uniform_real_distribution<double>(-2, 2)(rng);
+  a.write(fresh);
+  auto want2 = reference(inv, a, b, c2);
+  matmul(ctx, a, b, c2, {.config = small_config});
+  EXPECT_LE(test::relative_error(c1.read(), want1), 1e-5);
+  EXPECT_LE(test::relative_error(c2.read(), want2), 1e-5);
+
+  // Partial writes and reads at an offset.
+  Tensor t = ctx.from({8}, DType::f32, std::vector<double>{0, 1, 2, 3, 4, 5, 6, 7});
+  const float patch[2] = {-1.f, -2.f};
+  ctx.device().write(t.buffer(), 3 * sizeof(float), patch, sizeof patch);
+  float back[3];
+  ctx.device().read(t.buffer(), 2 * sizeof(float), back, sizeof back);
+  EXPECT_EQ(back[0], 2.f);
+  EXPECT_EQ(back[1], -1.f);
+  EXPECT_EQ(back[2], -2.f);
+  EXPECT_THROW(ctx.device().read(t.buffer(), 7 * sizeof(float), back, sizeof back), InvalidArgument);
+}
+
+TEST_P(Vulkan, TensorsDroppedBeforeTheirWorkFinishesAreSafe) {
+  Context ctx(open_device(GetParam()));
+  Tensor keep;
+  for (int i = 0; i < 20; ++i) {
+    Tensor a = ctx.random({64, 64}, DType::f32);
+    keep = matmul(ctx, a, a, {.config = small_config});  // a is released before the work runs
+  }
+  ctx.device().synchronize();
+  EXPECT_EQ(keep.read().size(), 64u * 64u);
+}
+
+TEST_P(Vulkan, DescriptorPoolsWhereThereAreNoPushDescriptors) {
+  auto dev = std::make_shared<vulkan::VulkanDevice>(index(), vulkan::DeviceOptions{.push_descriptors = false});
+  EXPECT_FALSE(dev->uses_push_descriptors());
+  Context ctx(dev);
+  Tensor a = ctx.random({24, 16}, DType::f32), b = ctx.random({16, 40}, DType::f32);
+  Tensor c = ctx.random({24, 40}, DType::f32);
+  // More dispatches than one batch and one descriptor pool hold; each adds a * b to c.
+  const int n = 150;
+  Invocation inv = kernels::matmul::invocation(a.spec(), b.spec(), c.spec(), false, false, 1, 1);
+  std::vector<double> want = c.read();
+  auto ab = reference(kernels::matmul::invocation(a.spec(), b.spec(), c.spec(), false, false, 1, 0), a, b, c);
+  for (std::size_t i = 0; i < want.size(); ++i) want[i] += n * ab[i];
+  for (int i = 0; i < n; ++i) matmul(ctx, a, b, c, {.beta = 1.0, .config = small_config});
+  EXPECT_LE(test::relative_error(c.read(), want), 1e-4);
+}
+
+TEST_P(Vulkan, GridsBeyondTheWorkgroupCountAreSplit) {
+  Context ctx(open_device(GetParam()));
+  const std::int64_t batch = device().physical().limits.maxComputeWorkGroupCount[2] + 3;
+  if (batch > (1 << 20)) GTEST_SKIP() << "the device's z count is too large to exceed in a test";
+  Tensor a = ctx.random({batch, 2, 3}, DType::f32), b = ctx.random({3, 2}, DType::f32);
+  Tensor c = ctx.empty({batch, 2, 2}, DType::f32);
+  matmul(ctx, a, b, c, {.config = small_config});
+  Invocation inv = kernels::matmul::invocation(a.spec(), b.spec(), c.spec(), false, false, 1, 0);
+  EXPECT_LE(test::relative_error(c.read(), reference(inv, a, b, c)), 1e-5);
+}
+
+TEST_P(Vulkan, CoopmatMatchesTheReference) {
+  Context ctx(open_device(GetParam()));
+  const auto& impl = Registry::global().implementation(invocation_of({1, 64, 64, 64, false, false, 1, 0}, DType::f16), device().info());
+  const Case cases[] = {
+      {1, 256, 256, 256, false, false, 1, 0}, {1, 128, 512, 64, true, false, 1, 0},  {2, 192, 320, 96, false, true, 1, 0},
+      {1, 96, 64, 128, true, true, 0.5, 0},   {1, 128, 128, 128, false, false, 1, 1}, {1, 67, 45, 83, false, false, 1, 0},
+      {3, 17, 129, 33, true, false, 1, 0.5},  {1, 1, 200, 64, false, false, 1, 0},   {1, 1000, 24, 40, false, true, -1, 0},
+  };
+  bool any = false;
+  for (const auto& c : cases) {
+    Invocation inv = invocation_of(c, DType::f16);
+    Config h = impl.heuristic(inv, device().info());
+    if (h.text("variant") != "coopmat") continue;
+    any = true;
+    EXPECT_LE(run_case(ctx, DType::f16, c, h), tolerance(inv)) << c.m << "x" << c.n << "x" << c.k << " " << h.canonical();
+  }
+  if (!any) GTEST_SKIP() << device().info().name << " has no f16 cooperative matrices (or the build lacks the shader)";
+  // A slice of the coopmat configs, on an aligned shape and on an odd one.
+  for (const Case& c : {Case{1, 128, 256, 64, false, false, 1, 0}, Case{2, 67, 45, 83, false, true, 1, 0.5}}) {
+    Invocation inv = invocation_of(c, DType::f16);
+    std::vector<Config> configs;
+    for (auto& cfg : impl.space(inv, device().info()).enumerate())
+      if (cfg.text("variant") == "coopmat") configs.push_back(cfg);
+    ASSERT_FALSE(configs.empty());
+    std::mt19937 rng(7);
+    std::shuffle(configs.begin(), configs.end(), rng);
+    configs.resize(std::min<std::size_t>(configs.size(), 24));
+    for (const auto& cfg : configs) EXPECT_LE(run_case(ctx, DType::f16, c, cfg), tolerance(inv)) << cfg.canonical();
+  }
+}
+
+TEST_P(Vulkan, EveryScalarParameterValueRuns) {
+  Context ctx(open_device(GetParam()));
+  const auto& impl = Registry::global().implementation(invocation_of({1, 8, 8, 8, false, false, 1, 0}, DType::f32), device().info());
+  for (DType t : {DType::f32, DType::bf16}) {
+    Case c{2, 70, 36, 44, true, false, 1, 0.25};
+    Invocation inv = invocation_of(c, t);
+    auto configs = impl.space(inv, device().info()).enumerate();
+    // One config per value of every parameter, so no value is left untried.
+    std::map<std::string, std::set<std::string>> seen;
+    std::vector<Config> picked;
+    std::mt19937 rng(11);
+    std::shuffle(configs.begin(), configs.end(), rng);
+    for (const auto& cfg : configs) {
+      if (cfg.text("variant") != "scalar") continue;
+      bool fresh = false;
+      for (const auto& [k, v] : cfg.values()) fresh |= seen[k].insert(to_string(v)).second;
+      if (fresh) picked.push_back(cfg);
+    }
+    for (const auto& cfg : picked) EXPECT_LE(run_case(ctx, t, c, cfg), tolerance(inv)) << to_string(t) << " " << cfg.canonical();
+  }
+}
+
+TEST_P(Vulkan, ValidationLayerReportsMisuse) {
+  if (!vulkan::validation_active()) {
+    if (vulkan::validation_requested() && test::in_ci()) FAIL() << "EJK_VULKAN_VALIDATION=1 but the layer is not active";
+    GTEST_SKIP() << "the validation layer is not active (EJK_VULKAN_VALIDATION=1 and vulkan-validationlayers)";
+  }
+  vulkan::ExpectValidationMessages expect;
+  auto info = vulkan::make<VkBufferCreateInfo>(VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO);
+  info.size = 64;
+  info.usage = 0;  // invalid: a buffer needs at least one usage
+  VkBuffer buffer = VK_NULL_HANDLE;
+  if (vkCreateBuffer(device().handle(), &info, nullptr, &buffer) == VK_SUCCESS) vkDestroyBuffer(device().handle(), buffer, nullptr);
+  EXPECT_GT(expect.count(), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, Vulkan, ::testing::ValuesIn(vulkan_devices()),
+                         [](const auto& p) { return test::test_name(p.param); });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Vulkan);
+
+}  // namespace
+}  // namespace ejk
