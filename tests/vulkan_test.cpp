@@ -9,6 +9,7 @@
 #include "backends/vulkan/validation.hpp"
 #include "backends/vulkan/vk_util.hpp"
 #include "backends/vulkan/vulkan_device.hpp"
+#include "ejk/detail/embedded.hpp"
 #include "matmul/matmul.hpp"
 #include "support.hpp"
 
@@ -88,8 +89,52 @@ TEST_P(Vulkan, InfoIsFilled) {
   EXPECT_GE(d.max_buffer, 1u << 27);
   EXPECT_GT(d.subgroup_size, 0u);
   EXPECT_EQ(d.fp16, device().physical().float16 && device().physical().storage16);
-  EXPECT_EQ(!d.coopmat.empty(), device().physical().coopmat_nv && !d.coopmat.empty());
+  if (!d.coopmat.empty()) EXPECT_TRUE(device().physical().coopmat_nv) << "shapes listed without the extension";
   for (const auto& s : d.coopmat) EXPECT_TRUE(s.m && s.n && s.k) << d.id();
+}
+
+TEST_P(Vulkan, KernelVersionCoversItsShaders) {
+  Invocation inv = invocation_of({1, 8, 8, 8, false, false, 1, 0}, DType::f32);
+  const auto& impl = Registry::global().implementation(inv, device().info());
+  EXPECT_EQ(impl.backend(), Backend::vulkan);
+  ASSERT_FALSE(impl.sources().empty());
+  for (const auto& key : impl.sources()) EXPECT_GT(detail::embedded(key).size, 0u) << key;
+  EXPECT_EQ(Registry::global().version(impl).size(), 16u);
+}
+
+// The path discrete GPUs take: device-local tensors, uploads and downloads through staging
+// buffers recorded in the stream.
+TEST_P(Vulkan, StagingTransfersKeepTheirOrder) {
+  auto dev = std::make_shared<vulkan::VulkanDevice>(index(), vulkan::DeviceOptions{.staging = true});
+  Context ctx(dev);
+  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32}) {
+    Tensor a = ctx.random({3, 37}, t);
+    Tensor b = ctx.empty({3, 37}, t);
+    dev->copy(a.buffer(), b.buffer(), a.bytes());
+    EXPECT_EQ(a.read(), b.read()) << to_string(t);
+  }
+  Tensor a = ctx.random({33, 20}, DType::f32), b = ctx.random({20, 17}, DType::f32);
+  Tensor c1 = ctx.empty({33, 17}, DType::f32), c2 = ctx.empty({33, 17}, DType::f32);
+  Invocation inv = kernels::matmul::invocation(a.spec(), b.spec(), c1.spec(), false, false, 1, 0);
+  auto want1 = reference(inv, a, b, c1);
+  matmul(ctx, a, b, c1, {.config = small_config});
+  std::vector<double> fresh(a.numel());
+  std::mt19937 rng(5);
+  for (auto& v : fresh) v = std::uniform_real_distribution<double>(-2, 2)(rng);
+  a.write(fresh);  // queued behind the first product, ahead of the second
+  auto want2 = reference(inv, a, b, c2);
+  matmul(ctx, a, b, c2, {.config = small_config});
+  EXPECT_LE(test::relative_error(c1.read(), want1), 1e-5);
+  EXPECT_LE(test::relative_error(c2.read(), want2), 1e-5);
+  const float patch[2] = {-1.f, -2.f};
+  dev->write(c1.buffer(), 5 * sizeof(float), patch, sizeof patch);
+  float back[3];
+  dev->read(c1.buffer(), 4 * sizeof(float), back, sizeof back);
+  EXPECT_EQ(back[0], static_cast<float>(c1.read()[4]));
+  EXPECT_EQ(back[1], -1.f);
+  EXPECT_EQ(back[2], -2.f);
+  double ns = dev->time_ns([&] { matmul(ctx, a, b, c2, {.config = small_config}); });
+  EXPECT_GT(ns, 0.0);
 }
 
 TEST_P(Vulkan, PipelinesAreCachedPerShaderAndSpecialization) {
@@ -228,7 +273,10 @@ TEST_P(Vulkan, GridsBeyondTheWorkgroupCountAreSplit) {
   if (batch > (1 << 20)) GTEST_SKIP() << "the device's z count is too large to exceed in a test";
   Tensor a = ctx.random({batch, 2, 3}, DType::f32), b = ctx.random({3, 2}, DType::f32);
   Tensor c = ctx.empty({batch, 2, 2}, DType::f32);
-  matmul(ctx, a, b, c, {.config = small_config});
+  // The smallest workgroup the space allows: tens of thousands of them run here.
+  const Config tiny{{"variant", std::string("scalar")}, {"tile_m", 16}, {"tile_n", 32}, {"tile_k", 8},
+                    {"wpt_m", 4}, {"wpt_n", 4}, {"vec", 1}, {"prefetch", 0}};
+  matmul(ctx, a, b, c, {.config = tiny});
   Invocation inv = kernels::matmul::invocation(a.spec(), b.spec(), c.spec(), false, false, 1, 0);
   EXPECT_LE(test::relative_error(c.read(), reference(inv, a, b, c)), 1e-5);
 }
@@ -298,6 +346,53 @@ TEST_P(Vulkan, ValidationLayerReportsMisuse) {
   VkBuffer buffer = VK_NULL_HANDLE;
   if (vkCreateBuffer(device().handle(), &info, nullptr, &buffer) == VK_SUCCESS) vkDestroyBuffer(device().handle(), buffer, nullptr);
   EXPECT_GT(expect.count(), 0u);
+}
+
+// The coopmat variant's space and heuristic on a device description with an H100's relevant caps
+// (the shaders themselves need such a device to run).
+TEST(VulkanMatmulSpace, CoopmatConfigsFitADeviceThatOffersThem) {
+#ifndef EJK_HAVE_COOPMAT
+  GTEST_SKIP() << "built without the cooperative-matrix shader";
+#endif
+  auto devices = vulkan_devices();
+  if (devices.empty()) GTEST_SKIP() << "no Vulkan device";
+  DeviceInfo dev = open_device(devices.front())->info();
+  dev.fp16 = true;
+  dev.subgroup_size = 32;
+  dev.local_mem = 48 * 1024;
+  dev.coopmat = {{16, 16, 16, DType::f16, DType::f32}, {16, 8, 16, DType::f16, DType::f32}, {16, 8, 8, DType::f16, DType::f32},
+                 {16, 16, 16, DType::f16, DType::f16}};
+  const Case shapes[] = {{1, 4096, 4096, 4096, false, false, 1, 0}, {1, 1, 4096, 4096, false, false, 1, 0},
+                         {1, 67, 45, 83, false, true, 1, 0.5},      {4, 1024, 1024, 1024, true, false, 1, 0},
+                         {1, 2048, 512, 64, true, true, 1, 0},     {1, 300, 17, 1000, false, false, 1, 0}};
+  for (const auto& c : shapes) {
+    Invocation inv = invocation_of(c, DType::f16);
+    const auto& impl = Registry::global().implementation(inv, dev);
+    ParamSpace space = impl.space(inv, dev);
+    Config h = impl.heuristic(inv, dev);
+    EXPECT_EQ(h.text("variant"), "coopmat") << h.canonical();
+    EXPECT_EQ(space.mismatch(h), "") << h.canonical();
+    std::size_t coop = 0;
+    std::set<std::string> mmas;
+    for (const auto& cfg : space.enumerate()) {
+      if (cfg.text("variant") != "coopmat") continue;
+      ++coop;
+      const std::int64_t tm = cfg.get("sg_m") * cfg.get("sg_tile_m"), tn = cfg.get("sg_n") * cfg.get("sg_tile_n");
+      const std::int64_t bk = cfg.get("block_k");
+      const std::int64_t a = c.ta ? bk * (tm + 8) : tm * (bk + 8), b = c.tb ? tn * (bk + 8) : bk * (tn + 8);
+      EXPECT_LE(cfg.get("buffers") * 2 * (a + b), 48 * 1024) << cfg.canonical();
+      EXPECT_LE(32 * cfg.get("sg_m") * cfg.get("sg_n"), std::int64_t{dev.max_workgroup_size}) << cfg.canonical();
+      EXPECT_EQ(tm * bk / 8 % (32 * cfg.get("sg_m") * cfg.get("sg_n")), 0) << cfg.canonical();
+      mmas.insert(cfg.text("mma"));
+    }
+    EXPECT_GT(coop, 100u) << "coopmat configs for " << c.m << "x" << c.n << "x" << c.k;
+    EXPECT_EQ(mmas, (std::set<std::string>{"16x16x16", "16x8x16", "16x8x8"}));
+  }
+  for (DType t : {DType::f32, DType::bf16}) {
+    Invocation inv = invocation_of(shapes[0], t);
+    const auto& impl = Registry::global().implementation(inv, dev);
+    for (const auto& cfg : impl.space(inv, dev).enumerate()) ASSERT_EQ(cfg.text("variant"), "scalar") << to_string(t);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(All, Vulkan, ::testing::ValuesIn(vulkan_devices()),

@@ -31,11 +31,12 @@ std::string shape_name(const CoopMatShape& s) {
 }
 
 // f16 x f16 -> f32 shapes the shader's tiling fits: every side divides 16, rows of 8 halves.
+// The device lists shapes only where it can run them (instance.cpp); the shader also needs
+// 16-bit storage and float16 (fp16) and subgroups.
 std::vector<CoopMatShape> usable_shapes(const DeviceInfo& dev) {
   std::vector<CoopMatShape> out;
 #ifdef EJK_HAVE_COOPMAT
-  const auto& pd = vulkan::physical_device(dev.index);
-  if (!pd.coopmat_nv || !pd.memory_model || !pd.float16 || !pd.storage16 || dev.subgroup_size == 0) return out;
+  if (!dev.fp16 || dev.subgroup_size == 0) return out;
   auto fits = [](std::uint32_t x) { return x == 8 || x == 16; };
   for (const auto& s : dev.coopmat)
     if (s.a == DType::f16 && s.c == DType::f32 && s.m == 16 && fits(s.n) && fits(s.k)) out.push_back(s);

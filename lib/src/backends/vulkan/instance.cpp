@@ -244,7 +244,8 @@ bool describe(VkInstance instance, VkPhysicalDevice pd, int index, PhysicalDevic
   out.memory_model = f12.vulkanMemoryModel;
   out.push_descriptor = has(VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
   out.full_subgroups = size_control && fsize.computeFullSubgroups;
-  out.coopmat_nv = coop_ext && fcoop.cooperativeMatrix;
+  // glslang's cooperative-matrix SPIR-V declares the Vulkan memory model.
+  out.coopmat_nv = coop_ext && fcoop.cooperativeMatrix && f12.vulkanMemoryModel;
   out.integrated = base.deviceType == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU || base.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   out.cpu = base.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   vkGetPhysicalDeviceMemoryProperties(pd, &out.memory);

@@ -28,7 +28,7 @@ struct PhysicalDevice {
   bool memory_model = false;   // vulkanMemoryModel (glslang emits it for cooperative matrices)
   bool push_descriptor = false;
   bool full_subgroups = false;  // computeFullSubgroups (VK_EXT_subgroup_size_control)
-  bool coopmat_nv = false;      // VK_NV_cooperative_matrix with cooperativeMatrix
+  bool coopmat_nv = false;      // VK_NV_cooperative_matrix with cooperativeMatrix and vulkanMemoryModel
   bool integrated = false;      // integrated GPU or CPU: host-visible device memory is as fast
   bool cpu = false;             // a CPU implementation such as lavapipe
 };

@@ -99,6 +99,7 @@ struct VulkanDevice::State {
   VkQueue queue = VK_NULL_HANDLE;
   bool push_descriptors = false;
   bool full_subgroups = false;
+  bool map_device_memory = false;  // tensors live in mapped memory: no staging copies
   PFN_vkCmdPushDescriptorSetKHR push_descriptor_fn = nullptr;
 
   mutable std::mutex mutex;  // the stream, the caches and the queue
@@ -146,6 +147,7 @@ struct VulkanDevice::State {
       *std::exchange(tail, &fcoop.pNext) = &fcoop;
     }
     push_descriptors = pd.push_descriptor && options.push_descriptors;
+    map_device_memory = pd.integrated && !options.staging;
     if (push_descriptors) extensions.push_back(VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
 
     auto info = make<VkDeviceCreateInfo>(VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO);
@@ -224,7 +226,7 @@ struct VulkanDevice::State {
     switch (kind) {
       case Memory::device:
         // Integrated GPUs and CPUs see host-visible memory as fast as any: no staging there.
-        if (pd.integrated) type = memory_type(pd.memory, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | host);
+        if (map_device_memory) type = memory_type(pd.memory, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | host);
         if (type < 0) type = memory_type(pd.memory, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
         break;
       case Memory::upload: type = memory_type(pd.memory, req.memoryTypeBits, host); break;
@@ -245,7 +247,8 @@ struct VulkanDevice::State {
     check(r, "vkAllocateMemory");
     a->memory = OwnedMemory(device(), mem);
     check(vkBindBufferMemory(device(), buf, mem, 0), "vkBindBufferMemory");
-    if (pd.memory.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)
+    const bool visible = pd.memory.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT;
+    if (visible && (kind != Memory::device || map_device_memory))
       check(vkMapMemory(device(), mem, 0, VK_WHOLE_SIZE, 0, &a->mapped), "vkMapMemory");
     return a;
   }

@@ -57,6 +57,9 @@ struct PipelineStats {
 struct DeviceOptions {
   // Off: descriptor sets come from per-batch pools even where VK_KHR_push_descriptor exists.
   bool push_descriptors = true;
+  // On: transfers go through staging buffers even where device memory is host-visible
+  // (integrated GPUs and CPUs map it instead), as they do on discrete GPUs.
+  bool staging = false;
 };
 
 class VulkanDevice final : public Device {
