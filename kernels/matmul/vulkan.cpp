@@ -138,11 +138,17 @@ class VulkanMatmul final : public Implementation {
     return s;
   }
 
+  // Largest tiles first; the first that the space admits and that gives every compute unit a
+  // workgroup wins (else the admitted one with the smallest tiles). Thin shapes get thin tiles.
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
     Problem p = Problem::of(inv);
     ParamSpace s = space(inv, dev);
     const std::int64_t lda = p.trans_a ? p.m : p.k, ldb = p.trans_b ? p.k : p.n;
-    std::vector<Config> tries;
+    struct Try {
+      Config config;
+      std::int64_t tile_m, tile_n;
+    };
+    std::vector<Try> tries;
     auto shapes = usable_shapes(dev);
     if (p.dtype == DType::f16 && !shapes.empty()) {
       std::string mma = shape_name(shapes.front());
@@ -150,29 +156,38 @@ class VulkanMatmul final : public Implementation {
         if (sh.n == 16 && sh.k == 16) mma = shape_name(sh);
       const std::int64_t lv = largest_vec(lda, ldb, {8, 4, 2, 1});
       auto cm = [&](std::int64_t sgm, std::int64_t sgn, std::int64_t tm, std::int64_t tn, std::int64_t bk, std::int64_t buffers) {
-        return Config{{"variant", std::string("coopmat")}, {"mma", mma},       {"sg_m", sgm},         {"sg_n", sgn},
-                      {"sg_tile_m", tm},                   {"sg_tile_n", tn},  {"block_k", bk},       {"load_vec", lv},
-                      {"buffers", buffers}};
+        return Try{Config{{"variant", std::string("coopmat")}, {"mma", mma}, {"sg_m", sgm}, {"sg_n", sgn},
+                          {"sg_tile_m", tm}, {"sg_tile_n", tn}, {"block_k", bk}, {"load_vec", lv}, {"buffers", buffers}},
+                   sgm * tm, sgn * tn};
       };
-      if (p.m <= 64) tries.push_back(cm(1, 4, 16, 32, 64, 2));
-      if (p.m >= 1024 && p.n >= 1024) tries.push_back(cm(2, 4, 64, 64, 32, 1));
-      if (p.m >= 256 && p.n >= 256) tries.push_back(cm(2, 2, 64, 64, 32, 2));
-      tries.push_back(cm(2, 2, 32, 32, 32, 2));
+      if (p.m <= 32) tries.push_back(cm(1, 4, 16, 32, 64, 2));
+      tries.push_back(cm(2, 4, 64, 64, 32, 1));  // 128 x 256
+      tries.push_back(cm(2, 2, 64, 64, 32, 2));  // 128 x 128
+      tries.push_back(cm(2, 2, 32, 64, 32, 2));  // 64 x 128
+      tries.push_back(cm(2, 2, 32, 32, 32, 2));  // 64 x 64
       tries.push_back(cm(2, 2, 32, 32, 32, 1));
     }
     const std::int64_t v = largest_vec(lda, ldb, {4, 2, 1});
     auto sc = [&](std::int64_t tm, std::int64_t tn, std::int64_t tk, std::int64_t wm, std::int64_t wn) {
-      return Config{{"variant", std::string("scalar")}, {"tile_m", tm}, {"tile_n", tn}, {"tile_k", tk},
-                    {"wpt_m", wm}, {"wpt_n", wn}, {"vec", v}, {"prefetch", 1}};
+      return Try{Config{{"variant", std::string("scalar")}, {"tile_m", tm}, {"tile_n", tn}, {"tile_k", tk},
+                        {"wpt_m", wm}, {"wpt_n", wn}, {"vec", v}, {"prefetch", 1}},
+                 tm, tn};
     };
     if (p.m <= 16) tries.push_back(sc(16, 128, 16, 1, 4));
     if (p.n <= 16) tries.push_back(sc(128, 16, 16, 4, 1));
-    if (p.m >= 512 && p.n >= 512 && dev.discrete) tries.push_back(sc(128, 128, 16, 8, 8));
-    if (p.m >= 64 && p.n >= 64) tries.push_back(sc(64, 64, 16, 4, 4));
+    if (dev.discrete) tries.push_back(sc(128, 128, 16, 8, 8));
+    tries.push_back(sc(64, 64, 16, 4, 4));
     tries.push_back(sc(32, 32, 16, 2, 2));
     tries.push_back(sc(32, 32, 8, 2, 2));
-    for (const auto& c : tries)
-      if (s.admits(c)) return c;
+    const Config* fallback = nullptr;
+    for (const auto& t : tries) {
+      if (!s.admits(t.config)) continue;
+      const std::int64_t groups = (p.m + t.tile_m - 1) / t.tile_m * ((p.n + t.tile_n - 1) / t.tile_n) * p.batch;
+      if (groups >= std::int64_t{dev.compute_units}) return t.config;
+      // Within a variant the list runs from large tiles to small; the coopmat variant comes first.
+      if (!fallback || fallback->text("variant") == t.config.text("variant")) fallback = &t.config;
+    }
+    if (fallback) return *fallback;
     auto all = s.enumerate();
     if (all.empty()) throw SelectionError("matmul vulkan: no config fits " + dev.id() + " for " + inv.signature());
     return all.front();
