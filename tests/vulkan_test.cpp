@@ -89,7 +89,9 @@ TEST_P(Vulkan, InfoIsFilled) {
   EXPECT_GE(d.max_buffer, 1u << 27);
   EXPECT_GT(d.subgroup_size, 0u);
   EXPECT_EQ(d.fp16, device().physical().float16 && device().physical().storage16);
-  if (!d.coopmat.empty()) EXPECT_TRUE(device().physical().coopmat_nv) << "shapes listed without the extension";
+  if (!d.coopmat.empty()) {
+    EXPECT_TRUE(device().physical().coopmat_nv) << "shapes listed without the extension";
+  }
   for (const auto& s : d.coopmat) EXPECT_TRUE(s.m && s.n && s.k) << d.id();
 }
 
