@@ -33,9 +33,9 @@ struct Policy {
 
 // Fields left empty keep their value from the policy underneath.
 struct PolicyOverride {
-  std::optional<AutotunePolicy> autotune;
-  std::optional<Tier> strict;
-  std::optional<SelectionLog> log;
+  std::optional<AutotunePolicy> autotune = std::nullopt;
+  std::optional<Tier> strict = std::nullopt;
+  std::optional<SelectionLog> log = std::nullopt;
 };
 
 // Overrides the policy of every executor in the process, from every thread, while alive.
