@@ -100,15 +100,42 @@ namespace {
 
 std::size_t mix(std::size_t h, std::size_t v) { return h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2)); }
 
+std::size_t fnv(std::string_view s) {
+  std::size_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// nlohmann's own hash walks objects through items(), which builds a string per element: too
+// slow for the hit path. Types enter the hash as they enter the signature (1 and 1.0 differ).
+std::size_t hash_json(const nlohmann::json& j) {
+  using T = nlohmann::json::value_t;
+  std::size_t h = static_cast<std::size_t>(j.type());
+  switch (j.type()) {
+    case T::object:
+      for (auto it = j.begin(); it != j.end(); ++it) h = mix(mix(h, fnv(it.key())), hash_json(it.value()));
+      return h;
+    case T::array:
+      for (const auto& v : j) h = mix(h, hash_json(v));
+      return h;
+    case T::string: return mix(h, fnv(j.get_ref<const std::string&>()));
+    case T::boolean: return mix(h, j.get<bool>() ? 1 : 2);
+    case T::number_integer: return mix(h, static_cast<std::size_t>(j.get<std::int64_t>()));
+    case T::number_unsigned: return mix(h, static_cast<std::size_t>(j.get<std::uint64_t>()));
+    case T::number_float: return mix(h, std::hash<double>{}(j.get<double>()));
+    default: return h;
+  }
+}
+
 // Hash and equality over what enters an invocation's key: scalars do not.
 struct SignatureHash {
   std::size_t operator()(const Invocation* inv) const {
-    std::size_t h = std::hash<std::string>{}(inv->kernel);
+    std::size_t h = fnv(inv->kernel);
     for (const auto& a : inv->args) {
       h = mix(h, static_cast<std::size_t>(a.dtype) * 31 + a.shape.size());
       for (auto d : a.shape) h = mix(h, static_cast<std::size_t>(d));
     }
-    if (!inv->options.empty()) h = mix(h, std::hash<nlohmann::json>{}(inv->options));
+    if (!inv->options.empty()) h = mix(h, hash_json(inv->options));
     return h;
   }
 };
