@@ -1,0 +1,309 @@
+#include "backends/opencl/opencl_device.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/sha256.hpp"
+#include "ejk/detail/embedded.hpp"
+#include "ejk/error.hpp"
+
+namespace ejk::opencl {
+
+// One cache slot per (source hash, options). Its own mutex lets different programs build
+// concurrently while a second request for the same one waits for the first build.
+struct OpenCLDevice::ProgramEntry {
+  std::mutex mutex;
+  bool done = false;
+  ProgramHandle program;
+  std::string error;  // the CompileError message of a failed build
+};
+
+struct OpenCLDevice::Recording {
+  std::vector<EventHandle> events;
+};
+
+OpenCLDevice::OpenCLDevice(cl_platform_id platform, cl_device_id device, DeviceInfo info)
+    : platform_(platform), device_(device), info_(std::move(info)) {
+  cl_int err = CL_SUCCESS;
+  const cl_context_properties props[] = {CL_CONTEXT_PLATFORM, reinterpret_cast<cl_context_properties>(platform), 0};
+  context_ = ContextHandle(clCreateContext(props, 1, &device_, nullptr, nullptr, &err));
+  check(err, "clCreateContext(" + info_.name + ")");
+  // clCreateCommandQueue is deprecated since 2.0 but is the one call every driver (NVIDIA's
+  // OpenCL 3.0 included) accepts; the properties form needs 2.0.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  queue_ = QueueHandle(clCreateCommandQueue(context_.get(), device_, CL_QUEUE_PROFILING_ENABLE, &err));
+#pragma GCC diagnostic pop
+  check(err, "clCreateCommandQueue(" + info_.name + ")");
+  cl_device_fp_config fp = 0;
+  check(clGetDeviceInfo(device_, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, nullptr),
+        "clGetDeviceInfo(CL_DEVICE_SINGLE_FP_CONFIG)");
+  hardware_fma_ = (fp & CL_FP_FMA) && !(fp & CL_FP_SOFT_FLOAT);
+}
+
+OpenCLDevice::~OpenCLDevice() {
+  if (queue_) clFinish(queue_.get());
+}
+
+std::shared_ptr<Buffer> OpenCLDevice::allocate(std::size_t bytes) {
+  if (info_.max_buffer && bytes > info_.max_buffer)
+    throw ResourceError("allocating " + std::to_string(bytes) + " bytes on " + info_.id() + ": the largest buffer is " +
+                        std::to_string(info_.max_buffer) + " bytes");
+  cl_int err = CL_SUCCESS;
+  // OpenCL refuses empty buffers; a zero-byte Buffer still needs something to bind.
+  MemHandle mem(clCreateBuffer(context_.get(), CL_MEM_READ_WRITE, std::max<std::size_t>(bytes, 4), nullptr, &err));
+  check(err, "clCreateBuffer(" + std::to_string(bytes) + " bytes)");
+  return std::make_shared<ClBuffer>(std::move(mem), bytes);
+}
+
+void OpenCLDevice::write(Buffer& dst, std::size_t offset, const void* src, std::size_t bytes) {
+  if (offset + bytes > dst.bytes())
+    throw InvalidArgument("write of " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
+                          " past the end of a buffer of " + std::to_string(dst.bytes()));
+  if (bytes == 0) return;
+  check(clEnqueueWriteBuffer(queue_.get(), mem_of(dst), CL_TRUE, offset, bytes, src, 0, nullptr, nullptr),
+        "clEnqueueWriteBuffer");
+}
+
+void OpenCLDevice::read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) {
+  if (offset + bytes > src.bytes())
+    throw InvalidArgument("read of " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
+                          " past the end of a buffer of " + std::to_string(src.bytes()));
+  if (bytes == 0) return;
+  check(clEnqueueReadBuffer(queue_.get(), mem_of(src), CL_TRUE, offset, bytes, dst, 0, nullptr, nullptr),
+        "clEnqueueReadBuffer");
+}
+
+void OpenCLDevice::copy(const Buffer& src, Buffer& dst, std::size_t bytes) {
+  if (bytes > src.bytes() || bytes > dst.bytes())
+    throw InvalidArgument("copy of " + std::to_string(bytes) + " bytes between buffers of " +
+                          std::to_string(src.bytes()) + " and " + std::to_string(dst.bytes()));
+  if (bytes == 0) return;
+  EventHandle event;
+  check(clEnqueueCopyBuffer(queue_.get(), mem_of(src), mem_of(dst), 0, 0, bytes, 0, nullptr,
+                            recording() ? event.out() : nullptr),
+        "clEnqueueCopyBuffer");
+  if (event) add_event(event.get());
+}
+
+void OpenCLDevice::synchronize() { check(clFinish(queue_.get()), "clFinish(" + info_.id() + ")"); }
+
+void OpenCLDevice::add_event(cl_event e) {
+  std::lock_guard lock(recording_mutex_);
+  for (Recording* r : recordings_) {
+    clRetainEvent(e);
+    r->events.emplace_back(e);
+  }
+}
+
+void OpenCLDevice::record(cl_event event) {
+  if (event && recording()) add_event(event);
+}
+
+double OpenCLDevice::time_ns(const std::function<void()>& work) {
+  Recording rec;
+  {
+    std::lock_guard lock(recording_mutex_);
+    recordings_.push_back(&rec);
+    recording_.fetch_add(1, std::memory_order_release);
+  }
+  auto stop = [&] {
+    std::lock_guard lock(recording_mutex_);
+    recordings_.erase(std::find(recordings_.begin(), recordings_.end(), &rec));
+    recording_.fetch_sub(1, std::memory_order_release);
+  };
+  try {
+    work();
+  } catch (...) {
+    stop();
+    throw;
+  }
+  stop();
+  synchronize();
+  if (rec.events.empty()) return 0.0;
+  cl_ulong first = std::numeric_limits<cl_ulong>::max(), last = 0;
+  for (const auto& e : rec.events) {
+    cl_ulong start = 0, end = 0;
+    check(clGetEventProfilingInfo(e.get(), CL_PROFILING_COMMAND_START, sizeof start, &start, nullptr),
+          "clGetEventProfilingInfo(START)");
+    check(clGetEventProfilingInfo(e.get(), CL_PROFILING_COMMAND_END, sizeof end, &end, nullptr),
+          "clGetEventProfilingInfo(END)");
+    first = std::min(first, start);
+    last = std::max(last, end);
+  }
+  return last > first ? static_cast<double>(last - first) : 0.0;
+}
+
+ProgramHandle OpenCLDevice::build(const std::string& source_hash, std::string_view source, std::string_view origin,
+                                  std::string_view options) {
+  std::string key = source_hash;
+  key += '\n';
+  key += options;
+  std::shared_ptr<ProgramEntry> entry;
+  {
+    std::lock_guard lock(cache_mutex_);
+    auto it = programs_.find(key);
+    if (it == programs_.end()) {
+      it = programs_.emplace(key, std::make_shared<ProgramEntry>()).first;
+    }
+    entry = it->second;
+  }
+  std::lock_guard lock(entry->mutex);
+  if (entry->done) {
+    std::lock_guard stats_lock(cache_mutex_);
+    ++stats_.hits;
+  } else {
+    entry->done = true;
+    {
+      std::lock_guard stats_lock(cache_mutex_);
+      ++stats_.builds;
+    }
+    cl_int err = CL_SUCCESS;
+    const char* text = source.data();
+    std::size_t length = source.size();
+    ProgramHandle program(clCreateProgramWithSource(context_.get(), 1, &text, &length, &err));
+    check(err, "clCreateProgramWithSource(" + std::string(origin) + ")");
+    std::string opts(options);
+    err = clBuildProgram(program.get(), 1, &device_, opts.c_str(), nullptr, nullptr);
+    if (err == CL_SUCCESS) {
+      entry->program = program;
+    } else {
+      std::size_t size = 0;
+      std::string log;
+      if (clGetProgramBuildInfo(program.get(), device_, CL_PROGRAM_BUILD_LOG, 0, nullptr, &size) == CL_SUCCESS &&
+          size > 1) {
+        log.resize(size);
+        clGetProgramBuildInfo(program.get(), device_, CL_PROGRAM_BUILD_LOG, size, log.data(), nullptr);
+        while (!log.empty() && (log.back() == '\0' || log.back() == '\n')) log.pop_back();
+      }
+      entry->error = "clBuildProgram(" + std::string(origin) + ") failed: " + error_name(err) + " on " + info_.id() +
+                     " (" + info_.name + ") with options '" + opts + "'" + (log.empty() ? "" : ":\n" + log);
+      std::lock_guard stats_lock(cache_mutex_);
+      ++stats_.failures;
+    }
+  }
+  // A failed build is remembered, so a tuner asking again gets the same answer at once.
+  if (!entry->program) throw CompileError(entry->error);
+  return entry->program;
+}
+
+std::shared_ptr<ClKernel> OpenCLDevice::kernel_for(const std::string& source_hash, std::string_view source,
+                                                   std::string_view origin, std::string_view options,
+                                                   std::string_view name) {
+  std::string key = source_hash;
+  key += '\n';
+  key += options;
+  key += '\n';
+  key += name;
+  {
+    std::lock_guard lock(cache_mutex_);
+    auto it = kernels_.find(key);
+    if (it != kernels_.end()) {
+      ++stats_.hits;
+      return it->second;
+    }
+  }
+  ProgramHandle program = build(source_hash, source, origin, options);
+  std::string kname(name);
+  cl_int err = CL_SUCCESS;
+  KernelHandle k(clCreateKernel(program.get(), kname.c_str(), &err));
+  if (err == CL_INVALID_KERNEL_NAME)
+    throw NotFound("no kernel '" + kname + "' in " + std::string(origin) + " (options '" + std::string(options) + "')");
+  check(err, "clCreateKernel(" + kname + ")");
+  std::size_t wg = 0;
+  cl_ulong local = 0;
+  cl_uint nargs = 0;
+  check(clGetKernelWorkGroupInfo(k.get(), device_, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, nullptr),
+        "clGetKernelWorkGroupInfo(" + kname + ", CL_KERNEL_WORK_GROUP_SIZE)");
+  check(clGetKernelWorkGroupInfo(k.get(), device_, CL_KERNEL_LOCAL_MEM_SIZE, sizeof local, &local, nullptr),
+        "clGetKernelWorkGroupInfo(" + kname + ", CL_KERNEL_LOCAL_MEM_SIZE)");
+  check(clGetKernelInfo(k.get(), CL_KERNEL_NUM_ARGS, sizeof nargs, &nargs, nullptr),
+        "clGetKernelInfo(" + kname + ", CL_KERNEL_NUM_ARGS)");
+  auto made = std::make_shared<ClKernel>(std::move(k), std::move(program), kname, wg, local, nargs);
+  std::lock_guard lock(cache_mutex_);
+  return kernels_.emplace(std::move(key), std::move(made)).first->second;
+}
+
+std::shared_ptr<ClKernel> OpenCLDevice::kernel(std::string_view source_key, std::string_view options,
+                                               std::string_view name) {
+  const auto& file = detail::embedded(source_key);
+  std::string hash;
+  {
+    std::lock_guard lock(cache_mutex_);
+    auto it = source_hashes_.find(source_key);
+    if (it != source_hashes_.end()) hash = it->second;
+  }
+  if (hash.empty()) {
+    hash = detail::sha256_hex(file.text());
+    std::lock_guard lock(cache_mutex_);
+    source_hashes_.emplace(std::string(source_key), hash);
+  }
+  return kernel_for(hash, file.text(), source_key, options, name);
+}
+
+std::shared_ptr<ClKernel> OpenCLDevice::kernel_from_source(std::string_view source, std::string_view options,
+                                                           std::string_view name) {
+  return kernel_for(detail::sha256_hex(source), source, "<source>", options, name);
+}
+
+ProgramCacheStats OpenCLDevice::program_cache_stats() const {
+  std::lock_guard lock(cache_mutex_);
+  return stats_;
+}
+
+void OpenCLDevice::check_arg_count(const ClKernel& k, std::size_t given) const {
+  if (given != k.num_args())
+    throw InvalidArgument("kernel " + k.name() + " takes " + std::to_string(k.num_args()) + " arguments, launched with " +
+                          std::to_string(given));
+}
+
+void OpenCLDevice::set_raw(const ClKernel& k, cl_uint index, std::size_t size, const void* value) const {
+  cl_int err = clSetKernelArg(k.get(), index, size, value);
+  if (err != CL_SUCCESS)
+    fail(err, "clSetKernelArg(" + k.name() + ", argument " + std::to_string(index) + ", " + std::to_string(size) +
+                  " bytes)");
+}
+
+void OpenCLDevice::set_arg(const ClKernel& k, cl_uint index, const Buffer& b) const {
+  cl_mem m = mem_of(b);
+  set_raw(k, index, sizeof m, &m);
+}
+
+void OpenCLDevice::enqueue(ClKernel& k, const Range& global, const Range& local) {
+  if (global.dims != local.dims)
+    throw InvalidArgument("launch of " + k.name() + ": global and local ranges have different dimensions");
+  if (local.count() > k.max_workgroup_size())
+    throw ResourceError("launch of " + k.name() + " on " + info_.id() + ": a workgroup of " +
+                        std::to_string(local.count()) + " work-items exceeds the kernel's limit of " +
+                        std::to_string(k.max_workgroup_size()));
+  for (cl_uint d = 0; d < global.dims; ++d) {
+    if (local.size[d] > info_.max_workgroup_dims[d])
+      throw ResourceError("launch of " + k.name() + " on " + info_.id() + ": local size " +
+                          std::to_string(local.size[d]) + " in dimension " + std::to_string(d) +
+                          " exceeds the device's limit of " + std::to_string(info_.max_workgroup_dims[d]));
+    if (local.size[d] == 0 || global.size[d] % local.size[d] != 0)
+      throw InvalidArgument("launch of " + k.name() + ": global size " + std::to_string(global.size[d]) +
+                            " is not a multiple of local size " + std::to_string(local.size[d]) + " in dimension " +
+                            std::to_string(d));
+  }
+  if (global.count() == 0) return;
+  EventHandle event;
+  cl_int err = clEnqueueNDRangeKernel(queue_.get(), k.get(), global.dims, nullptr, global.size.data(),
+                                      local.size.data(), 0, nullptr, recording() ? event.out() : nullptr);
+  if (err != CL_SUCCESS) fail(err, "clEnqueueNDRangeKernel(" + k.name() + ")");
+  if (event) add_event(event.get());
+}
+
+OpenCLDevice& opencl_device(Device& d) {
+  auto* dev = dynamic_cast<OpenCLDevice*>(&d);
+  if (!dev) throw DeviceError("expected an OpenCL device, got " + d.info().id());
+  return *dev;
+}
+
+cl_mem mem_of(const Buffer& b) {
+  auto* buf = dynamic_cast<const ClBuffer*>(&b);
+  if (!buf) throw DeviceError("expected a buffer of an OpenCL device");
+  return buf->mem();
+}
+
+}  // namespace ejk::opencl
