@@ -1,0 +1,41 @@
+// The tuner on the built-in kernels: every candidate checked against the kernel's reference,
+// the backward pass of attention included (checked numerically, not only timed).
+#include "ejk/tuner.hpp"
+#include "support.hpp"
+
+namespace ejk {
+namespace {
+
+TuneOptions quick() {
+  TuneOptions o;
+  o.seed = 5;
+  o.strategy = Strategy::random;
+  o.budget.evaluations = 3;
+  o.timing.warmup_seconds = 0.001;
+  o.timing.min_samples = 3;
+  o.timing.max_samples = 5;
+  o.timing.max_seconds = 0.01;
+  o.timing.flush_bytes = 1 << 20;
+  o.timing.rerank_rounds = 3;
+  return o;
+}
+
+TEST(TuneKernels, AttentionForwardAndBackwardAreCheckedAgainstTheirReferences) {
+  auto dev = open_device("cpu");
+  for (const char* name : {"flash_attention", "flash_attention_bwd"}) {
+    const Kernel& k = Registry::global().kernel(name);
+    Invocation inv = k.from_sizes({{"seq", 40}, {"heads", 2}, {"head_dim", 16}}, DType::f32, {{"causal", true}});
+    TuneResult r = tune(inv, *dev, quick());
+    EXPECT_EQ(r.validated, "reference") << name;
+    ASSERT_FALSE(r.measurements.empty()) << name;
+    for (const auto& m : r.measurements) {
+      EXPECT_EQ(m.status, Status::ok) << name << " " << m.config.canonical() << ": " << m.message;
+      EXPECT_GT(m.error, 0) << name << ": outputs were compared";  // f32 against double is never exact
+      EXPECT_LE(m.error, k.tolerance(inv)) << name;
+    }
+    EXPECT_TRUE(r.tuned) << r.report;
+  }
+}
+
+}  // namespace
+}  // namespace ejk
