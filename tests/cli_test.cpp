@@ -1,0 +1,210 @@
+// The ejk program end to end: every subcommand's happy path, golden output shapes, located
+// errors with their exit codes, and bundles that must be refused without touching the cache.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "support.hpp"
+
+namespace ejk {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("ejk-cli-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    write("tiny.yaml",
+          "name: tiny\ndevice: cpu\nworkloads:\n  - kernel: matmul\n    shape: {m: [8, 16], n: 24, k: 32}\n"
+          "tune: {strategy: random, budget: {evals: 4}, seed: 3}\n");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  void write(const std::string& name, const std::string& text) const { std::ofstream(path(name)) << text; }
+  std::string read(const std::string& name) const {
+    std::ifstream in(path(name));
+    return {std::istreambuf_iterator<char>(in), {}};
+  }
+
+  Result ejk(const std::string& args) const {
+    std::string cmd = "cd " + dir_.string() + " && EJK_CACHE_DIR=" + path("cache") + " EJK_PROFILE_DIR=" + path("none") +
+                      " " EJK_CLI_PATH " " + args + " 2>&1";
+    Result r;
+    FILE* p = popen(cmd.c_str(), "r");
+    char buf[4096];
+    std::size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+    int status = pclose(p);
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return r;
+  }
+
+  fs::path dir_;
+};
+
+// Digits vary from run to run and machine to machine; the shape of the output does not.
+std::string shape_of(const std::string& s) {
+  return std::regex_replace(std::regex_replace(s, std::regex("[0-9]+(\\.[0-9]+)?"), "N"), std::regex(" +"), " ");
+}
+
+TEST_F(Cli, RunPrintsATableAndGoogleBenchmarkJson) {
+  auto r = ejk("run tiny.yaml --json run.json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::istringstream lines(r.out);
+  std::string header, row;
+  std::getline(lines, header);
+  std::getline(lines, row);
+  EXPECT_EQ(shape_of(header), "workload median ±IQR GFLOP/s GB/s tier config");
+  EXPECT_EQ(row.rfind("matmul/m:8/n:24/k:32/f32", 0), 0u) << row;
+  EXPECT_NE(row.find("heuristic"), std::string::npos) << row;
+  auto j = nlohmann::json::parse(read("run.json"));
+  EXPECT_EQ(j["context"]["device"]["id"], "cpu");
+  EXPECT_TRUE(j["context"].contains("ejk_build"));
+  ASSERT_EQ(j["benchmarks"].size(), 2u);
+  const auto& b = j["benchmarks"][0];
+  EXPECT_EQ(b["name"], "matmul/m:8/n:24/k:32/f32");
+  EXPECT_EQ(b["time_unit"], "us");
+  EXPECT_GT(b["real_time"].get<double>(), 0);
+  EXPECT_GT(b["GFLOP/s"].get<double>(), 0);
+  EXPECT_GE(b["samples_ns"].size(), 10u);
+  EXPECT_EQ(b["tier"], "heuristic");
+}
+
+TEST_F(Cli, TuneStoresThenRunUsesTheCacheThenExportImportRoundTrip) {
+  auto t = ejk("tune tiny.yaml --json tune.json");
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_EQ(shape_of(t.out.substr(0, t.out.find('\n'))),
+            "workload heuristic tuned speedup GFLOP/s evals config");
+  auto again = ejk("tune tiny.yaml");
+  EXPECT_NE(again.out.find("already tuned"), std::string::npos) << again.out;
+  auto run = ejk("run tiny.yaml");
+  EXPECT_NE(run.out.find("persistent"), std::string::npos) << run.out;
+  auto ls = ejk("cache ls");
+  EXPECT_NE(ls.out.find("(2 entries)"), std::string::npos) << ls.out;
+  EXPECT_EQ(ejk("cache show 1").code, 0);
+  EXPECT_EQ(ejk("cache verify").code, 0);
+
+  auto ex = ejk("export -o bundle.json");
+  ASSERT_EQ(ex.code, 0) << ex.out;
+  EXPECT_NE(ex.out.find("exported 2 entries"), std::string::npos) << ex.out;
+  EXPECT_EQ(ejk("cache rm 1").code, 0);
+  auto im = ejk("import bundle.json");
+  ASSERT_EQ(im.code, 0) << im.out;
+  EXPECT_NE(im.out.find("1 added, 0 replaced, 1 kept"), std::string::npos) << im.out;
+  auto ow = ejk("import bundle.json --merge overwrite");
+  EXPECT_NE(ow.out.find("0 added, 2 replaced, 0 kept"), std::string::npos) << ow.out;
+}
+
+TEST_F(Cli, RecordReplayRoundTrip) {
+  auto rec = ejk("record tiny.yaml -o trace.jsonl");
+  ASSERT_EQ(rec.code, 0) << rec.out;
+  auto viaCommand = ejk("record -o trace2.jsonl -- " EJK_CLI_PATH " run tiny.yaml");
+  ASSERT_EQ(viaCommand.code, 0) << viaCommand.out;
+  for (const char* t : {"trace.jsonl", "trace2.jsonl"}) {
+    std::string text = read(t);
+    EXPECT_GE(std::count(text.begin(), text.end(), '\n'), 2) << t;
+    EXPECT_NE(text.find("\"kernel\":\"matmul\""), std::string::npos) << text;
+  }
+  auto replay = ejk("replay trace.jsonl");
+  EXPECT_EQ(replay.code, 0) << replay.out;
+  auto tune = ejk("tune trace.jsonl --evals 3");
+  EXPECT_EQ(tune.code, 0) << tune.out;
+  EXPECT_NE(ejk("cache ls").out.find("(2 entries)"), std::string::npos);
+}
+
+TEST_F(Cli, DevicesAndKernels) {
+  auto d = ejk("devices --json devices.json");
+  ASSERT_EQ(d.code, 0) << d.out;
+  EXPECT_EQ(d.out.rfind("cpu", 0), 0u) << d.out;
+  EXPECT_EQ(nlohmann::json::parse(read("devices.json"))[0]["id"], "cpu");
+  auto k = ejk("kernels");
+  EXPECT_NE(k.out.find("matmul"), std::string::npos);
+  auto s = ejk("kernels --space matmul --size m=64 --device cpu");
+  EXPECT_EQ(s.code, 0) << s.out;
+  EXPECT_NE(s.out.find("where mc % mr == 0"), std::string::npos) << s.out;
+  EXPECT_NE(ejk("--help").out.find("tune"), std::string::npos);
+  EXPECT_NE(ejk("tune --help").out.find("example: ejk tune"), std::string::npos);
+}
+
+TEST_F(Cli, MalformedRecipesGiveLocatedErrorsAndExitCode2) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"name: x\nworkloads:\n  - kernel: matmul\n    shape: {m: 1, n: true, k: 1}\n", "bad.yaml:4:22: size 'n' must be an integer"},
+      {"name: x\nworkloads:\n  - kernel: attention9\n    shape: {m: 1}\n", "bad.yaml:3:13: unknown kernel 'attention9' (allowed:"},
+      {"name: x\nworkloads: []\nextra: 1\n", "bad.yaml:3:1: unknown key 'extra' in the recipe"},
+      {"name: x\nworkloads:\n  - kernel: matmul\n   shape: {m: 1}\n", "bad.yaml:4:"},
+  };
+  for (const auto& [yaml, expected] : cases) {
+    write("bad.yaml", yaml);
+    auto r = ejk("run bad.yaml");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find(expected), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(ejk("run missing.yaml").code, 2);
+  EXPECT_EQ(ejk("run tiny.yaml --device metal:0").code, 2);
+}
+
+TEST_F(Cli, BadBundlesAreRefusedAndTheCacheIsUntouched) {
+  ASSERT_EQ(ejk("tune tiny.yaml").code, 0);
+  ASSERT_EQ(ejk("export -o good.json").code, 0);
+  const std::string before = ejk("cache ls").out;
+  std::string good = read("good.json");
+
+  write("truncated.json", good.substr(0, good.size() / 2));
+  auto bundle = nlohmann::json::parse(good);
+  auto tampered = bundle;
+  tampered["entries"][0]["stats"]["median_ns"] = 1.0;
+  write("tampered.json", tampered.dump());
+  auto future = bundle;
+  future["schema_version"] = 99;
+  write("future.json", future.dump());
+  auto other = bundle;
+  for (auto& e : other["entries"]) e["fingerprint"] = "vulkan|NVIDIA|H200|580";
+  other["devices"] = {{{"fingerprint", "vulkan|NVIDIA|H200|580"}, {"backend", "vulkan"}, {"vendor", "NVIDIA"},
+                       {"name", "H200"}, {"driver", "580"}, {"architecture", "sm_90"}}};
+  other.erase("sha256");
+  write("other.json", other.dump());
+
+  for (const char* f : {"truncated.json", "tampered.json", "future.json"}) {
+    auto r = ejk(std::string("import ") + f);
+    EXPECT_EQ(r.code, 5) << f << ": " << r.out;
+    EXPECT_NE(r.out.find(f), std::string::npos) << r.out;
+  }
+  EXPECT_NE(ejk("import tampered.json").out.find("checksum"), std::string::npos);
+  EXPECT_NE(ejk("import future.json").out.find("schema"), std::string::npos);
+  auto o = ejk("import other.json");
+  EXPECT_NE(o.code, 0) << o.out;
+  EXPECT_EQ(ejk("cache ls").out, before);
+}
+
+TEST_F(Cli, CompareFlagsASlowdownAndStaysQuietOnAA) {
+  auto doc = [](double scale) {
+    nlohmann::json samples = nlohmann::json::array();
+    for (int i = 0; i < 20; ++i) samples.push_back(scale * (1000.0 + 7 * (i % 5)));
+    return nlohmann::json{{"benchmarks", {{{"name", "w"}, {"real_time", scale}, {"time_unit", "us"}, {"samples_ns", samples}}}}}.dump();
+  };
+  write("base.json", doc(1.0));
+  write("same.json", doc(1.0));
+  write("slow.json", doc(1.2));
+  auto aa = ejk("compare base.json same.json");
+  EXPECT_EQ(aa.code, 0) << aa.out;
+  auto slow = ejk("compare base.json slow.json");
+  EXPECT_EQ(slow.code, 1) << slow.out;
+  EXPECT_NE(slow.out.find("REGRESSION"), std::string::npos) << slow.out;
+  EXPECT_NE(slow.out.find("geomean change +20.0%"), std::string::npos) << slow.out;
+}
+
+}  // namespace
+}  // namespace ejk
