@@ -263,6 +263,35 @@ TEST_P(OpenCL, GpuFamilyConfigsComputeTheProduct) {
     }
 }
 
+// Variants of the CPU family the heuristic does not pick on small shapes: column-major
+// workgroup order, two work-items a group with strided vectors, staged transposed B.
+TEST_P(OpenCL, CpuFamilyVariantsComputeTheProduct) {
+  Context ctx(GetParam());
+  const auto& impl = Registry::global().implementation(mm(1, 8, 8, 8, false, false, DType::f32), dev().info());
+  const Config base{{"mdimc", 1}, {"ndimc", 1}, {"mwi", 8}, {"nwi", 16}, {"kwg", 16}, {"kwi", 4}, {"vwn", 8}};
+  struct Variant {
+    bool ta, tb;
+    Config cfg;
+  };
+  std::vector<Variant> variants;
+  variants.push_back({false, false, Config(base).set("order", 1)});
+  variants.push_back({true, false, Config(base).set("mdimc", 2).set("strm", 1).set("vwm", 4).set("order", 0)});
+  variants.push_back({false, true, Config(base).set("ndimc", 1).set("sb", 1).set("order", 1)});
+  variants.push_back({false, false, Config(base).set("ndimc", 2).set("strn", 1).set("order", 0)});
+  for (DType t : {DType::f32, DType::f16})
+    for (const auto& v : variants) {
+      Invocation inv = mm(2, 45, 70, 37, v.ta, v.tb, t, 1.5, 0.5);
+      ASSERT_EQ(kernels::matmul::opencl_space(inv, dev().info(), true).mismatch(v.cfg), "") << v.cfg.canonical();
+      Tensor a = ctx.random(inv.args[0].shape, t), b = ctx.random(inv.args[1].shape, t);
+      Tensor c = ctx.random(inv.args[2].shape, t);
+      auto want = kernels::matmul::MatmulKernel().reference(inv, {a.read(), b.read(), c.read()})[0];
+      const Tensor args[] = {a, b, c};
+      impl.run(inv, v.cfg, args, ctx.device());
+      EXPECT_LE(test::relative_error(c.read(), want), kernels::matmul::MatmulKernel().tolerance(inv))
+          << to_string(t) << " " << v.cfg.canonical();
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(All, OpenCL, ::testing::ValuesIn(opencl_devices()),
                          [](const auto& p) { return test::test_name(p.param); });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(OpenCL);

@@ -17,6 +17,7 @@
 //          strided by MDIMC / NDIMC vectors (coalesced), 0: contiguous
 //   ALIGN_A ALIGN_B ALIGN_C  leading dimensions and batch strides are multiples of the
 //          vector width, so vectors may be read through aligned vector pointers
+//   ORDER  0: consecutive workgroups step along n, 1: along m
 //   IDX  int or long: wide enough for every element offset within one batch entry
 //   FMA  1: fma() is done in hardware (CL_FP_FMA), so accumulate with it; 0: mad()
 //
@@ -260,6 +261,10 @@ inline void put_b(__local floatN* blm, const int tid, const int l, const floatN 
 }
 #endif
 
+// A read in place from [M][K] storage in f16: a scalar vload_half is a software conversion
+// on some CPU drivers, so rows are read KWI elements at a time.
+#define A_ROWS (DTYPE == 1 && !SA && !TRANS_A && KWI > 1)
+
 // Row i and column j of a work-item's accumulators, clamped into the matrix. Expressions
 // rather than arrays, so they cost no registers where they are not used.
 #define ROWC(i) min(m0 + AVEC((i) / VWM) * VWM + (i) % VWM, M - 1)
@@ -339,6 +344,15 @@ inline void gemm_tile(const int edge, const int M, const int N, const int K, con
     }
 #endif
     for (int kk = 0; kk < KWG; kk += KWI) {
+#if A_ROWS
+      // KWI values of each row at once: one vector conversion instead of KWI scalar ones.
+      float ar[MWI][KWI];
+#pragma unroll
+      for (int i = 0; i < MWI; ++i) {
+        const VEC(float, KWI) v = CAT(VLOAD_, KWI)(A, A_AT(ROWC(i), k0 + kk));
+        UNPACK(KWI, ar[i], 0, v)
+      }
+#endif
 #pragma unroll
       for (int ku = 0; ku < KWI; ++ku) {
         const int k = kk + ku;
@@ -364,6 +378,9 @@ inline void gemm_tile(const int edge, const int M, const int N, const int K, con
           }
           UNPACK(VWM, a, iv * VWM, v)
         }
+#elif A_ROWS
+#pragma unroll
+        for (int i = 0; i < MWI; ++i) a[i] = ar[i][ku];
 #else
 #pragma unroll
         for (int i = 0; i < MWI; ++i) a[i] = LD1(A, A_AT(ROWC(i), k0 + k));
@@ -459,7 +476,14 @@ __kernel __attribute__((reqd_work_group_size(NDIMC, MDIMC, 1))) void xgemm(
     const int lda, const long stride_a, const __global real_t* restrict B, const int ldb, const long stride_b,
     __global real_t* C, const int ldc, const long stride_c) {
   const int tn = get_local_id(0), tm = get_local_id(1);
+#if ORDER
+  // Consecutive workgroups walk down a column of tiles, so the B panel they share stays in
+  // cache; the launch grid is the same.
+  const int g = get_group_id(0) + get_group_id(1) * get_num_groups(0);
+  const int n0 = (g / get_num_groups(1)) * NWG, m0 = (g % get_num_groups(1)) * MWG;
+#else
   const int n0 = get_group_id(0) * NWG, m0 = get_group_id(1) * MWG;
+#endif
   const long batch = get_group_id(2);
   A += batch * stride_a;
   B += batch * stride_b;

@@ -19,14 +19,14 @@ constexpr const char* source_key = "matmul/matmul.cl";
 bool is_cpu(const DeviceInfo& dev) { return (opencl::device_type(dev) & CL_DEVICE_TYPE_CPU) != 0; }
 
 struct Geometry {
-  std::int64_t mdimc, ndimc, mwi, nwi, kwg, kwi, sa, sb, pf, vwm, vwn, strm, strn;
+  std::int64_t mdimc, ndimc, mwi, nwi, kwg, kwi, sa, sb, pf, vwm, vwn, strm, strn, order;
 
   // Parameters a space leaves out take the value that costs nothing: no staging, no
   // prefetch, scalar A loads, contiguous vectors.
   static Geometry of(const Config& c) {
     return {c.get("mdimc"), c.get("ndimc"), c.get("mwi"),  c.get("nwi"),  c.get("kwg"),
             c.get("kwi"),   c.get("sa", 0), c.get("sb", 0),   c.get("pf", 0), c.get("vwm", 1),
-            c.get("vwn"),   c.get("strm", 0), c.get("strn", 0)};
+            c.get("vwn"),   c.get("strm", 0), c.get("strn", 0), c.get("order", 0)};
   }
   std::int64_t mwg() const { return mdimc * mwi; }
   std::int64_t nwg() const { return ndimc * nwi; }
@@ -38,9 +38,10 @@ struct Geometry {
       return (kwg_ * tile / w) % threads == 0;
     };
     const std::int64_t threads = mdimc * ndimc;
-    bool ok = mdimc > 0 && ndimc > 0 && mwi > 0 && nwi > 0 && kwg > 0 && kwi > 0 && width(vwm) && width(vwn) &&
-              mwi % vwm == 0 && nwi % vwn == 0 && kwg % kwi == 0 && (sa == 0 || sa == 1) && (sb == 0 || sb == 1) && (pf == 0 || pf == 1) &&
-              (strm == 0 || strm == 1) && (strn == 0 || strn == 1) &&
+    auto flag = [](std::int64_t f) { return f == 0 || f == 1; };
+    bool ok = mdimc > 0 && ndimc > 0 && mwi > 0 && nwi > 0 && kwg > 0 && width(kwi) && width(vwm) && width(vwn) &&
+              mwi % vwm == 0 && nwi % vwn == 0 && kwg % kwi == 0 && flag(sa) && flag(sb) && flag(pf) && flag(strm) &&
+              flag(strn) && flag(order) &&
               (!sa || (staged_loads(kwg, mwg(), vwm, threads) && (p.trans_a || kwg % vwm == 0))) &&
               (!sb || (staged_loads(kwg, nwg(), vwn, threads) && (!p.trans_b || kwg % vwn == 0)));
     if (!ok) throw InvalidArgument("matmul on OpenCL: inconsistent config " + c.canonical());
@@ -108,6 +109,7 @@ class OpenCLMatmul final : public Implementation {
     def("ALIGN_C", aligned(ldc, p.batch_stride_c, g.vwn));
     def("IDX", largest < INT_MAX ? "int" : "long");
     defi("FMA", dev.hardware_fma());
+    defi("ORDER", g.order);
     auto k = dev.kernel(source_key, options, "xgemm");
     const opencl::Range global(static_cast<std::size_t>(ceil_div(p.n, g.nwg()) * g.ndimc),
                                static_cast<std::size_t>(ceil_div(p.m, g.mwg()) * g.mdimc),
@@ -141,6 +143,8 @@ ParamSpace opencl_space(const Invocation& inv, const DeviceInfo& dev, bool cpu_f
         .param("vwn", {8, 16})
         .param("strm", {0, 1}, "mdimc > 1")
         .param("strn", {0, 1}, "ndimc > 1")
+        // 1: workgroups run down the columns of tiles, so a deep B panel stays in cache.
+        .param("order", {0, 1})
         // Accumulators (mwi * nwi / 16 vectors of 16 lanes) must stay in registers.
         .constraint("mwi * nwi <= 512")
         .constraint("sb == 0 || mdimc * ndimc == 1")
@@ -189,6 +193,8 @@ Config opencl_heuristic(const Invocation& inv, const DeviceInfo& dev, bool cpu_f
     Config c{{"mdimc", 1}, {"ndimc", 1}, {"mwi", 12}, {"nwi", 32}, {"kwg", 64}, {"kwi", 4}, {"vwn", 16}};
     if (p.trans_a) c.set("vwm", 4);
     if (p.trans_b) c.set("sb", 1);
+    // Once a B panel (k x 32) outgrows the L2 cache's share, reuse it across row tiles.
+    c.set("order", p.k >= 2048 ? 1 : 0);
     return c;
   }
   // 64-128 work-items with 8x8 accumulators each (float4 loads, tiles staged in local
