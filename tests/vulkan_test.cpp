@@ -2,6 +2,7 @@
 // validation layer, and the cooperative-matrix matmul where a device offers it. A listener fails
 // whichever test was running when the validation layer reported something, so every test in this
 // program runs under validation (ctest sets EJK_VULKAN_VALIDATION=1).
+#ifdef EJK_HAVE_VULKAN
 #include <map>
 #include <random>
 #include <set>
@@ -403,3 +404,5 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Vulkan);
 
 }  // namespace
 }  // namespace ejk
+
+#endif  // EJK_HAVE_VULKAN

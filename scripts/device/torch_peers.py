@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""Peers measured on the GPU machine in the same run as ejk's benchmarks: cuBLAS GEMM through
+torch.matmul and scaled_dot_product_attention (FlashAttention-2 and cuDNN backends), timed with
+CUDA events (median of repetitions). Prints JSON."""
+import json
+import statistics
+
+import torch
+
+
+def time_ms(fn, reps=30, warmup=5):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def main():
+    out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": []}
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for dtype in (torch.float32, torch.float16):
+        for n in (1024, 2048, 4096):
+            a = torch.rand(n, n, device="cuda", dtype=dtype) - 0.5
+            b = torch.rand(n, n, device="cuda", dtype=dtype) - 0.5
+            ms = time_ms(lambda: a @ b)
+            out["rows"].append({"what": f"cublas_gemm_{str(dtype)[6:]}_{n}", "ms": ms, "TFLOP/s": 2 * n**3 / ms / 1e9})
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+    for causal in (False, True):
+        B, H, S, D = 4, 16, 4096, 128
+        q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.float16) for _ in range(3))
+        flops = 4 * B * H * S * S * D / (2 if causal else 1)
+        for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+            with sdpa_kernel(be):
+                ms = time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+            out["rows"].append({"what": f"sdpa_{name}_B4H16S4096D128{'_causal' if causal else ''}", "ms": ms,
+                                "TFLOP/s": flops / ms / 1e9})
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
