@@ -254,6 +254,7 @@ TEST(TuneFailures, MeasuringOneConfigChecksAndKeepsSamples) {
 }
 
 TEST(TuneFailures, MissingWorkerIsNamed) {
+  register_faulty();
   auto dev = open_device("cpu");
   TuneOptions o = quick();
   o.isolate = true;
