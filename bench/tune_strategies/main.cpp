@@ -178,6 +178,9 @@ int main(int argc, char** argv) {
                 min_cells.c_str());
     std::fflush(stdout);
   }
-  std::ofstream(out_dir + "/summary_" + device_name + ".json") << summary.dump(1) << "\n";
+  std::string dev_tag = device_name;
+  for (auto& c : dev_tag)
+    if (c == ':') c = '_';
+  std::ofstream(out_dir + "/summary_" + dev_tag + ".json") << summary.dump(1) << "\n";
   return 0;
 }
