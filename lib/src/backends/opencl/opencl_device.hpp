@@ -39,7 +39,8 @@ struct LocalBytes {
 
 // An NDRange of one to three dimensions.
 struct Range {
-  Range(std::size_t x) : size{x, 1, 1}, dims(1) {}  // NOLINT: implicit for launch({n}, ...)
+  // Implicit, so a one-dimensional range is just a number.
+  Range(std::size_t x) : size{x, 1, 1}, dims(1) {}  // NOLINT(google-explicit-constructor)
   Range(std::size_t x, std::size_t y) : size{x, y, 1}, dims(2) {}
   Range(std::size_t x, std::size_t y, std::size_t z) : size{x, y, z}, dims(3) {}
   std::size_t count() const { return size[0] * size[1] * size[2]; }
