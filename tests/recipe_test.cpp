@@ -1,4 +1,6 @@
 // Recipe parsing: sweeps expand, and every malformed recipe gives file:line:col and the allowed values.
+#include <filesystem>
+
 #include "recipe.hpp"
 #include "support.hpp"
 
@@ -57,6 +59,19 @@ TEST(Recipe, MalformedRecipesAreLocated) {
   EXPECT_EQ(error_of("name: x\nworkloads: []\ntune: {strategy: greedy}\n"),
             "r.yaml:3:18: unknown strategy 'greedy' (allowed: anneal, exhaustive, model, random)");
   EXPECT_EQ(error_of("name: x\nworkloads: 3\n"), "r.yaml:2:12: workloads must be a non-empty list");
+}
+
+TEST(Recipe, ShippedRecipesLoad) {
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(EJK_RECIPES_DIR)) {
+    if (entry.path().extension() != ".yaml") continue;
+    ++count;
+    SCOPED_TRACE(entry.path().string());
+    app::Recipe r;
+    EXPECT_NO_THROW(r = app::load_recipe(entry.path().string()));
+    EXPECT_FALSE(r.workloads.empty());
+  }
+  EXPECT_GE(count, 3);
 }
 
 }  // namespace
