@@ -1,5 +1,8 @@
 // The tuner on the built-in kernels: every candidate checked against the kernel's reference,
 // the backward pass of attention included (checked numerically, not only timed).
+#include <algorithm>
+#include <cmath>
+
 #include "ejk/tuner.hpp"
 #include "support.hpp"
 
@@ -35,6 +38,23 @@ TEST(TuneKernels, AttentionForwardAndBackwardAreCheckedAgainstTheirReferences) {
     }
     EXPECT_TRUE(r.tuned) << r.report;
   }
+}
+
+// Causal with more queries than keys leaves the first rows with no allowed key (the diagonal
+// sits bottom-right): their lse is -inf in the reference too, a right answer, not an overflow.
+TEST(TuneKernels, MinusInfinityWhereTheReferenceHasItPasses) {
+  auto dev = open_device("cpu");
+  const Kernel& k = Registry::global().kernel("flash_attention");
+  Invocation inv = k.from_sizes({{"seq_q", 40}, {"seq_k", 20}, {"heads", 2}, {"head_dim", 16}}, DType::f32,
+                                {{"causal", true}});
+  const HostArrays in = k.inputs(inv, 3);
+  const HostArrays want = k.reference(inv, in);
+  ASSERT_TRUE(std::any_of(want[1].begin(), want[1].end(), [](double x) { return std::isinf(x); }))
+      << "the input should mask some rows entirely";
+  TuneResult r = tune(inv, *dev, quick());
+  ASSERT_FALSE(r.measurements.empty());
+  for (const auto& m : r.measurements) EXPECT_EQ(m.status, Status::ok) << m.config.canonical() << ": " << m.message;
+  EXPECT_TRUE(r.tuned) << r.report;
 }
 
 }  // namespace
