@@ -43,6 +43,15 @@ def main():
                 ms = time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
             out["rows"].append({"what": f"sdpa_{name}_B4H16S4096D128{'_causal' if causal else ''}", "ms": ms,
                                 "TFLOP/s": flops / ms / 1e9})
+            # Backward alone: the graph of one forward, differentiated repeatedly (2.5x the flops).
+            qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+            with sdpa_kernel(be):
+                o = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+            dout = torch.randn_like(o)
+            with sdpa_kernel(be):
+                ms = time_ms(lambda: torch.autograd.grad(o, (qg, kg, vg), dout, retain_graph=True))
+            out["rows"].append({"what": f"sdpa_{name}_bwd_B4H16S4096D128{'_causal' if causal else ''}", "ms": ms,
+                                "TFLOP/s": 2.5 * flops / ms / 1e9})
     print(json.dumps(out, indent=1))
 
 
