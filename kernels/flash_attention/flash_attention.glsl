@@ -26,16 +26,15 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 
 layout(constant_id = 3) const uint BQ = 16;     // query rows of a block
 layout(constant_id = 4) const uint BK = 16;     // keys of a block
-layout(constant_id = 5) const uint D = 64;      // head_dim
+layout(constant_id = 5) const uint DMAX = 64;   // head_dim rounded up to a size class (32, 64, 128, 256)
 layout(constant_id = 6) const uint RX = 8;      // = local size x
 layout(constant_id = 7) const uint RY = 4;      // = local size y
-layout(constant_id = 8) const uint DTYPE = 0;   // q, k, v, out, dout, dq, dk, dv: 0 f32, 1 f16, 2 bf16
 
 const uint NT = RX * RY;
 const uint WQ = BQ / RY;             // score / output rows per invocation
 const uint WK = BK / RX;             // score columns per invocation
 const uint WR = BK / RY;             // dk/dv rows per invocation
-const uint WD = (D + RX - 1) / RX;   // output columns per invocation
+const uint WD = (DMAX + RX - 1) / RX;  // output columns per invocation (some past head_dim)
 const uint DS = WD * RX + 1;         // shared row stride of staged operands (odd)
 const uint KS = BK + 1;              // shared row stride of score tiles
 
@@ -60,7 +59,14 @@ layout(push_constant) uniform Push {
   uint dtypes;       // bias dtype | sinks dtype << 4 (0 f32, 1 f16, 2 bf16)
   uint group_x, group_y, group_z;  // first workgroup of this dispatch (large grids are split)
   uint extra;        // prep and finish: query blocks of the prep pass per (sequence, head)
+  uint head_dim;     // D <= DMAX
+  uint dtype;        // q, k, v, out, dout, dq, dk, dv: 0 f32, 1 f16, 2 bf16 (f32 only without ELEM16)
 } pc;
+
+// Runtime rather than specialization constants: one pipeline serves every head_dim of a size
+// class and every storage dtype, which keeps the number of pipelines a driver compiles small.
+#define D pc.head_dim
+#define DTYPE pc.dtype
 
 bool flag(uint f) { return (pc.flags & f) != 0u; }
 

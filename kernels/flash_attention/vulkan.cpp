@@ -4,8 +4,10 @@
 // Forward: one workgroup per (query block, head, sequence), online softmax. Backward,
 // FlashAttention-2 style without atomics: prep (delta = dout . out, dsoftmax_aux shares), dk/dv by
 // key block iterating the query blocks (P recomputed from lse), dq by query block, then fixed-order
-// reductions for a broadcast dbias and for dsoftmax_aux. Options are push constants; tile geometry,
-// head_dim and the storage dtype are specialization constants.
+// reductions for a broadcast dbias and for dsoftmax_aux. Options, head_dim and the storage dtype
+// are push constants; tile geometry and a head_dim size class are specialization constants, so a
+// few pipelines serve many invocations (a driver compiles each pipeline once, and CPU drivers
+// such as lavapipe take seconds for each).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -30,8 +32,9 @@ struct Push {
   std::uint32_t bias_batch, bias_heads, dtypes;
   std::uint32_t group_x, group_y, group_z;
   std::uint32_t extra;
+  std::uint32_t head_dim, dtype;
 };
-static_assert(sizeof(Push) == 104, "the shader's block is 26 words");
+static_assert(sizeof(Push) == 112, "the shader's block is 28 words");
 
 // The shader's F_* flags.
 constexpr std::uint32_t causal = 1, varlen = 2, bias = 4, sinks = 8, segments = 16, dropout = 32, softcap = 64,
@@ -49,7 +52,15 @@ std::uint32_t dtype_code(DType t) {
   }
 }
 
-// Tile geometry of a config, and the shared memory of each pass (the shader's SH).
+// The shader's DMAX: head_dim rounded up to a size class. head_dim itself is a push constant,
+// so the few classes bound the pipelines compiled per config.
+std::int64_t head_dim_class(std::int64_t d) {
+  std::int64_t c = 32;
+  while (c < d) c *= 2;
+  return c;
+}
+
+// Tile geometry of a config, and the shared memory of each pass (the shader's SH); d is the class.
 struct Geometry {
   std::int64_t bq, bk, rx, ry, d;
   std::int64_t ds() const { return ceil_div(d, rx) * rx + 1; }
@@ -60,7 +71,7 @@ struct Geometry {
 
 // The same limits as the space's constraints, for configs that reach run() without it.
 Geometry geometry(const Config& c, const Problem& p, const DeviceInfo& info) {
-  Geometry g{c.get("block_q"), c.get("block_k"), c.get("threads_x"), c.get("threads_y"), p.head_dim};
+  Geometry g{c.get("block_q"), c.get("block_k"), c.get("threads_x"), c.get("threads_y"), head_dim_class(p.head_dim)};
   const std::string text = "flash_attention vulkan: config " + c.canonical() + " ";
   if (g.bq <= 0 || g.bk <= 0 || g.rx <= 0 || g.ry <= 0)
     throw InvalidArgument(text + "needs positive block_q, block_k, threads_x, threads_y");
@@ -113,6 +124,8 @@ Push make_push(const Problem& p) {
   c.seed_hi = static_cast<std::uint32_t>(p.seed >> 32);
   c.bias_batch = u32(p.has_bias ? p.bias_batch : 1);
   c.bias_heads = u32(p.has_bias ? p.bias_heads : 1);
+  c.head_dim = u32(p.head_dim);
+  c.dtype = dtype_code(p.dtype);
   c.dtypes = (p.has_bias ? dtype_code(p.bias_dtype) : 0) | (p.has_sinks ? dtype_code(p.sinks_dtype) : 0) << 4;
   return c;
 }
@@ -157,8 +170,8 @@ ParamSpace vulkan_space(const Invocation& inv, const DeviceInfo& dev, bool backw
   const Vars vars = backward ? FlashAttentionBwdKernel().vars(inv) : FlashAttentionKernel().vars(inv);
   const auto& lim = vulkan::physical_device(dev.index).limits;
   // The shader's DS, the padded shared row stride.
-  const std::string ds = "(((head_dim + threads_x - 1) / threads_x) * threads_x + 1)";
-  const std::string wd = "((head_dim + threads_x - 1) / threads_x)";
+  const std::string ds = "(((head_dim_class + threads_x - 1) / threads_x) * threads_x + 1)";
+  const std::string wd = "((head_dim_class + threads_x - 1) / threads_x)";
   ParamSpace s;
   s.param("block_q", {8, 16, 32, 64})
       .param("block_k", {8, 16, 32, 64})
@@ -181,7 +194,8 @@ ParamSpace vulkan_space(const Invocation& inv, const DeviceInfo& dev, bool backw
   } else {
     s.constraint("4 * (block_q * " + ds + " + block_k * " + ds + " + block_q * (block_k + 1) + block_q * threads_x) <= local_mem");
   }
-  s.bind(vars).bind(device_vars(dev)).bind({{"max_workgroup_x", std::int64_t{lim.maxComputeWorkGroupSize[0]}},
+  s.bind(vars).bind(device_vars(dev)).bind({{"head_dim_class", head_dim_class(std::get<std::int64_t>(vars.at("head_dim")))},
+                                            {"max_workgroup_x", std::int64_t{lim.maxComputeWorkGroupSize[0]}},
                                             {"max_workgroup_y", std::int64_t{lim.maxComputeWorkGroupSize[1]}}});
   return s;
 }
@@ -243,12 +257,12 @@ class VulkanForward final : public VulkanBase {
     const Problem p = Problem::of(inv);
     auto& dev = prepare(p, device);
     const Geometry g = geometry(config, p, dev.info());
-    const bool wide = needs16(p);
+    const bool wide = needs16(p) || dev.physical().storage16;
     const std::string spirv = module("fwd", wide);
     vulkan::Launch l;
     l.spirv = spirv;
     l.local_size = {u32(g.rx), u32(g.ry), 1};
-    l.spec = {u32(g.bq), u32(g.bk), u32(p.head_dim), u32(g.rx), u32(g.ry), dtype_code(p.dtype)};
+    l.spec = {u32(g.bq), u32(g.bk), u32(g.d), u32(g.rx), u32(g.ry)};
     for (std::size_t i = 0; i < fwd::count; ++i) l.buffers.push_back(&args[i].buffer());
     l.shared_bytes = u32(g.forward_shared());
     launch(dev, l, make_push(p), ceil_div(p.seq_q, g.bq), p.heads, p.batch);
@@ -274,8 +288,7 @@ class VulkanBackward final : public VulkanBase {
     const Problem p = Problem::of(inv);
     auto& dev = prepare(p, device);
     const Geometry g = geometry(config, p, dev.info());
-    const bool wide = needs16(p);
-    const std::uint32_t dt = dtype_code(p.dtype);
+    const bool wide = needs16(p) || dev.physical().storage16;
 
     // Scratch: delta per row, the prep pass's dsoftmax_aux shares, and where the bias is
     // broadcast, dbias unbroadcast in f32 (summed by the finish pass instead of atomically).
@@ -299,14 +312,14 @@ class VulkanBackward final : public VulkanBase {
     std::string spirv = module("prep", wide);
     l.spirv = spirv;
     l.local_size = {u32(prep_rows), 1, 1};
-    l.spec = {1, u32(prep_rows), u32(p.head_dim), u32(prep_rows), 1, dt};
+    l.spec = {1, u32(prep_rows), 32, u32(prep_rows), 1};
     l.shared_bytes = u32(prep_rows * 4);
     launch(dev, l, push, prep_blocks, p.heads, p.batch);
 
     spirv = module("dkdv", wide);
     l.spirv = spirv;
     l.local_size = {u32(g.rx), u32(g.ry), 1};
-    l.spec = {u32(g.bq), u32(g.bk), u32(p.head_dim), u32(g.rx), u32(g.ry), dt};
+    l.spec = {u32(g.bq), u32(g.bk), u32(g.d), u32(g.rx), u32(g.ry)};
     l.shared_bytes = u32(g.dkdv_shared());
     launch(dev, l, push, ceil_div(p.seq_k, g.bk), p.kv_heads, p.batch);
 
@@ -318,7 +331,7 @@ class VulkanBackward final : public VulkanBase {
     spirv = module("finish", wide);
     l.spirv = spirv;
     l.local_size = {u32(prep_rows), 1, 1};
-    l.spec = {1, u32(prep_rows), 1, u32(prep_rows), 1, dt};
+    l.spec = {1, u32(prep_rows), 32, u32(prep_rows), 1};
     l.shared_bytes = u32(prep_rows * 4);
     if (p.has_sinks) launch(dev, l, push, 1, 1, 1);
     if (broadcast) {
