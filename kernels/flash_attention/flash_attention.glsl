@@ -21,6 +21,7 @@
 #define FA_DKDV 2
 #define FA_DQ 3
 #define FA_FINISH 4
+#define FA_FWD_CM 5  // forward on cooperative matrices: flash_attention_fwd_coopmat.comp has its main
 
 layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 
@@ -74,7 +75,7 @@ bool flag(uint f) { return (pc.flags & f) != 0u; }
 // Forward:  q k v bias softmax_aux cu_q cu_k q_seg kv_seg | out lse
 // Backward: q k v out dout lse bias softmax_aux cu_q cu_k q_seg kv_seg | dq dk dv dbias
 //           dsoftmax_aux | delta (f32 [heads][total_q]) partials (f32) dbias scratch (f32)
-#if PASS == FA_FWD
+#if PASS == FA_FWD || PASS == FA_FWD_CM
 #define B_Q 0
 #define B_K 1
 #define B_V 2
@@ -120,7 +121,7 @@ layout(binding = B_QSEG) readonly buffer QSeg { int q_seg[]; };
 layout(binding = B_KSEG) readonly buffer KSeg { int k_seg[]; };
 layout(binding = B_OUT) buffer OutF { float out_f[]; };
 layout(binding = B_LSE) buffer Lse { float lse_f[]; };
-#if PASS != FA_FWD
+#if PASS != FA_FWD && PASS != FA_FWD_CM
 layout(binding = B_DOUT) readonly buffer DOutF { float dout_f[]; };
 layout(binding = B_DQ) writeonly buffer DqF { float dq_f[]; };
 layout(binding = B_DK) writeonly buffer DkF { float dk_f[]; };
@@ -139,7 +140,7 @@ layout(binding = B_V) readonly buffer VH { uint16_t v_h[]; };
 layout(binding = B_BIAS) readonly buffer BiasH { uint16_t bias_h[]; };
 layout(binding = B_SINKS) readonly buffer SinksH { uint16_t sinks_h[]; };
 layout(binding = B_OUT) buffer OutH { uint16_t out_h[]; };
-#if PASS != FA_FWD
+#if PASS != FA_FWD && PASS != FA_FWD_CM
 layout(binding = B_DOUT) readonly buffer DOutH { uint16_t dout_h[]; };
 layout(binding = B_DQ) writeonly buffer DqH { uint16_t dq_h[]; };
 layout(binding = B_DK) writeonly buffer DkH { uint16_t dk_h[]; };
@@ -221,8 +222,13 @@ float keep(uint h, int i, int j) {
   return ejk_dropout_keep(seq, h, uint(i), uint(j), pc.seed_lo, pc.seed_hi, pc.threshold) != 0u ? pc.keep_scale : 0.0;
 }
 
+uint lse_index(uint h, int i) {
+  return flag(F_VARLEN) ? h * pc.total_q + uint(q_start + i) : (seq * pc.heads + h) * pc.seq_q + uint(i);
+}
+
 // ---- staging -------------------------------------------------------------------------------
 
+#if PASS != FA_FWD_CM
 #if PASS == FA_FWD
 const uint SH = BQ * DS + BK * DS + BQ * KS + BQ * RX;
 #elif PASS == FA_DKDV
@@ -272,15 +278,12 @@ void dots(uint a, uint b) {
   }
 }
 
-uint lse_index(uint h, int i) {
-  return flag(F_VARLEN) ? h * pc.total_q + uint(q_start + i) : (seq * pc.heads + h) * pc.seq_q + uint(i);
-}
-
 void setup() {
   tx = gl_LocalInvocationID.x;
   ty = gl_LocalInvocationID.y;
   tid = ty * RX + tx;
 }
+#endif  // PASS != FA_FWD_CM
 
 #if PASS == FA_FWD
 // ---- forward -------------------------------------------------------------------------------

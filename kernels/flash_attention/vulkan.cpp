@@ -166,17 +166,52 @@ std::string module(const char* pass, bool wide) {
   return std::string("flash_attention/flash_attention_") + pass + (wide ? "16" : "") + ".spv";
 }
 
+// The cooperative-matrix forward (flash_attention_fwd_coopmat.comp) needs f16 q, k, v, a head_dim
+// that is a multiple of 16, 16x16x16 f16 x f16 -> f32 fragments, and subgroups of 16, 32 or 64.
+bool coopmat_offered(const Problem& p, const DeviceInfo& dev) {
+#ifdef EJK_HAVE_COOPMAT
+  const auto& pd = vulkan::physical_device(dev.index);
+  if (p.backward || p.dtype != DType::f16 || p.head_dim % 16 != 0 || !pd.storage16 || !pd.float16 || !pd.full_subgroups)
+    return false;
+  if (dev.subgroup_size != 16 && dev.subgroup_size != 32 && dev.subgroup_size != 64) return false;
+  return std::any_of(dev.coopmat.begin(), dev.coopmat.end(), [](const CoopMatShape& c) {
+    return c.a == DType::f16 && c.c == DType::f32 && c.m == 16 && c.n == 16 && c.k == 16;
+  });
+#else
+  (void)p;
+  (void)dev;
+  return false;
+#endif
+}
+
+// Shared memory of the cooperative-matrix forward (its hs and fs arrays).
+std::int64_t coopmat_shared(std::int64_t subgroups, std::int64_t bk, std::int64_t d, std::int64_t sg) {
+  const std::int64_t rows = 16 * subgroups;
+  const std::int64_t halves = rows * (d + 8) + 2 * bk * (d + 8) + rows * (bk + 8);
+  const std::int64_t floats = rows * bk + rows * (sg / 16) + rows;
+  return halves * 2 + (floats + 3) / 4 * 16;
+}
+
+const char* const scalar_v = "variant == \"scalar\"";
+const char* const coop_v = "variant == \"coopmat\"";
+
 ParamSpace vulkan_space(const Invocation& inv, const DeviceInfo& dev, bool backward) {
   const Vars vars = backward ? FlashAttentionBwdKernel().vars(inv) : FlashAttentionKernel().vars(inv);
   const auto& lim = vulkan::physical_device(dev.index).limits;
+  const bool coop = !backward && coopmat_offered(Problem::of(inv), dev);
   // The shader's DS, the padded shared row stride.
   const std::string ds = "(((head_dim_class + threads_x - 1) / threads_x) * threads_x + 1)";
   const std::string wd = "((head_dim_class + threads_x - 1) / threads_x)";
   ParamSpace s;
-  s.param("block_q", {8, 16, 32, 64})
-      .param("block_k", {8, 16, 32, 64})
-      .param("threads_x", {4, 8, 16, 32})
-      .param("threads_y", {2, 4, 8, 16})
+  // The backward has only the scalar variant; naming it keeps the scalar configs of both
+  // kernels interchangeable.
+  std::vector<Value> variants{std::string("scalar")};
+  if (coop) variants.push_back(std::string("coopmat"));
+  s.param("variant", variants)
+      .param("block_q", {8, 16, 32, 64}, scalar_v)
+      .param("block_k", {8, 16, 32, 64}, scalar_v)
+      .param("threads_x", {4, 8, 16, 32}, scalar_v)
+      .param("threads_y", {2, 4, 8, 16}, scalar_v)
       .constraint("block_q % threads_y == 0 && block_k % threads_x == 0")
       .constraint("threads_x * threads_y >= 32 && threads_x * threads_y <= max_workgroup_size")
       .constraint("threads_x <= max_workgroup_x && threads_y <= max_workgroup_y")
@@ -194,6 +229,16 @@ ParamSpace vulkan_space(const Invocation& inv, const DeviceInfo& dev, bool backw
   } else {
     s.constraint("4 * (block_q * " + ds + " + block_k * " + ds + " + block_q * (block_k + 1) + block_q * threads_x) <= local_mem");
   }
+  if (coop) {
+    // Subgroups of 16 query rows each; key blocks of 16 to 64.
+    s.param("subgroups", {1, 2, 4, 8}, coop_v)
+        .param("coop_block_k", {16, 32, 64}, coop_v)
+        .constraint("subgroup_size * subgroups <= max_workgroup_size && subgroup_size * subgroups <= max_workgroup_x")
+        .constraint("subgroups == 1 || 16 * subgroups < 2 * seq_q")
+        .constraint("coop_block_k == 16 || coop_block_k < 2 * seq_k")
+        .constraint("2 * (16 * subgroups * (head_dim + 8) + 2 * coop_block_k * (head_dim + 8) + 16 * subgroups * (coop_block_k + 8))"
+                    " + 16 * ((16 * subgroups * (coop_block_k + subgroup_size / 16 + 1) + 3) / 4) <= local_mem");
+  }
   s.bind(vars).bind(device_vars(dev)).bind({{"head_dim_class", head_dim_class(std::get<std::int64_t>(vars.at("head_dim")))},
                                             {"max_workgroup_x", std::int64_t{lim.maxComputeWorkGroupSize[0]}},
                                             {"max_workgroup_y", std::int64_t{lim.maxComputeWorkGroupSize[1]}}});
@@ -205,8 +250,8 @@ ParamSpace vulkan_space(const Invocation& inv, const DeviceInfo& dev, bool backw
 // SIMD lanes and gain little from more invocations.
 Config vulkan_heuristic(const Invocation& inv, const DeviceInfo& dev, bool backward, const Implementation& impl) {
   ParamSpace space = impl.space(inv, dev);
-  auto cfg = [](std::int64_t bq, std::int64_t bk, std::int64_t rx, std::int64_t ry) {
-    return Config{{"block_q", bq}, {"block_k", bk}, {"threads_x", rx}, {"threads_y", ry}};
+  auto cfg = [&](std::int64_t bq, std::int64_t bk, std::int64_t rx, std::int64_t ry) {
+    return Config{{"variant", std::string("scalar")}, {"block_q", bq}, {"block_k", bk}, {"threads_x", rx}, {"threads_y", ry}};
   };
   std::vector<Config> tries;
   if (vulkan::physical_device(dev.index).cpu) {
@@ -219,6 +264,7 @@ Config vulkan_heuristic(const Invocation& inv, const DeviceInfo& dev, bool backw
   for (const auto& c : tries)
     if (space.admits(c)) return c;
   auto all = space.enumerate();
+  // The scalar variant comes first in the space; the cooperative-matrix one is left to tuning.
   if (all.empty()) throw SelectionError("flash_attention vulkan: no config fits " + dev.id() + " for " + inv.signature());
   return all.front();
 }
@@ -246,7 +292,11 @@ class VulkanForward final : public VulkanBase {
   std::string_view kernel() const override { return "flash_attention"; }
   std::vector<ArgDef> args() const override { return forward_args(); }
   std::vector<std::string> sources() const override {
-    return {module("fwd", false), module("fwd", true)};
+    std::vector<std::string> s{module("fwd", false), module("fwd", true)};
+#ifdef EJK_HAVE_COOPMAT
+    s.push_back("flash_attention/flash_attention_fwd_coopmat.spv");
+#endif
+    return s;
   }
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override { return vulkan_space(inv, dev, false); }
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
@@ -256,6 +306,9 @@ class VulkanForward final : public VulkanBase {
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
     auto& dev = prepare(p, device);
+    const std::string variant = config.has("variant") ? config.text("variant") : "scalar";
+    if (variant == "coopmat") return run_coopmat(p, config, args, dev);
+    if (variant != "scalar") throw InvalidArgument("flash_attention vulkan: unknown variant '" + variant + "' (scalar, coopmat)");
     const Geometry g = geometry(config, p, dev.info());
     const bool wide = needs16(p) || dev.physical().storage16;
     const std::string spirv = module("fwd", wide);
@@ -266,6 +319,34 @@ class VulkanForward final : public VulkanBase {
     for (std::size_t i = 0; i < fwd::count; ++i) l.buffers.push_back(&args[i].buffer());
     l.shared_bytes = u32(g.forward_shared());
     launch(dev, l, make_push(p), ceil_div(p.seq_q, g.bq), p.heads, p.batch);
+  }
+
+ private:
+  static void run_coopmat(const Problem& p, const Config& config, std::span<const Tensor> args, vulkan::VulkanDevice& dev) {
+    const DeviceInfo& info = dev.info();
+    const std::string text = "flash_attention vulkan: config " + config.canonical() + " ";
+    if (!coopmat_offered(p, info))
+      throw InvalidArgument(text + "needs f16 q, k, v with head_dim a multiple of 16 and a device with 16x16x16 f16 "
+                            "cooperative matrices, 16-bit storage, float16 and full subgroups of 16, 32 or 64 (" +
+                            info.id() + ": " + info.name + ")");
+    const std::int64_t nsg = config.get("subgroups"), bk = config.get("coop_block_k"), sg = info.subgroup_size;
+    if (nsg <= 0 || bk <= 0 || bk % 16 != 0 || bk % (2 * (sg / 16)) != 0)
+      throw InvalidArgument(text + "needs positive subgroups and coop_block_k a positive multiple of 16");
+    if (sg * nsg > info.max_workgroup_size)
+      throw InvalidArgument(text + "exceeds the device's workgroup size " + std::to_string(info.max_workgroup_size));
+    const std::int64_t shared = coopmat_shared(nsg, bk, p.head_dim, sg);
+    if (shared > static_cast<std::int64_t>(info.local_mem))
+      throw InvalidArgument(text + "needs " + std::to_string(shared) + " bytes of shared memory for head_dim " +
+                            std::to_string(p.head_dim) + ", the device has " + std::to_string(info.local_mem));
+    vulkan::Launch l;
+    l.spirv = "flash_attention/flash_attention_fwd_coopmat.spv";
+    l.local_size = {u32(sg * nsg), 1, 1};
+    // The shared constants: BQ = 16 subgroups, BK, DMAX = head_dim, RX = subgroup size, RY = subgroups.
+    l.spec = {u32(16 * nsg), u32(bk), u32(p.head_dim), u32(sg), u32(nsg)};
+    for (std::size_t i = 0; i < fwd::count; ++i) l.buffers.push_back(&args[i].buffer());
+    l.shared_bytes = u32(shared);
+    l.full_subgroups = true;
+    launch(dev, l, make_push(p), ceil_div(p.seq_q, 16 * nsg), p.heads, p.batch);
   }
 };
 
@@ -287,6 +368,8 @@ class VulkanBackward final : public VulkanBase {
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
     auto& dev = prepare(p, device);
+    if (config.has("variant") && config.text("variant") != "scalar")
+      throw InvalidArgument("flash_attention_bwd vulkan: unknown variant '" + config.text("variant") + "' (scalar)");
     const Geometry g = geometry(config, p, dev.info());
     const bool wide = needs16(p) || dev.physical().storage16;
 
