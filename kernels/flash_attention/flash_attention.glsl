@@ -255,11 +255,19 @@ float load_src(uint src, uint e) {
 // rows [0, n) of sh at `base` (stride DS) = tokens tok0.. of head h of `src` (nh heads) * scale;
 // rows from `valid` on are zero.
 void stage(uint base, uint n, int tok0, int valid, uint nh, uint h, uint src, float scale) {
-  for (uint e = tid; e < n * D; e += NT) {
-    uint r = e / D, d = e - r * D;
+  // Row and column advance by NT elements per step, without a division per element.
+  const uint rstep = NT / D, dstep = NT - rstep * D;
+  uint r = tid / D, d = tid - r * D;
+  while (r < n) {
     float x = 0.0;
     if (int(r) < valid) x = load_src(src, (uint(tok0 + int(r)) * nh + h) * D + d) * scale;
     sh[base + r * DS + d] = x;
+    r += rstep;
+    d += dstep;
+    if (d >= D) {
+      d -= D;
+      ++r;
+    }
   }
 }
 
