@@ -264,8 +264,8 @@ Config vulkan_heuristic(const Invocation& inv, const DeviceInfo& dev, bool backw
   for (const auto& c : tries)
     if (space.admits(c)) return c;
   auto all = space.enumerate();
-  // The scalar variant comes first in the space; the cooperative-matrix one is left to tuning.
   if (all.empty()) throw SelectionError("flash_attention vulkan: no config fits " + dev.id() + " for " + inv.signature());
+  // The scalar variant comes first in the space: the cooperative-matrix one is left to tuning.
   return all.front();
 }
 
