@@ -1,0 +1,196 @@
+#version 450
+// flash_attention forward in f16 on tensor cores through GL_NV_cooperative_matrix (16x16x16
+// f16 x f16 -> f32 fragments); masks, bias, cap, sinks, dropout and packed input as in
+// flash_attention.glsl, whose bindings, push constants and helpers it shares.
+//
+// A workgroup of NSG subgroups owns BQ = 16 NSG query rows of one (sequence, head); subgroup s
+// owns rows 16 s .. 16 s + 15. q (once) and each key block's k and v are staged as f16 in shared
+// memory with 16 bytes of padding per row. Per key block each subgroup computes its 16 x BK
+// scores as fragments (q k^T), stores them to its f32 scratch, runs the online softmax there in
+// scalar code (SG / 16 lanes per row, each on pairs of columns), writes P as f16, rescales its
+// output fragments by the row factors (through the scratch, only when some row's maximum moved)
+// and adds P v. The output stays in f32 fragments until the end.
+#extension GL_GOOGLE_include_directive : require
+#extension GL_NV_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_vote : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#define PASS FA_FWD_CM
+#define ELEM16 1
+#include "flash_attention.glsl"
+
+// Specialization (constant ids of flash_attention.glsl): BQ = 16 NSG, BK a multiple of 16,
+// DMAX = head_dim (a multiple of 16), RX = subgroup size (16, 32 or 64), RY = NSG.
+const uint NSG = RY;
+const uint SG = RX;
+const uint THREADS = SG * NSG;
+const uint LPR = SG / 16;      // lanes per score row
+const uint PAIRS = BK / (2 * LPR);  // column pairs per lane
+const uint HS = DMAX + 8;      // halves per staged row
+const uint PS = BK + 8;        // halves per P row
+const uint FD = DMAX / 16;     // output fragments per subgroup
+const uint FK = BK / 16;       // key fragments per block
+
+// f16 staging, in units of 8 halves: q [BQ][HS], k and v [BK][HS], P [NSG * 16][PS].
+const uint QB = 0, KB = QB + BQ * HS / 8, VB = KB + BK * HS / 8, PB = VB + BK * HS / 8;
+shared uvec4 hs[PB + NSG * 16 * PS / 8];
+// f32, in units of 4 floats: per-subgroup scratch [16][BK] (scores, then output fragments),
+// per-row partials [NSG * 16][LPR], per-row factors [NSG * 16].
+const uint SB = 0, RB = SB + NSG * 16 * BK, AB = RB + NSG * 16 * LPR;
+shared uvec4 fs[(AB + NSG * 16 + 3) / 4];
+
+float fget(uint e) { return uintBitsToFloat(fs[e / 4][e % 4]); }
+void fset(uint e, float x) { fs[e / 4][e % 4] = floatBitsToUint(x); }
+
+layout(binding = B_Q) readonly buffer Q8 { uvec4 q8[]; };
+layout(binding = B_K) readonly buffer K8 { uvec4 k8[]; };
+layout(binding = B_V) readonly buffer V8 { uvec4 v8[]; };
+
+const uint SRC_Q = 0u, SRC_K = 1u, SRC_V = 2u;
+
+// Rows [0, n) at hs[base] = tokens tok0.. of head h (nh heads) of q, k or v; zero from `valid` on.
+void stage16(uint base, uint n, int tok0, int valid, uint nh, uint h, uint src) {
+  const uint per_row = DMAX / 8;
+  for (uint u = gl_LocalInvocationID.x; u < n * per_row; u += THREADS) {
+    const uint r = u / per_row, c = u - r * per_row;
+    uvec4 x = uvec4(0);
+    if (int(r) < valid) {
+      const uint e = (uint(tok0 + int(r)) * nh + h) * (DMAX / 8) + c;
+      x = src == SRC_Q ? q8[e] : (src == SRC_K ? k8[e] : v8[e]);
+    }
+    hs[base + r * (HS / 8) + c] = x;
+  }
+}
+
+void sync_subgroup() {
+  subgroupMemoryBarrierShared();
+  subgroupBarrier();
+}
+
+fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> o[FD];
+
+void main() {
+  const uint qb = gl_WorkGroupID.x + pc.group_x;
+  head = gl_WorkGroupID.y + pc.group_y;
+  seq = gl_WorkGroupID.z + pc.group_z;
+  sequence_bounds(seq);
+  const int i0 = int(qb * BQ);
+  if (i0 >= q_len) return;
+  const int rows = min(int(BQ), q_len - i0);
+  const uint hk = head / pc.group;
+  const uint s = gl_SubgroupID, lane = gl_SubgroupInvocationID;
+  const uint rr = lane / LPR, part = lane % LPR;  // this lane's row of the subgroup's 16, and share
+  const uint row = s * 16 + rr;                   // within the block
+  const int qi = i0 + int(row);
+  const uint scratch = SB + s * 16 * BK;
+
+  [[unroll]] for (uint f = 0; f < FD; ++f) o[f] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
+  const float sink = flag(F_SINKS) ? LOAD(sinks, head, sinks_dtype()) * LOG2E : NEG;
+  float m = sink, l = flag(F_SINKS) && part == 0u ? 1.0 : 0.0;
+  stage16(QB, BQ, q_start + i0, rows, pc.heads, head, SRC_Q);
+
+  const int jlo = max(0, key_lo(i0)), jhi = min(k_len - 1, key_hi(i0 + rows - 1));
+  for (int kb = jlo / int(BK); jlo <= jhi && kb <= jhi / int(BK); ++kb) {
+    const int j0 = kb * int(BK), n = min(int(BK), k_len - j0);
+    barrier();
+    stage16(KB, BK, k_start + j0, n, pc.kv_heads, hk, SRC_K);
+    stage16(VB, BK, k_start + j0, n, pc.kv_heads, hk, SRC_V);
+    barrier();
+
+    // Scores of this subgroup's rows: q k^T, k^T read as a column-major view of k's rows.
+    [[unroll]] for (uint jb = 0; jb < FK; ++jb) {
+      fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
+      for (uint kk = 0; kk < DMAX; kk += 16) {
+        fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> a, b;
+        coopMatLoadNV(a, hs, QB + (s * 16 * HS + kk) / 8, HS / 8, false);
+        coopMatLoadNV(b, hs, KB + (jb * 16 * HS + kk) / 8, HS / 8, true);
+        acc = coopMatMulAddNV(a, b, acc);
+      }
+      coopMatStoreNV(acc, fs, (scratch + jb * 16) / 4, BK / 4, false);
+    }
+    sync_subgroup();
+
+    // Online softmax on the scratch: this lane's column pairs c = 2 (part + t LPR) + {0, 1}.
+    float z[2 * PAIRS];
+    float mx = NEG;
+    [[unroll]] for (uint t = 0; t < PAIRS; ++t)
+      [[unroll]] for (uint e = 0; e < 2; ++e) {
+        const uint c = 2 * (part + t * LPR) + e;
+        z[2 * t + e] = logit(fget(scratch + rr * BK + c) * pc.qscale, head, qi, j0 + int(c));
+        mx = max(mx, z[2 * t + e]);
+      }
+    fset(RB + row * LPR + part, mx);
+    sync_subgroup();
+    for (uint x = 0; x < LPR; ++x) mx = max(mx, fget(RB + row * LPR + x));
+    mx = max(mx, m);
+    float alpha = 1.0;
+    if (mx != NEG) {
+      alpha = exp2(m - mx);
+      m = mx;
+    }
+    float sum = 0.0;
+    [[unroll]] for (uint t = 0; t < PAIRS; ++t) {
+      float p[2];
+      [[unroll]] for (uint e = 0; e < 2; ++e) {
+        const uint c = 2 * (part + t * LPR) + e;
+        p[e] = mx == NEG ? 0.0 : exp2(z[2 * t + e] - mx);
+        sum += p[e];
+        if (flag(F_DROPOUT) && p[e] != 0.0) p[e] *= keep(head, qi, j0 + int(c));
+      }
+      const uint h = row * PS + 2 * (part + t * LPR);  // half index within P
+      hs[PB + h / 8][(h % 8) / 2] = packHalf2x16(vec2(p[0], p[1]));
+    }
+    l = l * alpha + sum;
+    if (part == 0u) fset(AB + row, alpha);
+    sync_subgroup();
+
+    // o *= alpha per row, through the scratch (the scores there are consumed).
+    if (subgroupAny(alpha != 1.0)) {
+      [[unroll]] for (uint f = 0; f < FD; ++f) {
+        coopMatStoreNV(o[f], fs, scratch / 4, 4, false);
+        sync_subgroup();
+        for (uint e = lane; e < 256; e += SG) fset(scratch + e, fget(scratch + e) * fget(AB + s * 16 + e / 16));
+        sync_subgroup();
+        coopMatLoadNV(o[f], fs, scratch / 4, 4, false);
+        sync_subgroup();
+      }
+    }
+
+    // o += P v.
+    [[unroll]] for (uint kk = 0; kk < BK; kk += 16) {
+      fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> a;
+      coopMatLoadNV(a, hs, PB + (s * 16 * PS + kk) / 8, PS / 8, false);
+      [[unroll]] for (uint f = 0; f < FD; ++f) {
+        fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> b;
+        coopMatLoadNV(b, hs, VB + (kk * HS + f * 16) / 8, HS / 8, false);
+        o[f] = coopMatMulAddNV(a, b, o[f]);
+      }
+    }
+  }
+
+  // Row sums from the lanes' shares, then out = o / l through the scratch.
+  sync_subgroup();
+  fset(RB + row * LPR + part, l);
+  sync_subgroup();
+  float total = 0.0;
+  for (uint x = 0; x < LPR; ++x) total += fget(RB + row * LPR + x);
+  if (part == 0u) {
+    fset(AB + row, total > 0.0 ? 1.0 / total : 0.0);
+    if (qi < q_len) lse_f[lse_index(head, qi)] = total > 0.0 ? (m + log2(total)) * LN2 : uintBitsToFloat(0xff800000u);
+  }
+  sync_subgroup();
+  [[unroll]] for (uint f = 0; f < FD; ++f) {
+    coopMatStoreNV(o[f], fs, scratch / 4, 4, false);
+    sync_subgroup();
+    for (uint e = lane; e < 256; e += SG) {
+      const uint r = e / 16, c = e % 16;
+      const int i = i0 + int(s * 16 + r);
+      if (i < q_len) {
+        const uint at = (uint(q_start + i) * pc.heads + head) * DMAX + f * 16 + c;
+        STORE(out, at, DTYPE, fget(scratch + e) * fget(AB + s * 16 + r));
+      }
+    }
+    sync_subgroup();
+  }
+}

@@ -1,0 +1,6 @@
+#version 450
+// flash_attention backward prep: delta = dout . out, dsoftmax_aux shares; f32 arrays only, for devices without 16-bit storage. See flash_attention.glsl.
+#extension GL_GOOGLE_include_directive : require
+#define PASS FA_PREP
+#define ELEM16 0
+#include "flash_attention.glsl"

@@ -1,0 +1,433 @@
+// flash_attention and flash_attention_bwd on Vulkan: the scalar tiled design of
+// flash_attention.glsl (one module per pass; "16" modules read and write f16/bf16 through 16-bit
+// storage buffers, the others only f32 so that devices without 16-bit storage still run f32).
+// Forward: one workgroup per (query block, head, sequence), online softmax. Backward,
+// FlashAttention-2 style without atomics: prep (delta = dout . out, dsoftmax_aux shares), dk/dv by
+// key block iterating the query blocks (P recomputed from lse), dq by query block, then fixed-order
+// reductions for a broadcast dbias and for dsoftmax_aux. Options, head_dim and the storage dtype
+// are push constants; tile geometry and a head_dim size class are specialization constants, so a
+// few pipelines serve many invocations (a driver compiles each pipeline once, and CPU drivers
+// such as lavapipe take seconds for each).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backends/vulkan/vulkan_device.hpp"
+#include "ejk/error.hpp"
+#include "flash_attention/flash_attention.hpp"
+#include "flash_attention/impls.hpp"
+
+namespace ejk::kernels::flash_attention {
+namespace {
+
+// Mirrors the shader's push-constant block.
+struct Push {
+  std::uint32_t batch, seq_q, seq_k, total_q;
+  std::uint32_t heads, kv_heads, group, flags;
+  std::int32_t window_left, window_right;
+  float qscale, bias_scale, cap2, softmax_scale, grad_scale, keep_scale;
+  std::uint32_t threshold, seed_lo, seed_hi;
+  std::uint32_t bias_batch, bias_heads, dtypes;
+  std::uint32_t group_x, group_y, group_z;
+  std::uint32_t extra;
+  std::uint32_t head_dim, dtype;
+};
+static_assert(sizeof(Push) == 112, "the shader's block is 28 words");
+
+// The shader's F_* flags.
+constexpr std::uint32_t causal = 1, varlen = 2, bias = 4, sinks = 8, segments = 16, dropout = 32, softcap = 64,
+                        dbias_scratch = 128, finish_dbias = 256;
+
+std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+std::uint32_t dtype_code(DType t) {
+  switch (t) {
+    case DType::f32: return 0;
+    case DType::f16: return 1;
+    case DType::bf16: return 2;
+    default: throw InvalidArgument("flash_attention vulkan: dtype " + std::string(to_string(t)) + " is not supported");
+  }
+}
+
+// The shader's DMAX: head_dim rounded up to a size class. head_dim itself is a push constant,
+// so the few classes bound the pipelines compiled per config.
+std::int64_t head_dim_class(std::int64_t d) {
+  std::int64_t c = 32;
+  while (c < d) c *= 2;
+  return c;
+}
+
+// Tile geometry of a config, and the shared memory of each pass (the shader's SH); d is the class.
+struct Geometry {
+  std::int64_t bq, bk, rx, ry, d;
+  std::int64_t ds() const { return ceil_div(d, rx) * rx + 1; }
+  std::int64_t forward_shared() const { return 4 * (bq * ds() + bk * ds() + bq * (bk + 1) + bq * rx); }
+  std::int64_t dkdv_shared() const { return 4 * (2 * bk * ds() + bq * ds() + 2 * bq * (bk + 1) + 2 * bq); }
+  std::int64_t dq_shared() const { return 4 * (2 * bq * ds() + bk * ds() + bq * (bk + 1) + 2 * bq); }
+};
+
+// The same limits as the space's constraints, for configs that reach run() without it.
+Geometry geometry(const Config& c, const Problem& p, const DeviceInfo& info) {
+  Geometry g{c.get("block_q"), c.get("block_k"), c.get("threads_x"), c.get("threads_y"), head_dim_class(p.head_dim)};
+  const std::string text = "flash_attention vulkan: config " + c.canonical() + " ";
+  if (g.bq <= 0 || g.bk <= 0 || g.rx <= 0 || g.ry <= 0)
+    throw InvalidArgument(text + "needs positive block_q, block_k, threads_x, threads_y");
+  if (g.bq % g.ry != 0 || g.bk % g.rx != 0 || (p.backward && g.bk % g.ry != 0))
+    throw InvalidArgument(text + "needs block_q % threads_y == 0, block_k % threads_x == 0" +
+                          (p.backward ? " and block_k % threads_y == 0" : ""));
+  if (g.rx * g.ry > info.max_workgroup_size)
+    throw InvalidArgument(text + "exceeds the device's workgroup size " + std::to_string(info.max_workgroup_size));
+  const std::int64_t shared = p.backward ? std::max(g.dkdv_shared(), g.dq_shared()) : g.forward_shared();
+  if (shared > static_cast<std::int64_t>(info.local_mem))
+    throw InvalidArgument(text + "needs " + std::to_string(shared) + " bytes of shared memory for head_dim " +
+                          std::to_string(p.head_dim) + ", the device has " + std::to_string(info.local_mem));
+  return g;
+}
+
+bool needs16(const Problem& p) {
+  return p.dtype != DType::f32 || (p.has_bias && p.bias_dtype != DType::f32) ||
+         (p.has_sinks && p.sinks_dtype != DType::f32);
+}
+
+Push make_push(const Problem& p) {
+  Push c{};
+  c.batch = u32(p.batch);
+  c.seq_q = u32(p.seq_q);
+  c.seq_k = u32(p.seq_k);
+  c.total_q = u32(p.total_q);
+  c.heads = u32(p.heads);
+  c.kv_heads = u32(p.kv_heads);
+  c.group = u32(p.group());
+  c.flags = (p.causal ? causal : 0u) | (p.varlen ? varlen : 0u) | (p.has_bias ? bias : 0u) | (p.has_sinks ? sinks : 0u) |
+            (p.has_segments ? segments : 0u) | (p.dropout > 0 ? dropout : 0u) | (p.softcap > 0 ? softcap : 0u);
+  c.window_left = static_cast<std::int32_t>(p.window_left);
+  c.window_right = static_cast<std::int32_t>(p.window_right);
+  // Logits in base 2, as the CPU kernels keep them: with a cap, t = u / cap and z log2 e = cap
+  // log2 e tanh(t); without, z log2 e = u log2 e.
+  constexpr double log2e = 1.4426950408889634;
+  if (p.softcap > 0) {
+    c.qscale = static_cast<float>(p.scale / p.softcap);
+    c.bias_scale = static_cast<float>(1.0 / p.softcap);
+    c.cap2 = static_cast<float>(p.softcap * log2e);
+  } else {
+    c.qscale = static_cast<float>(p.scale * log2e);
+    c.bias_scale = static_cast<float>(log2e);
+  }
+  c.softmax_scale = static_cast<float>(p.scale);
+  c.grad_scale = static_cast<float>(p.scale / static_cast<double>(c.qscale));
+  c.keep_scale = static_cast<float>(1.0 / (1.0 - p.dropout));
+  c.threshold = p.threshold;
+  c.seed_lo = static_cast<std::uint32_t>(p.seed);
+  c.seed_hi = static_cast<std::uint32_t>(p.seed >> 32);
+  c.bias_batch = u32(p.has_bias ? p.bias_batch : 1);
+  c.bias_heads = u32(p.has_bias ? p.bias_heads : 1);
+  c.head_dim = u32(p.head_dim);
+  c.dtype = dtype_code(p.dtype);
+  c.dtypes = (p.has_bias ? dtype_code(p.bias_dtype) : 0) | (p.has_sinks ? dtype_code(p.sinks_dtype) : 0) << 4;
+  return c;
+}
+
+// Shader indices are 32-bit.
+void check_indices(const Problem& p) {
+  const double limit = 4294967295.0;
+  const double q = static_cast<double>(p.total_q) * static_cast<double>(p.heads) * static_cast<double>(p.head_dim);
+  const double k = static_cast<double>(p.total_k) * static_cast<double>(p.kv_heads) * static_cast<double>(p.head_dim);
+  const double b = p.has_bias ? static_cast<double>(p.batch) * static_cast<double>(p.heads) * static_cast<double>(p.seq_q) *
+                                    static_cast<double>(p.seq_k)
+                              : 0.0;
+  if (q > limit || k > limit || b > limit)
+    throw InvalidArgument("flash_attention vulkan: arrays of more than 2^32 elements (q " + std::to_string(q) + ", k " +
+                          std::to_string(k) + ", bias planes " + std::to_string(b) + ") are not supported");
+}
+
+// Dispatches `groups` workgroups, split where they exceed the device's counts; the shader adds
+// the push constants' group offsets.
+void launch(vulkan::VulkanDevice& dev, vulkan::Launch& l, Push push, std::int64_t gx, std::int64_t gy, std::int64_t gz) {
+  if (gx <= 0 || gy <= 0 || gz <= 0) return;
+  const auto& lim = dev.physical().limits;
+  for (std::int64_t z = 0; z < gz; z += lim.maxComputeWorkGroupCount[2])
+    for (std::int64_t y = 0; y < gy; y += lim.maxComputeWorkGroupCount[1])
+      for (std::int64_t x = 0; x < gx; x += lim.maxComputeWorkGroupCount[0]) {
+        push.group_x = u32(x);
+        push.group_y = u32(y);
+        push.group_z = u32(z);
+        l.groups = {u32(std::min<std::int64_t>(gx - x, lim.maxComputeWorkGroupCount[0])),
+                    u32(std::min<std::int64_t>(gy - y, lim.maxComputeWorkGroupCount[1])),
+                    u32(std::min<std::int64_t>(gz - z, lim.maxComputeWorkGroupCount[2]))};
+        l.push = vulkan::push_bytes(push);
+        dev.dispatch(l);
+      }
+}
+
+std::string module(const char* pass, bool wide) {
+  return std::string("flash_attention/flash_attention_") + pass + (wide ? "16" : "") + ".spv";
+}
+
+// The cooperative-matrix forward (flash_attention_fwd_coopmat.comp) needs f16 q, k, v, a head_dim
+// that is a multiple of 16, 16x16x16 f16 x f16 -> f32 fragments, and subgroups of 16, 32 or 64.
+bool coopmat_offered(const Problem& p, const DeviceInfo& dev) {
+#ifdef EJK_HAVE_COOPMAT
+  const auto& pd = vulkan::physical_device(dev.index);
+  if (p.backward || p.dtype != DType::f16 || p.head_dim % 16 != 0 || !pd.storage16 || !pd.float16 || !pd.full_subgroups)
+    return false;
+  if (dev.subgroup_size != 16 && dev.subgroup_size != 32 && dev.subgroup_size != 64) return false;
+  return std::any_of(dev.coopmat.begin(), dev.coopmat.end(), [](const CoopMatShape& c) {
+    return c.a == DType::f16 && c.c == DType::f32 && c.m == 16 && c.n == 16 && c.k == 16;
+  });
+#else
+  (void)p;
+  (void)dev;
+  return false;
+#endif
+}
+
+// Shared memory of the cooperative-matrix forward (its hs and fs arrays).
+std::int64_t coopmat_shared(std::int64_t subgroups, std::int64_t bk, std::int64_t d, std::int64_t sg) {
+  const std::int64_t rows = 16 * subgroups;
+  const std::int64_t halves = rows * (d + 8) + 2 * bk * (d + 8) + rows * (bk + 8);
+  const std::int64_t floats = rows * bk + rows * (sg / 16) + rows;
+  return halves * 2 + (floats + 3) / 4 * 16;
+}
+
+const char* const scalar_v = "variant == \"scalar\"";
+const char* const coop_v = "variant == \"coopmat\"";
+
+ParamSpace vulkan_space(const Invocation& inv, const DeviceInfo& dev, bool backward) {
+  const Vars vars = backward ? FlashAttentionBwdKernel().vars(inv) : FlashAttentionKernel().vars(inv);
+  const auto& lim = vulkan::physical_device(dev.index).limits;
+  const bool coop = !backward && coopmat_offered(Problem::of(inv), dev);
+  // The shader's DS, the padded shared row stride.
+  const std::string ds = "(((head_dim_class + threads_x - 1) / threads_x) * threads_x + 1)";
+  const std::string wd = "((head_dim_class + threads_x - 1) / threads_x)";
+  ParamSpace s;
+  // The backward has only the scalar variant; naming it keeps the scalar configs of both
+  // kernels interchangeable.
+  std::vector<Value> variants{std::string("scalar")};
+  if (coop) variants.push_back(std::string("coopmat"));
+  s.param("variant", variants)
+      .param("block_q", {8, 16, 32, 64}, scalar_v)
+      .param("block_k", {8, 16, 32, 64}, scalar_v)
+      .param("threads_x", {4, 8, 16, 32}, scalar_v)
+      .param("threads_y", {2, 4, 8, 16}, scalar_v)
+      .constraint("block_q % threads_y == 0 && block_k % threads_x == 0")
+      .constraint("threads_x * threads_y >= 32 && threads_x * threads_y <= max_workgroup_size")
+      .constraint("threads_x <= max_workgroup_x && threads_y <= max_workgroup_y")
+      // Blocks much longer than the sequences only compute padding.
+      .constraint("block_q == 8 || block_q < 2 * seq_q")
+      .constraint("block_k == 8 || block_k < 2 * seq_k")
+      // Score tiles and output rows per invocation stay in registers.
+      .constraint("(block_q / threads_y) * (block_k / threads_x) <= 32")
+      .constraint("(block_q / threads_y) * " + wd + " <= 64");
+  if (backward) {
+    s.constraint("block_k % threads_y == 0")
+        .constraint("2 * (block_k / threads_y) * " + wd + " <= 128")
+        .constraint("4 * max(2 * block_k * " + ds + " + block_q * " + ds + " + 2 * block_q * (block_k + 1) + 2 * block_q, " +
+                    "2 * block_q * " + ds + " + block_k * " + ds + " + block_q * (block_k + 1) + 2 * block_q) <= local_mem");
+  } else {
+    s.constraint("4 * (block_q * " + ds + " + block_k * " + ds + " + block_q * (block_k + 1) + block_q * threads_x) <= local_mem");
+  }
+  if (coop) {
+    // Subgroups of 16 query rows each; key blocks of 16 to 64.
+    s.param("subgroups", {1, 2, 4, 8}, coop_v)
+        .param("coop_block_k", {16, 32, 64}, coop_v)
+        .constraint("subgroup_size * subgroups <= max_workgroup_size && subgroup_size * subgroups <= max_workgroup_x")
+        .constraint("subgroups == 1 || 16 * subgroups < 2 * seq_q")
+        .constraint("coop_block_k == 16 || coop_block_k < 2 * seq_k")
+        .constraint("2 * (16 * subgroups * (head_dim + 8) + 2 * coop_block_k * (head_dim + 8) + 16 * subgroups * (coop_block_k + 8))"
+                    " + 16 * ((16 * subgroups * (coop_block_k + subgroup_size / 16 + 1) + 3) / 4) <= local_mem");
+  }
+  s.bind(vars).bind(device_vars(dev)).bind({{"head_dim_class", head_dim_class(std::get<std::int64_t>(vars.at("head_dim")))},
+                                            {"max_workgroup_x", std::int64_t{lim.maxComputeWorkGroupSize[0]}},
+                                            {"max_workgroup_y", std::int64_t{lim.maxComputeWorkGroupSize[1]}}});
+  return s;
+}
+
+// The first candidate the space admits: large tiles first on GPUs, where they cut the re-reads of
+// k and v; modest ones on CPU implementations (lavapipe), whose workgroups run as loops over
+// SIMD lanes and gain little from more invocations.
+Config vulkan_heuristic(const Invocation& inv, const DeviceInfo& dev, bool backward, const Implementation& impl) {
+  ParamSpace space = impl.space(inv, dev);
+  auto cfg = [&](std::int64_t bq, std::int64_t bk, std::int64_t rx, std::int64_t ry) {
+    return Config{{"variant", std::string("scalar")}, {"block_q", bq}, {"block_k", bk}, {"threads_x", rx}, {"threads_y", ry}};
+  };
+  std::vector<Config> tries;
+  if (vulkan::physical_device(dev.index).cpu) {
+    tries = {cfg(32, 32, 8, 4), cfg(16, 32, 8, 4), cfg(16, 16, 8, 4), cfg(8, 16, 8, 4), cfg(8, 8, 8, 4), cfg(8, 8, 4, 8)};
+  } else if (backward) {
+    tries = {cfg(16, 32, 16, 8), cfg(16, 16, 16, 8), cfg(8, 16, 16, 8), cfg(8, 8, 8, 8), cfg(8, 8, 4, 8)};
+  } else {
+    tries = {cfg(32, 32, 16, 8), cfg(16, 32, 16, 8), cfg(16, 16, 16, 8), cfg(8, 16, 16, 8), cfg(8, 8, 8, 8), cfg(8, 8, 4, 8)};
+  }
+  for (const auto& c : tries)
+    if (space.admits(c)) return c;
+  auto all = space.enumerate();
+  if (all.empty()) throw SelectionError("flash_attention vulkan: no config fits " + dev.id() + " for " + inv.signature());
+  // The scalar variant comes first in the space: the cooperative-matrix one is left to tuning.
+  return all.front();
+}
+
+class VulkanBase : public Implementation {
+ public:
+  Backend backend() const override { return Backend::vulkan; }
+  bool supports(const Invocation& inv, const DeviceInfo& dev) const override {
+    const Problem p = Problem::of(inv);
+    return !needs16(p) || vulkan::physical_device(dev.index).storage16;
+  }
+
+ protected:
+  static vulkan::VulkanDevice& prepare(const Problem& p, Device& device) {
+    auto& dev = vulkan::vulkan_device(device);
+    if (needs16(p) && !dev.physical().storage16)
+      throw InvalidArgument("flash_attention vulkan: " + dev.info().id() + " has no 16-bit storage buffers for f16/bf16 arrays");
+    check_indices(p);
+    return dev;
+  }
+};
+
+class VulkanForward final : public VulkanBase {
+ public:
+  std::string_view kernel() const override { return "flash_attention"; }
+  std::vector<ArgDef> args() const override { return forward_args(); }
+  std::vector<std::string> sources() const override {
+    std::vector<std::string> s{module("fwd", false), module("fwd", true)};
+#ifdef EJK_HAVE_COOPMAT
+    s.push_back("flash_attention/flash_attention_fwd_coopmat.spv");
+#endif
+    return s;
+  }
+  ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override { return vulkan_space(inv, dev, false); }
+  Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
+    return vulkan_heuristic(inv, dev, false, *this);
+  }
+
+  void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
+    const Problem p = Problem::of(inv);
+    auto& dev = prepare(p, device);
+    const std::string variant = config.has("variant") ? config.text("variant") : "scalar";
+    if (variant == "coopmat") return run_coopmat(p, config, args, dev);
+    if (variant != "scalar") throw InvalidArgument("flash_attention vulkan: unknown variant '" + variant + "' (scalar, coopmat)");
+    const Geometry g = geometry(config, p, dev.info());
+    const bool wide = needs16(p) || dev.physical().storage16;
+    const std::string spirv = module("fwd", wide);
+    vulkan::Launch l;
+    l.spirv = spirv;
+    l.local_size = {u32(g.rx), u32(g.ry), 1};
+    l.spec = {u32(g.bq), u32(g.bk), u32(g.d), u32(g.rx), u32(g.ry)};
+    for (std::size_t i = 0; i < fwd::count; ++i) l.buffers.push_back(&args[i].buffer());
+    l.shared_bytes = u32(g.forward_shared());
+    launch(dev, l, make_push(p), ceil_div(p.seq_q, g.bq), p.heads, p.batch);
+  }
+
+ private:
+  static void run_coopmat(const Problem& p, const Config& config, std::span<const Tensor> args, vulkan::VulkanDevice& dev) {
+    const DeviceInfo& info = dev.info();
+    const std::string text = "flash_attention vulkan: config " + config.canonical() + " ";
+    if (!coopmat_offered(p, info))
+      throw InvalidArgument(text + "needs f16 q, k, v with head_dim a multiple of 16 and a device with 16x16x16 f16 "
+                            "cooperative matrices, 16-bit storage, float16 and full subgroups of 16, 32 or 64 (" +
+                            info.id() + ": " + info.name + ")");
+    const std::int64_t nsg = config.get("subgroups"), bk = config.get("coop_block_k"), sg = info.subgroup_size;
+    if (nsg <= 0 || bk <= 0 || bk % 16 != 0 || bk % (2 * (sg / 16)) != 0)
+      throw InvalidArgument(text + "needs positive subgroups and coop_block_k a positive multiple of 16");
+    if (sg * nsg > info.max_workgroup_size)
+      throw InvalidArgument(text + "exceeds the device's workgroup size " + std::to_string(info.max_workgroup_size));
+    const std::int64_t shared = coopmat_shared(nsg, bk, p.head_dim, sg);
+    if (shared > static_cast<std::int64_t>(info.local_mem))
+      throw InvalidArgument(text + "needs " + std::to_string(shared) + " bytes of shared memory for head_dim " +
+                            std::to_string(p.head_dim) + ", the device has " + std::to_string(info.local_mem));
+    vulkan::Launch l;
+    l.spirv = "flash_attention/flash_attention_fwd_coopmat.spv";
+    l.local_size = {u32(sg * nsg), 1, 1};
+    // The shared constants: BQ = 16 subgroups, BK, DMAX = head_dim, RX = subgroup size, RY = subgroups.
+    l.spec = {u32(16 * nsg), u32(bk), u32(p.head_dim), u32(sg), u32(nsg)};
+    for (std::size_t i = 0; i < fwd::count; ++i) l.buffers.push_back(&args[i].buffer());
+    l.shared_bytes = u32(shared);
+    l.full_subgroups = true;
+    launch(dev, l, make_push(p), ceil_div(p.seq_q, 16 * nsg), p.heads, p.batch);
+  }
+};
+
+class VulkanBackward final : public VulkanBase {
+ public:
+  std::string_view kernel() const override { return "flash_attention_bwd"; }
+  std::vector<ArgDef> args() const override { return backward_args(); }
+  std::vector<std::string> sources() const override {
+    std::vector<std::string> s;
+    for (const char* pass : {"prep", "dkdv", "dq", "finish"})
+      for (bool wide : {false, true}) s.push_back(module(pass, wide));
+    return s;
+  }
+  ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override { return vulkan_space(inv, dev, true); }
+  Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
+    return vulkan_heuristic(inv, dev, true, *this);
+  }
+
+  void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
+    const Problem p = Problem::of(inv);
+    auto& dev = prepare(p, device);
+    if (config.has("variant") && config.text("variant") != "scalar")
+      throw InvalidArgument("flash_attention_bwd vulkan: unknown variant '" + config.text("variant") + "' (scalar)");
+    const Geometry g = geometry(config, p, dev.info());
+    const bool wide = needs16(p) || dev.physical().storage16;
+
+    // Scratch: delta per row, the prep pass's dsoftmax_aux shares, and where the bias is
+    // broadcast, dbias unbroadcast in f32 (summed by the finish pass instead of atomically).
+    constexpr std::int64_t prep_rows = 64;
+    const std::int64_t prep_blocks = ceil_div(p.seq_q, prep_rows);
+    const bool broadcast = p.has_bias && ((p.bias_batch == 1 && p.batch > 1) || (p.bias_heads == 1 && p.heads > 1));
+    auto delta = dev.allocate(static_cast<std::size_t>(std::max<std::int64_t>(1, p.heads * p.total_q)) * 4);
+    auto parts = dev.allocate(static_cast<std::size_t>(std::max<std::int64_t>(1, p.batch * p.heads * prep_blocks)) * 4);
+    auto scratch = dev.allocate(static_cast<std::size_t>(broadcast ? p.batch * p.heads * p.seq_q * p.seq_k : 1) * 4);
+
+    Push push = make_push(p);
+    push.flags |= broadcast ? dbias_scratch : 0u;
+    push.extra = u32(prep_blocks);
+    vulkan::Launch l;
+    for (std::size_t i = 0; i < bwd::count; ++i) l.buffers.push_back(&args[i].buffer());
+    l.buffers.push_back(delta.get());
+    l.buffers.push_back(parts.get());
+    l.buffers.push_back(scratch.get());
+
+    // Single-row passes: one invocation per query row (prep) or per output (finish).
+    std::string spirv = module("prep", wide);
+    l.spirv = spirv;
+    l.local_size = {u32(prep_rows), 1, 1};
+    l.spec = {1, u32(prep_rows), 32, u32(prep_rows), 1};
+    l.shared_bytes = u32(prep_rows * 4);
+    launch(dev, l, push, prep_blocks, p.heads, p.batch);
+
+    spirv = module("dkdv", wide);
+    l.spirv = spirv;
+    l.local_size = {u32(g.rx), u32(g.ry), 1};
+    l.spec = {u32(g.bq), u32(g.bk), u32(g.d), u32(g.rx), u32(g.ry)};
+    l.shared_bytes = u32(g.dkdv_shared());
+    launch(dev, l, push, ceil_div(p.seq_k, g.bk), p.kv_heads, p.batch);
+
+    spirv = module("dq", wide);
+    l.spirv = spirv;
+    l.shared_bytes = u32(g.dq_shared());
+    launch(dev, l, push, ceil_div(p.seq_q, g.bq), p.heads, p.batch);
+
+    spirv = module("finish", wide);
+    l.spirv = spirv;
+    l.local_size = {u32(prep_rows), 1, 1};
+    l.spec = {1, u32(prep_rows), 32, u32(prep_rows), 1};
+    l.shared_bytes = u32(prep_rows * 4);
+    if (p.has_sinks) launch(dev, l, push, 1, 1, 1);
+    if (broadcast) {
+      push.flags |= finish_dbias;
+      const std::int64_t n = p.bias_batch * p.bias_heads * p.seq_q * p.seq_k;
+      launch(dev, l, push, std::min<std::int64_t>(ceil_div(n, prep_rows), 4096), 1, 1);
+    }
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<const Implementation> vulkan_implementation() { return std::make_shared<VulkanForward>(); }
+std::shared_ptr<const Implementation> vulkan_bwd_implementation() { return std::make_shared<VulkanBackward>(); }
+
+}  // namespace ejk::kernels::flash_attention
