@@ -440,20 +440,30 @@ TEST_P(FlashAttention, SampledConfigsOfTheSpace) {
   fs.push_back(r.out.spec());
   fs.push_back(r.lse.spec());
   const Invocation inv = fa::forward_invocation(fs, b.fopts);
-  const auto& impl = Registry::global().implementation(inv, ctx.device().info());
-  auto configs = impl.space(inv, ctx.device().info()).enumerate();
-  ASSERT_FALSE(configs.empty());
-  std::mt19937 rng(42);
-  std::shuffle(configs.begin(), configs.end(), rng);
-  configs.resize(std::min<std::size_t>(configs.size(), 6));
-  for (const auto& cfg : configs) {
-    Errors e = check(ctx, c, DType::f32, 5, cfg, cfg);
-    EXPECT_LE(e.out, e.tol_fwd) << cfg.canonical();
-    EXPECT_LE(e.dq, e.tol_bwd) << cfg.canonical();
-    EXPECT_LE(e.dk, e.tol_bwd) << cfg.canonical();
-    EXPECT_LE(e.dv, e.tol_bwd) << cfg.canonical();
-    EXPECT_LE(e.dbias, e.tol_bwd) << cfg.canonical();
-    EXPECT_LE(e.dsinks, e.tol_bwd) << cfg.canonical();
+  // The backward's space is its own (its passes keep more in shared memory).
+  std::vector<TensorSpec> bs{b.q.spec(), b.k.spec(), b.v.spec(), r.out.spec(), b.q.spec(), r.lse.spec()};
+  for (const auto& x : b.optional) bs.push_back(x.spec());
+  for (const Tensor* x : {&b.q, &b.k, &b.v, &b.optional[0], &b.optional[1]}) bs.push_back(x->spec());
+  const Invocation binv = fa::backward_invocation(bs, b.fopts);
+  auto sample = [&](const Invocation& i) {
+    const auto& impl = Registry::global().implementation(i, ctx.device().info());
+    auto configs = impl.space(i, ctx.device().info()).enumerate();
+    EXPECT_FALSE(configs.empty()) << i.kernel;
+    std::mt19937 rng(42);
+    std::shuffle(configs.begin(), configs.end(), rng);
+    configs.resize(std::min<std::size_t>(configs.size(), 6));
+    return configs;
+  };
+  const auto fwd_configs = sample(inv), bwd_configs = sample(binv);
+  for (std::size_t i = 0; i < std::min(fwd_configs.size(), bwd_configs.size()); ++i) {
+    const Config &fc = fwd_configs[i], &bc = bwd_configs[i];
+    Errors e = check(ctx, c, DType::f32, 5, fc, bc);
+    EXPECT_LE(e.out, e.tol_fwd) << fc.canonical();
+    EXPECT_LE(e.dq, e.tol_bwd) << bc.canonical();
+    EXPECT_LE(e.dk, e.tol_bwd) << bc.canonical();
+    EXPECT_LE(e.dv, e.tol_bwd) << bc.canonical();
+    EXPECT_LE(e.dbias, e.tol_bwd) << bc.canonical();
+    EXPECT_LE(e.dsinks, e.tol_bwd) << bc.canonical();
   }
 }
 

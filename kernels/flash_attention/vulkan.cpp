@@ -259,13 +259,15 @@ Config vulkan_heuristic(const Invocation& inv, const DeviceInfo& dev, bool backw
   } else if (backward) {
     tries = {cfg(16, 32, 16, 8), cfg(16, 16, 16, 8), cfg(8, 16, 16, 8), cfg(8, 8, 8, 8), cfg(8, 8, 4, 8)};
   } else {
-    tries = {cfg(32, 32, 16, 8), cfg(16, 32, 16, 8), cfg(16, 16, 16, 8), cfg(8, 16, 16, 8), cfg(8, 8, 8, 8), cfg(8, 8, 4, 8)};
+    // Tensor cores where the space offers them (f16, head_dim a multiple of 16): on the H100 at
+    // B4 H16 S4096 D128 this config ran 6x the best scalar heuristic, and won an exhaustive tune.
+    tries = {Config{{"variant", std::string("coopmat")}, {"subgroups", 4}, {"coop_block_k", 32}},
+             cfg(32, 32, 16, 8), cfg(16, 32, 16, 8), cfg(16, 16, 16, 8), cfg(8, 16, 16, 8), cfg(8, 8, 8, 8), cfg(8, 8, 4, 8)};
   }
   for (const auto& c : tries)
     if (space.admits(c)) return c;
   auto all = space.enumerate();
   if (all.empty()) throw SelectionError("flash_attention vulkan: no config fits " + dev.id() + " for " + inv.signature());
-  // The scalar variant comes first in the space: the cooperative-matrix one is left to tuning.
   return all.front();
 }
 
