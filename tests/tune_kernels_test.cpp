@@ -1,22 +1,15 @@
 // The tuner on the built-in kernels: every candidate checked against the kernel's reference,
 // the backward pass of attention included (checked numerically, not only timed).
-#include "ejk/tuner.hpp"
-#include "support.hpp"
+#include "tune_support.hpp"
 
 namespace ejk {
 namespace {
 
 TuneOptions quick() {
-  TuneOptions o;
+  TuneOptions o = test::quick_tune();
   o.seed = 5;
   o.strategy = Strategy::random;
   o.budget.evaluations = 3;
-  o.timing.warmup_seconds = 0.001;
-  o.timing.min_samples = 3;
-  o.timing.max_samples = 5;
-  o.timing.max_seconds = 0.01;
-  o.timing.flush_bytes = 1 << 20;
-  o.timing.rerank_rounds = 3;
   return o;
 }
 
