@@ -139,6 +139,24 @@ TEST_F(Cli, DevicesAndKernels) {
   EXPECT_NE(ejk("tune --help").out.find("example: ejk tune"), std::string::npos);
 }
 
+// Sizes the user leaves out come from the kernel's example workload, each given size overrides
+// its own: attention gets a decoder layer's heads and head_dim, not 1024 of everything.
+TEST_F(Cli, KernelSpacesFillMissingSizesFromTheKernelsExample) {
+  auto mm = ejk("kernels --space matmul --size k=64 --device cpu");
+  ASSERT_EQ(mm.code, 0) << mm.out;
+  EXPECT_NE(mm.out.find("\"shape\":[1024,64]"), std::string::npos) << mm.out;
+  EXPECT_NE(mm.out.find("\"shape\":[64,1024]"), std::string::npos) << mm.out;
+  for (const char* kernel : {"flash_attention", "flash_attention_bwd"}) {
+    auto fa = ejk(std::string("kernels --space ") + kernel + " --device cpu");
+    ASSERT_EQ(fa.code, 0) << fa.out;
+    EXPECT_NE(fa.out.find("\"shape\":[1,2048,16,128]"), std::string::npos) << kernel << "\n" << fa.out;
+    auto sized = ejk(std::string("kernels --space ") + kernel + " --size seq=256 --size kv_heads=4 --device cpu");
+    ASSERT_EQ(sized.code, 0) << sized.out;
+    EXPECT_NE(sized.out.find("\"shape\":[1,256,16,128]"), std::string::npos) << kernel << "\n" << sized.out;
+    EXPECT_NE(sized.out.find("\"shape\":[1,256,4,128]"), std::string::npos) << kernel << "\n" << sized.out;
+  }
+}
+
 TEST_F(Cli, MalformedRecipesGiveLocatedErrorsAndExitCode2) {
   const std::pair<std::string, std::string> cases[] = {
       {"name: x\nworkloads:\n  - kernel: matmul\n    shape: {m: 1, n: true, k: 1}\n", "bad.yaml:4:22: size 'n' must be an integer"},

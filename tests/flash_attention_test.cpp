@@ -486,14 +486,7 @@ TEST_P(FlashAttention, HeuristicIsInTheSpace) {
 
 TEST_P(FlashAttention, BadInputNamesTheArgument) {
   Context ctx(GetParam());
-  auto expect_error = [&](auto&& fn, const std::string& needle) {
-    try {
-      fn();
-      ADD_FAILURE() << "expected InvalidArgument mentioning " << needle;
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
+  using test::expect_error;
   const DType f = DType::f32;
   Tensor q = ctx.random({2, 8, 4, 16}, f), k = ctx.random({2, 10, 2, 16}, f), v = ctx.random({2, 10, 2, 16}, f);
   expect_error([&] { flash_attention(ctx, ctx.random({1, 4, 2, 300}, f), ctx.random({1, 4, 2, 300}, f),

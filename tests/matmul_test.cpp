@@ -101,14 +101,7 @@ TEST_P(Matmul, HeuristicIsInTheSpace) {
 
 TEST_P(Matmul, BadInputNamesTheArgument) {
   Context ctx(GetParam());
-  auto expect_error = [&](auto&& fn, const std::string& needle) {
-    try {
-      fn();
-      ADD_FAILURE() << "expected InvalidArgument mentioning " << needle;
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
+  using test::expect_error;
   Tensor a = ctx.random({4, 5}, DType::f32);
   Tensor b = ctx.random({6, 7}, DType::f32);
   Tensor c = ctx.random({4, 7}, DType::f32);

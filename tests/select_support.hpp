@@ -1,6 +1,6 @@
 #pragma once
-// A tiny "probe" kernel with a no-op implementation, a fake device with a chosen identity,
-// temporary folders and child processes: what the selector and cache tests are built on.
+// A tiny "probe" kernel with a no-op implementation, a fake device with a chosen identity and
+// child processes: what the selector and cache tests are built on (with support.hpp).
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "ejk/ejk.hpp"
+#include "support.hpp"
 
 extern char** environ;
 
@@ -121,21 +122,6 @@ inline DeviceInfo fake_info(std::string name = "Probe One", std::string driver =
 inline std::shared_ptr<Device> fake_device(DeviceInfo info = fake_info()) {
   return std::make_shared<FakeDevice>(std::move(info));
 }
-
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "ejk-test-XXXXXX").string();
-    path = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::filesystem::path operator/(const std::string& name) const { return path / name; }
-};
 
 // A measured cache entry for `key` parts, as a tuner would produce it.
 inline CacheEntry measured(const std::string& fingerprint, const std::string& kernel, const std::string& version,

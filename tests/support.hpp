@@ -1,7 +1,13 @@
 #pragma once
-// Helpers shared by the tests: the devices under test and result comparison.
+// Helpers shared by the tests: the devices under test, result comparison, expected errors and
+// temporary folders.
+#include <stdlib.h>
+
 #include <cstdlib>
+#include <filesystem>
+#include <source_location>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -43,5 +49,34 @@ inline std::string test_name(std::string id) {
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
   return id;
 }
+
+// Expects fn() to throw InvalidArgument whose message contains `needle`; a failure names the
+// caller's line.
+template <class Fn>
+void expect_error(Fn&& fn, const std::string& needle, std::source_location where = std::source_location::current()) {
+  ::testing::ScopedTrace trace(where.file_name(), static_cast<int>(where.line()), "expect_error");
+  try {
+    fn();
+    ADD_FAILURE() << "expected InvalidArgument mentioning " << needle;
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+// A fresh folder under the system's temporary folder, removed with everything in it.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "ejk-test-XXXXXX").string();
+    path = ::mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::filesystem::path operator/(const std::string& name) const { return path / name; }
+};
 
 }  // namespace ejk::test

@@ -8,9 +8,7 @@
 #include <thread>
 
 #include "backends/cpu/cpu_device.hpp"
-#include "ejk/tuner.hpp"
-#include "matmul/matmul.hpp"
-#include "support.hpp"
+#include "tune_support.hpp"
 
 namespace ejk {
 namespace {
@@ -112,14 +110,8 @@ Invocation faulty(const std::vector<std::string>& modes, std::int64_t n = 1000) 
 }
 
 TuneOptions quick() {
-  TuneOptions o;
+  TuneOptions o = test::quick_tune();
   o.seed = 1;
-  o.timing.warmup_seconds = 0.001;
-  o.timing.min_samples = 3;
-  o.timing.max_samples = 5;
-  o.timing.max_seconds = 0.01;
-  o.timing.flush_bytes = 1 << 20;
-  o.timing.rerank_rounds = 3;
   return o;
 }
 
@@ -225,8 +217,7 @@ TEST(TuneFailures, TheRealWorkerTunesMatmul) {
   o.worker = EJK_TEST_WORKER;
   o.strategy = Strategy::random;
   o.budget.evaluations = 4;
-  Invocation inv = kernels::matmul::invocation({{48, 40}, DType::f32}, {{40, 56}, DType::f32}, {{48, 56}, DType::f32},
-                                               false, false, 1.0, 0.5);
+  Invocation inv = test::matmul_f32(48, 56, 40, 0.5);
   TuneResult r = tune(inv, *dev, o);
   ASSERT_EQ(r.measurements.size(), 4u) << r.report;
   for (const auto& m : r.measurements) EXPECT_EQ(m.status, Status::ok) << m.config.canonical() << " " << m.message;

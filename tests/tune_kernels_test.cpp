@@ -3,23 +3,16 @@
 #include <algorithm>
 #include <cmath>
 
-#include "ejk/tuner.hpp"
-#include "support.hpp"
+#include "tune_support.hpp"
 
 namespace ejk {
 namespace {
 
 TuneOptions quick() {
-  TuneOptions o;
+  TuneOptions o = test::quick_tune();
   o.seed = 5;
   o.strategy = Strategy::random;
   o.budget.evaluations = 3;
-  o.timing.warmup_seconds = 0.001;
-  o.timing.min_samples = 3;
-  o.timing.max_samples = 5;
-  o.timing.max_seconds = 0.01;
-  o.timing.flush_bytes = 1 << 20;
-  o.timing.rerank_rounds = 3;
   return o;
 }
 

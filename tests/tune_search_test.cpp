@@ -5,9 +5,7 @@
 #include <fstream>
 #include <unistd.h>
 
-#include "ejk/tuner.hpp"
-#include "matmul/matmul.hpp"
-#include "support.hpp"
+#include "tune_support.hpp"
 #include "tune/search.hpp"
 #include "tune/stats.hpp"
 
@@ -161,22 +159,13 @@ TEST(TuneSearch, NeighboursMoveOneParameterOneStep) {
   EXPECT_GT(cands.distance(blas, mid), cands.distance(mid, *cands.find({{"algo", std::string("native")}, {"tile", 32}, {"wpt", 2}})));
 }
 
-TuneOptions quick() {
-  TuneOptions o;
-  o.timing.warmup_seconds = 0.001;
-  o.timing.min_samples = 3;
-  o.timing.max_samples = 5;
-  o.timing.max_seconds = 0.01;
-  o.timing.flush_bytes = 1 << 20;
-  o.timing.rerank_rounds = 3;
-  return o;
-}
+using test::matmul_f32;
+using test::quick_tune;
 
 TEST(TuneSearch, OnHardwareTheRandomSequenceFollowsTheSeed) {
   auto dev = open_device("cpu");
-  Invocation inv = kernels::matmul::invocation({{40, 24}, DType::f32}, {{24, 33}, DType::f32}, {{40, 33}, DType::f32},
-                                               false, false, 1.0, 0.0);
-  TuneOptions o = quick();
+  Invocation inv = matmul_f32(40, 33, 24);
+  TuneOptions o = quick_tune();
   o.strategy = Strategy::random;
   o.budget.evaluations = 5;
   o.seed = 11;
@@ -191,9 +180,8 @@ TEST(TuneSearch, OnHardwareTheRandomSequenceFollowsTheSeed) {
 
 TEST(TuneSearch, ExtraConstraintsNarrowTheSpace) {
   auto dev = open_device("cpu");
-  Invocation inv = kernels::matmul::invocation({{16, 16}, DType::f32}, {{16, 16}, DType::f32}, {{16, 16}, DType::f32},
-                                               false, false, 1.0, 0.0);
-  TuneOptions o = quick();
+  Invocation inv = matmul_f32(16, 16, 16);
+  TuneOptions o = quick_tune();
   o.strategy = Strategy::random;
   o.budget.evaluations = 6;
   o.seed = 4;
@@ -215,9 +203,8 @@ TEST(TuneSearch, ExtraConstraintsNarrowTheSpace) {
 
 TEST(TuneSearch, StoredResultsReplayInSimulation) {
   auto dev = open_device("cpu");
-  Invocation inv = kernels::matmul::invocation({{32, 32}, DType::f32}, {{32, 32}, DType::f32}, {{32, 32}, DType::f32},
-                                               false, false, 1.0, 0.0);
-  TuneOptions o = quick();
+  Invocation inv = matmul_f32(32, 32, 32);
+  TuneOptions o = quick_tune();
   o.strategy = Strategy::model;
   o.budget.evaluations = 12;
   o.seed = 2;

@@ -7,42 +7,22 @@
 #include <unistd.h>
 
 #include "ejk/cache.hpp"
-#include "ejk/tuner.hpp"
-#include "matmul/matmul.hpp"
-#include "support.hpp"
+#include "tune_support.hpp"
 
 namespace ejk {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("ejk_tune_trace_" + std::to_string(::getpid()) + "_" +
-                                        std::to_string(reinterpret_cast<std::uintptr_t>(this)));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using test::matmul_f32;
+using test::TempDir;
 
 TuneOptions quick() {
-  TuneOptions o;
+  TuneOptions o = test::quick_tune();
   o.seed = 3;
   o.strategy = Strategy::random;
   o.budget.evaluations = 4;
-  o.timing.warmup_seconds = 0.001;
-  o.timing.min_samples = 3;
-  o.timing.max_samples = 5;
-  o.timing.max_seconds = 0.01;
-  o.timing.flush_bytes = 1 << 20;
-  o.timing.rerank_rounds = 3;
   return o;
-}
-
-Invocation matmul_inv(std::int64_t m, std::int64_t n, std::int64_t k, double beta) {
-  return kernels::matmul::invocation({{m, k}, DType::f32}, {{k, n}, DType::f32}, {{m, n}, DType::f32}, false, false,
-                                     1.0, beta);
 }
 
 ExecutorOptions with_cache(const fs::path& path) {
@@ -62,7 +42,7 @@ TEST(TuneTrace, RecordTuneReplayRoundTrip) {
   TempDir dir;
   const fs::path trace = dir.path / "trace.jsonl", cache = dir.path / "ejk.sqlite";
   auto dev = open_device("cpu");
-  Invocation a = matmul_inv(24, 40, 16, 0.0), b = matmul_inv(33, 17, 9, 1.0);
+  Invocation a = matmul_f32(24, 40, 16, 0.0), b = matmul_f32(33, 17, 9, 1.0);
   {
     ::setenv("EJK_RECORD", trace.c_str(), 1);
     Executor ex(dev, with_cache(fs::path()));
@@ -136,7 +116,7 @@ TEST(TuneTrace, TheTunerAnswersTheAutotuneTier) {
   autotune.autotune = AutotunePolicy::autotune;
   ScopedPolicy policy(autotune);
   Executor ex(dev, with_cache(dir.path / "ejk.sqlite"));
-  Invocation inv = matmul_inv(20, 12, 28, 0.0);
+  Invocation inv = matmul_f32(20, 12, 28, 0.0);
   Selection s = ex.select(inv);
   EXPECT_EQ(s.tier, Tier::autotune) << s.reason;
   auto stored = ex.persistent_cache()->get(ex.key(inv));

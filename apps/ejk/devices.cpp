@@ -57,7 +57,7 @@ void add_kernels(CLI::App& app, Globals& g) {
   auto* cmd = app.add_subcommand("kernels", "list kernels and their implementations, or one kernel's parameter space\n"
                                             "  example: ejk kernels --space matmul --size m=4096 --size n=4096 --size k=4096 --dtype f16");
   cmd->add_option("--space", f->space, "print KERNEL's parameter space for one workload on the chosen device");
-  cmd->add_option("--size", f->sizes, "a size of that workload, NAME=VALUE (missing sizes default to 1024)");
+  cmd->add_option("--size", f->sizes, "a size of that workload, NAME=VALUE (missing sizes come from the kernel's example workload)");
   cmd->add_option("--dtype", f->dtype, "dtype of that workload")->default_val("f32");
   cmd->callback([f, &g] {
     Registry& r = Registry::global();
@@ -73,7 +73,9 @@ void add_kernels(CLI::App& app, Globals& g) {
       return;
     }
     const Kernel& k = r.kernel(f->space);
-    std::map<std::string, std::int64_t> sizes;
+    if (k.size_names().empty()) throw InvalidArgument("kernel " + f->space + " cannot be described by sizes");
+    // The user's sizes override the kernel's example workload one by one.
+    std::map<std::string, std::int64_t> sizes = k.example_sizes();
     for (const auto& s : f->sizes) {
       auto eq = s.find('=');
       if (eq == std::string::npos) throw InvalidArgument("--size takes NAME=VALUE, got '" + s + "'");
@@ -83,10 +85,6 @@ void add_kernels(CLI::App& app, Globals& g) {
         throw InvalidArgument("--size " + s + ": the value must be an integer");
       }
     }
-    auto names = k.size_names();
-    if (names.empty()) throw InvalidArgument("kernel " + f->space + " cannot be described by sizes");
-    for (const auto& n : names)
-      if (!sizes.count(n) && n != "batch") sizes.emplace(n, 1024);
     Invocation inv = k.from_sizes(sizes, parse_dtype(f->dtype), nlohmann::json::object());
     auto dev = open_device(g.device.empty() ? default_device_name() : g.device);
     const Implementation& impl = r.implementation(inv, dev->info());

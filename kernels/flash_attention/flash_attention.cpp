@@ -588,4 +588,8 @@ double FlashAttentionBwdKernel::tolerance(const Invocation& inv) const {
   return gradient_tolerance_factor * base_tolerance(Problem::of(inv));
 }
 
+std::map<std::string, std::int64_t> example_sizes() {
+  return {{"batch", 1}, {"seq", 2048}, {"heads", 16}, {"head_dim", 128}};
+}
+
 }  // namespace ejk::kernels::flash_attention

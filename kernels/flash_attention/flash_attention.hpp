@@ -149,6 +149,8 @@ void check_cu_seqlens(std::span<const std::int64_t> values, const char* name, st
 // "shared" for [B, H], [B, 1], [1, H], [1, 1]; true = "full"), sinks (bool), segments (bool).
 // Packed variable-length input is not described by sizes.
 std::vector<std::string> recipe_sizes();
+// One sequence of a mid-sized decoder layer, for tools that show a workload nobody sized.
+std::map<std::string, std::int64_t> example_sizes();
 Invocation recipe_invocation(bool backward, const std::map<std::string, std::int64_t>& sizes, DType dtype,
                              const nlohmann::json& options);
 
@@ -170,6 +172,7 @@ class FlashAttentionKernel final : public Kernel {
   Invocation from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
                         const nlohmann::json& options) const override;
   std::vector<std::string> size_names() const override { return recipe_sizes(); }
+  std::map<std::string, std::int64_t> example_sizes() const override { return flash_attention::example_sizes(); }
 };
 
 class FlashAttentionBwdKernel final : public Kernel {
@@ -190,6 +193,7 @@ class FlashAttentionBwdKernel final : public Kernel {
   Invocation from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
                         const nlohmann::json& options) const override;
   std::vector<std::string> size_names() const override { return recipe_sizes(); }
+  std::map<std::string, std::int64_t> example_sizes() const override { return flash_attention::example_sizes(); }
 };
 
 // Gradients are checked with this multiple of the forward tolerance: dz = P (dP - D) cancels

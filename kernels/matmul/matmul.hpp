@@ -38,6 +38,7 @@ class MatmulKernel final : public Kernel {
   Invocation from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
                         const nlohmann::json& options) const override;
   std::vector<std::string> size_names() const override { return {"m", "n", "k", "batch"}; }
+  std::map<std::string, std::int64_t> example_sizes() const override { return {{"m", 1024}, {"n", 1024}, {"k", 1024}}; }
 };
 
 std::vector<ArgDef> matmul_args();

@@ -65,7 +65,8 @@ struct BundleCheck {
 BundleCheck verify_bundle(const std::filesystem::path& path);  // never throws
 
 // Where the profile tier looks for *.json bundles: $EJK_PROFILE_DIR (colon-separated), else
-// the installed profiles folder, else the source tree's profiles/ (a build-tree run).
+// share/ejk/profiles of the prefix libejk is installed in (in the build tree, the source's
+// profiles/ through a link), when it exists.
 std::vector<std::filesystem::path> default_profile_dirs();
 
 }  // namespace ejk

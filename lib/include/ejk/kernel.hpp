@@ -60,6 +60,10 @@ class Kernel {
                                 const nlohmann::json& options) const;
   // The size names from_sizes accepts, required ones first; empty when recipes can't build it.
   virtual std::vector<std::string> size_names() const { return {}; }
+  // A realistic workload for this kernel, in from_sizes terms: what `ejk kernels --space`
+  // shows when the user gives no sizes. Empty (the default) when the kernel has none to
+  // suggest, so the user must name every required size.
+  virtual std::map<std::string, std::int64_t> example_sizes() const { return {}; }
 };
 
 class Implementation {

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/install_paths.hpp"
 #include "core/sha256.hpp"
 #include "ejk/error.hpp"
 #include "ejk/version.hpp"
@@ -174,13 +175,9 @@ std::vector<fs::path> default_profile_dirs() {
     }
     return out;
   }
+  // share/ejk/profiles beside the library; in the build tree a link to the source's profiles/.
   std::error_code ec;
-#ifdef EJK_PROFILES_INSTALL_DIR
-  if (fs::is_directory(EJK_PROFILES_INSTALL_DIR, ec)) return {fs::path(EJK_PROFILES_INSTALL_DIR)};
-#endif
-#ifdef EJK_PROFILES_SOURCE_DIR
-  if (fs::is_directory(EJK_PROFILES_SOURCE_DIR, ec)) return {fs::path(EJK_PROFILES_SOURCE_DIR)};
-#endif
+  if (auto dir = detail::installed_profiles_dir(); !dir.empty() && fs::is_directory(dir, ec)) out.push_back(dir);
   return out;
 }
 

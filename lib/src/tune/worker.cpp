@@ -14,6 +14,7 @@
 #include <thread>
 #include <unistd.h>
 
+#include "core/install_paths.hpp"
 #include "ejk/error.hpp"
 #include "ejk/registry.hpp"
 #include "tune/bench.hpp"
@@ -57,9 +58,7 @@ std::string find_worker() {
   }
   std::vector<std::string> dirs;
   if (auto d = exe_dir(); !d.empty()) dirs.push_back(d);
-#ifdef EJK_INSTALL_BINDIR
-  dirs.push_back(EJK_INSTALL_BINDIR);
-#endif
+  if (auto d = detail::installed_bin_dir(); !d.empty()) dirs.push_back(d.string());
   for (const auto& d : dirs) {
     std::string p = d + "/ejk-worker";
     if (::access(p.c_str(), X_OK) == 0) return p;

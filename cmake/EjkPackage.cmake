@@ -1,0 +1,32 @@
+# Installs libejk for consumers: headers, the shared library, a CMake package giving ejk::ejk
+# (find_package(ejk CONFIG)) and a pkg-config file. Every installed file names its folders
+# relative to itself, so the installed tree can be moved. Included from lib/CMakeLists.txt.
+include(CMakePackageConfigHelpers)
+
+set(EJK_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/ejk)
+
+install(TARGETS ejk EXPORT ejkTargets
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/lib/include/ejk DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+        FILES_MATCHING PATTERN "*.hpp")
+install(EXPORT ejkTargets NAMESPACE ejk:: DESTINATION ${EJK_CMAKE_DIR})
+
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/ejkConfig.cmake.in
+                              ${PROJECT_BINARY_DIR}/package/ejkConfig.cmake
+                              INSTALL_DESTINATION ${EJK_CMAKE_DIR})
+# Before 1.0 a minor release may change the API, so only the same major.minor is compatible.
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/package/ejkConfigVersion.cmake
+                                 COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/package/ejkConfig.cmake ${PROJECT_BINARY_DIR}/package/ejkConfigVersion.cmake
+        DESTINATION ${EJK_CMAKE_DIR})
+
+# pkg-config: the prefix is found from the .pc file's own folder (${pcfiledir}).
+file(RELATIVE_PATH EJK_PC_PREFIX ${CMAKE_INSTALL_FULL_LIBDIR}/pkgconfig ${CMAKE_INSTALL_PREFIX})
+string(REGEX REPLACE "/$" "" EJK_PC_PREFIX "${EJK_PC_PREFIX}")
+file(RELATIVE_PATH EJK_PC_LIBDIR ${CMAKE_INSTALL_PREFIX} ${CMAKE_INSTALL_FULL_LIBDIR})
+file(RELATIVE_PATH EJK_PC_INCLUDEDIR ${CMAKE_INSTALL_PREFIX} ${CMAKE_INSTALL_FULL_INCLUDEDIR})
+configure_file(${PROJECT_SOURCE_DIR}/cmake/ejk.pc.in ${PROJECT_BINARY_DIR}/package/ejk.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/package/ejk.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
