@@ -4,12 +4,15 @@
 // flash_attention.glsl, whose bindings, push constants and helpers it shares.
 //
 // A workgroup of NSG subgroups owns BQ = 16 NSG query rows of one (sequence, head); subgroup s
-// owns rows 16 s .. 16 s + 15. q (once) and each key block's k and v are staged as f16 in shared
-// memory with 16 bytes of padding per row. Per key block each subgroup computes its 16 x BK
-// scores as fragments (q k^T), stores them to its f32 scratch, runs the online softmax there in
-// scalar code (SG / 16 lanes per row, each on pairs of columns), writes P as f16, rescales its
-// output fragments by the row factors (through the scratch, only when some row's maximum moved)
-// and adds P v. The output stays in f32 fragments until the end.
+// owns rows 16 s .. 16 s + 15; its q fragments stay in registers. Each key block's k and v are
+// staged as f16 in shared memory with 16 bytes of padding per row, the next block's rows already
+// on their way into registers while this one is computed. Per key block each subgroup computes
+// its 16 x BK scores as fragments (q k^T), stores them to its f32 scratch, runs the online
+// softmax there in scalar code (SG / 16 lanes per row, each on pairs of columns), writes P as
+// f16, rescales its output fragments by the row factors and adds P v. Fragments of one type
+// share one element layout, so a per-row factor is applied element by element against a
+// fragment loaded from a [16][16] matrix of the factors, without a trip of the output through
+// shared memory. The output stays in f32 fragments until the end.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -47,19 +50,45 @@ layout(binding = B_Q) readonly buffer Q8 { uvec4 q8[]; };
 layout(binding = B_K) readonly buffer K8 { uvec4 k8[]; };
 layout(binding = B_V) readonly buffer V8 { uvec4 v8[]; };
 
-const uint SRC_Q = 0u, SRC_K = 1u, SRC_V = 2u;
-
-// Rows [0, n) at hs[base] = tokens tok0.. of head h (nh heads) of q, k or v; zero from `valid` on.
-void stage16(uint base, uint n, int tok0, int valid, uint nh, uint h, uint src) {
+// Element u (in units of 8 halves) of rows [0, n) = tokens tok0.. of head h (nh heads) of q, k or
+// v: its row, column and the global index to read, or ~0u past `valid` (zeros).
+uint source_index(uint u, int tok0, int valid, uint nh, uint h, out uint dst) {
   const uint per_row = DMAX / 8;
-  for (uint u = gl_LocalInvocationID.x; u < n * per_row; u += THREADS) {
-    const uint r = u / per_row, c = u - r * per_row;
-    uvec4 x = uvec4(0);
-    if (int(r) < valid) {
-      const uint e = (uint(tok0 + int(r)) * nh + h) * (DMAX / 8) + c;
-      x = src == SRC_Q ? q8[e] : (src == SRC_K ? k8[e] : v8[e]);
+  const uint r = u / per_row, c = u - r * per_row;
+  dst = r * (HS / 8) + c;
+  return int(r) < valid ? (uint(tok0 + int(r)) * nh + h) * per_row + c : ~0u;
+}
+
+// Rows [0, n) at hs[base] = tokens tok0.. of q; zero from `valid` on.
+void stage_q(uint base, uint n, int tok0, int valid, uint nh, uint h) {
+  for (uint u = gl_LocalInvocationID.x; u < n * (DMAX / 8); u += THREADS) {
+    uint dst;
+    const uint e = source_index(u, tok0, valid, nh, h, dst);
+    hs[base + dst] = e == ~0u ? uvec4(0) : q8[e];
+  }
+}
+
+// A key block of k and v passes through registers: fetch() issues the global loads of the next
+// block before this one's arithmetic, deposit() writes them to shared memory after it.
+const uint PF = (BK * DMAX / 8 + THREADS - 1) / THREADS;
+uvec4 pk[PF], pv[PF];
+void fetch(int tok0, int valid, uint nh, uint h) {
+  [[unroll]] for (uint t = 0; t < PF; ++t) {
+    const uint u = gl_LocalInvocationID.x + t * THREADS;
+    uint dst;
+    const uint e = u < BK * (DMAX / 8) ? source_index(u, tok0, valid, nh, h, dst) : ~0u;
+    pk[t] = e == ~0u ? uvec4(0) : k8[e];
+    pv[t] = e == ~0u ? uvec4(0) : v8[e];
+  }
+}
+void deposit() {
+  [[unroll]] for (uint t = 0; t < PF; ++t) {
+    const uint u = gl_LocalInvocationID.x + t * THREADS;
+    if (u < BK * (DMAX / 8)) {
+      const uint r = u / (DMAX / 8), c = u - r * (DMAX / 8);
+      hs[KB + r * (HS / 8) + c] = pk[t];
+      hs[VB + r * (HS / 8) + c] = pv[t];
     }
-    hs[base + r * (HS / 8) + c] = x;
   }
 }
 
@@ -69,6 +98,19 @@ void sync_subgroup() {
 }
 
 fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> o[FD];
+fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> qf[FD];
+
+// o[f] *= the factor of its row, for the factors at fs[AB + 16 s ..]: a [16][16] fragment of them
+// (built in the subgroup's scratch, whose scores are consumed) matches o's element layout.
+void scale_rows(uint s, uint lane, uint scratch) {
+  for (uint e = lane; e < 256; e += SG) fset(scratch + e, fget(AB + s * 16 + e / 16));
+  sync_subgroup();
+  fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> f;
+  coopMatLoadNV(f, fs, scratch / 4, 4, false);
+  [[unroll]] for (uint x = 0; x < FD; ++x)
+    for (int i = 0; i < o[x].length(); ++i) o[x][i] *= f[i];
+  sync_subgroup();
+}
 
 void main() {
   const uint qb = gl_WorkGroupID.x + pc.group_x;
@@ -88,36 +130,45 @@ void main() {
   [[unroll]] for (uint f = 0; f < FD; ++f) o[f] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
   const float sink = flag(F_SINKS) ? LOAD(sinks, head, sinks_dtype()) * LOG2E : NEG;
   float m = sink, l = flag(F_SINKS) && part == 0u ? 1.0 : 0.0;
-  stage16(QB, BQ, q_start + i0, rows, pc.heads, head, SRC_Q);
+  stage_q(QB, BQ, q_start + i0, rows, pc.heads, head);
+  barrier();
+  [[unroll]] for (uint f = 0; f < FD; ++f) coopMatLoadNV(qf[f], hs, QB + (s * 16 * HS + f * 16) / 8, HS / 8, false);
 
   const int jlo = max(0, key_lo(i0)), jhi = min(k_len - 1, key_hi(i0 + rows - 1));
-  for (int kb = jlo / int(BK); jlo <= jhi && kb <= jhi / int(BK); ++kb) {
-    const int j0 = kb * int(BK), n = min(int(BK), k_len - j0);
+  const int kb_first = jlo / int(BK), kb_last = jlo <= jhi ? jhi / int(BK) : kb_first - 1;
+  if (kb_first <= kb_last) fetch(k_start + kb_first * int(BK), min(int(BK), k_len - kb_first * int(BK)), pc.kv_heads, hk);
+  for (int kb = kb_first; kb <= kb_last; ++kb) {
+    const int j0 = kb * int(BK);
     barrier();
-    stage16(KB, BK, k_start + j0, n, pc.kv_heads, hk, SRC_K);
-    stage16(VB, BK, k_start + j0, n, pc.kv_heads, hk, SRC_V);
+    deposit();
     barrier();
+    if (kb < kb_last) fetch(k_start + j0 + int(BK), min(int(BK), k_len - j0 - int(BK)), pc.kv_heads, hk);
 
     // Scores of this subgroup's rows: q k^T, k^T read as a column-major view of k's rows.
     [[unroll]] for (uint jb = 0; jb < FK; ++jb) {
       fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
-      for (uint kk = 0; kk < DMAX; kk += 16) {
-        fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> a, b;
-        coopMatLoadNV(a, hs, QB + (s * 16 * HS + kk) / 8, HS / 8, false);
-        coopMatLoadNV(b, hs, KB + (jb * 16 * HS + kk) / 8, HS / 8, true);
-        acc = coopMatMulAddNV(a, b, acc);
+      [[unroll]] for (uint f = 0; f < FD; ++f) {
+        fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> b;
+        coopMatLoadNV(b, hs, KB + (jb * 16 * HS + f * 16) / 8, HS / 8, true);
+        acc = coopMatMulAddNV(qf[f], b, acc);
       }
       coopMatStoreNV(acc, fs, (scratch + jb * 16) / 4, BK / 4, false);
     }
     sync_subgroup();
 
     // Online softmax on the scratch: this lane's column pairs c = 2 (part + t LPR) + {0, 1}.
+    // Where the mask allows every key of the block to every row of the workgroup and no logit
+    // transform applies (long unmasked sequences, the interior of a causal one), the scaled score
+    // is the logit as it is.
+    const bool plain = (pc.flags & (F_BIAS | F_SOFTCAP | F_SEGMENTS)) == 0u && i0 + int(BQ) <= q_len &&
+                       j0 + int(BK) <= k_len && j0 >= key_lo(i0 + int(BQ) - 1) && j0 + int(BK) - 1 <= key_hi(i0);
     float z[2 * PAIRS];
     float mx = NEG;
     [[unroll]] for (uint t = 0; t < PAIRS; ++t)
       [[unroll]] for (uint e = 0; e < 2; ++e) {
         const uint c = 2 * (part + t * LPR) + e;
-        z[2 * t + e] = logit(fget(scratch + rr * BK + c) * pc.qscale, head, qi, j0 + int(c));
+        const float x = fget(scratch + rr * BK + c) * pc.qscale;
+        z[2 * t + e] = plain ? x : logit(x, head, qi, j0 + int(c));
         mx = max(mx, z[2 * t + e]);
       }
     fset(RB + row * LPR + part, mx);
@@ -145,17 +196,8 @@ void main() {
     if (part == 0u) fset(AB + row, alpha);
     sync_subgroup();
 
-    // o *= alpha per row, through the scratch (the scores there are consumed).
-    if (subgroupAny(alpha != 1.0)) {
-      [[unroll]] for (uint f = 0; f < FD; ++f) {
-        coopMatStoreNV(o[f], fs, scratch / 4, 4, false);
-        sync_subgroup();
-        for (uint e = lane; e < 256; e += SG) fset(scratch + e, fget(scratch + e) * fget(AB + s * 16 + e / 16));
-        sync_subgroup();
-        coopMatLoadNV(o[f], fs, scratch / 4, 4, false);
-        sync_subgroup();
-      }
-    }
+    // o *= alpha per row.
+    if (subgroupAny(alpha != 1.0)) scale_rows(s, lane, scratch);
 
     // o += P v.
     [[unroll]] for (uint kk = 0; kk < BK; kk += 16) {
@@ -169,7 +211,7 @@ void main() {
     }
   }
 
-  // Row sums from the lanes' shares, then out = o / l through the scratch.
+  // Row sums from the lanes' shares, then out = o / l.
   sync_subgroup();
   fset(RB + row * LPR + part, l);
   sync_subgroup();
@@ -180,16 +222,14 @@ void main() {
     if (qi < q_len) lse_f[lse_index(head, qi)] = total > 0.0 ? (m + log2(total)) * LN2 : uintBitsToFloat(0xff800000u);
   }
   sync_subgroup();
+  scale_rows(s, lane, scratch);
   [[unroll]] for (uint f = 0; f < FD; ++f) {
     coopMatStoreNV(o[f], fs, scratch / 4, 4, false);
     sync_subgroup();
     for (uint e = lane; e < 256; e += SG) {
       const uint r = e / 16, c = e % 16;
       const int i = i0 + int(s * 16 + r);
-      if (i < q_len) {
-        const uint at = (uint(q_start + i) * pc.heads + head) * DMAX + f * 16 + c;
-        STORE(out, at, DTYPE, fget(scratch + e) * fget(AB + s * 16 + r));
-      }
+      if (i < q_len) STORE(out, (uint(q_start + i) * pc.heads + head) * DMAX + f * 16 + c, DTYPE, fget(scratch + e));
     }
     sync_subgroup();
   }

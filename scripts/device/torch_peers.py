@@ -34,15 +34,15 @@ def main():
             out["rows"].append({"what": f"cublas_gemm_{str(dtype)[6:]}_{n}", "ms": ms, "TFLOP/s": 2 * n**3 / ms / 1e9})
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
-    for causal in (False, True):
-        B, H, S, D = 4, 16, 4096, 128
+    for D, causal in ((128, False), (128, True), (64, False)):
+        B, H, S = 4, 16, 4096
         q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.float16) for _ in range(3))
         flops = 4 * B * H * S * S * D / (2 if causal else 1)
+        shape = f"B{B}H{H}S{S}D{D}{'_causal' if causal else ''}"
         for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
             with sdpa_kernel(be):
                 ms = time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
-            out["rows"].append({"what": f"sdpa_{name}_B4H16S4096D128{'_causal' if causal else ''}", "ms": ms,
-                                "TFLOP/s": flops / ms / 1e9})
+            out["rows"].append({"what": f"sdpa_{name}_{shape}", "ms": ms, "TFLOP/s": flops / ms / 1e9})
             # Backward alone: the graph of one forward, differentiated repeatedly (2.5x the flops).
             qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
             with sdpa_kernel(be):
@@ -50,8 +50,26 @@ def main():
             dout = torch.randn_like(o)
             with sdpa_kernel(be):
                 ms = time_ms(lambda: torch.autograd.grad(o, (qg, kg, vg), dout, retain_graph=True))
-            out["rows"].append({"what": f"sdpa_{name}_bwd_B4H16S4096D128{'_causal' if causal else ''}", "ms": ms,
-                                "TFLOP/s": 2.5 * flops / ms / 1e9})
+            out["rows"].append({"what": f"sdpa_{name}_bwd_{shape}", "ms": ms, "TFLOP/s": 2.5 * flops / ms / 1e9})
+    # Decode over a KV cache: batch 32, 32 query heads, 8 KV heads, context 4096, head_dim 128, one
+    # query token per sequence; effective GB/s counts the cache bytes read once. The device copy
+    # bandwidth (bytes read + written) is the bound decode kernels are held to.
+    B, H, KVH, S, D = 32, 32, 8, 4096, 128
+    q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.float16)
+    k, v = (torch.randn(B, KVH, S, D, device="cuda", dtype=torch.float16) for _ in range(2))
+    cache_bytes = 2 * B * KVH * S * D * 2
+    for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
+                     ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
+        try:
+            with sdpa_kernel(be):
+                ms = time_ms(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+            out["rows"].append({"what": f"sdpa_{name}_decode_B{B}H{H}KV{KVH}S{S}D{D}", "ms": ms, "GB/s": cache_bytes / ms / 1e6})
+        except RuntimeError as e:
+            out["rows"].append({"what": f"sdpa_{name}_decode_B{B}H{H}KV{KVH}S{S}D{D}", "error": str(e)[:200]})
+    src = torch.empty(1 << 30, device="cuda", dtype=torch.uint8)
+    dst = torch.empty_like(src)
+    ms = time_ms(lambda: dst.copy_(src))
+    out["rows"].append({"what": "copy_1GiB", "ms": ms, "GB/s": 2 * src.numel() / ms / 1e6})
     print(json.dumps(out, indent=1))
 
 
