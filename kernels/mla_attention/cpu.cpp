@@ -6,10 +6,15 @@
 //   combine  per (sequence, head): the parts merged by their log-sum-exp, then o_lat . w_vc.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "backends/cpu/cpu_device.hpp"
 #include "ejk/error.hpp"
@@ -19,10 +24,29 @@
 namespace ejk::kernels::mla_attention {
 namespace {
 
-// Reads element i of a buffer of the problem's storage dtype as f32.
+bool has_avx2_f16c() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,f16c"))) void f16_row_f16c(const std::uint16_t* src, std::int64_t n, float* dst) {
+  std::int64_t k = 0;
+  for (; k + 8 <= n; k += 8)
+    _mm256_storeu_ps(dst + k, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + k))));
+  for (; k < n; ++k) dst[k] = f16_to_f32(src[k]);
+}
+#endif
+
+// Reads a buffer of the problem's storage dtype as f32.
 struct Reader {
   const void* base;
   DType t;
+  bool f16c = false;
   float operator()(std::int64_t i) const {
     switch (t) {
       case DType::f16: return f16_to_f32(static_cast<const std::uint16_t*>(base)[i]);
@@ -34,11 +58,99 @@ struct Reader {
   void row(std::int64_t i, std::int64_t n, float* dst) const {
     if (t == DType::f32) {
       std::copy_n(static_cast<const float*>(base) + i, n, dst);
-      return;
+    } else if (t == DType::bf16) {
+      const std::uint16_t* src = static_cast<const std::uint16_t*>(base) + i;
+      for (std::int64_t k = 0; k < n; ++k) {
+        const std::uint32_t u = std::uint32_t{src[k]} << 16;
+        std::memcpy(dst + k, &u, 4);
+      }
+    } else {
+#if defined(__x86_64__)
+      if (f16c) return f16_row_f16c(static_cast<const std::uint16_t*>(base) + i, n, dst);
+#endif
+      for (std::int64_t k = 0; k < n; ++k) dst[k] = (*this)(i + k);
     }
-    for (std::int64_t k = 0; k < n; ++k) dst[k] = (*this)(i + k);
   }
 };
+
+// One head against one converted tile: scores, online softmax update, accumulation into o_lat.
+// Always inlined into a default and an AVX2+FMA wrapper, so the compiler vectorises the same
+// loops for each; the dot products keep 16 partial sums so that they vectorise without
+// reassociation.
+struct HeadTile {
+  const float* q;     // [W] scaled query
+  const float* tile;  // [rows][W]
+  std::int64_t rows, W, R;
+  float* scores;      // [rows]
+  float* acc;         // [R]
+  float* m;
+  float* l;
+};
+
+// Dot products of q with four rows at once (q loaded once per four), 16 partial sums each.
+[[gnu::always_inline]] inline void dot4(const float* q, const float* r, std::int64_t W, float* out) {
+  float l0[16] = {}, l1[16] = {}, l2[16] = {}, l3[16] = {};
+  std::int64_t c = 0;
+  for (; c + 16 <= W; c += 16)
+    for (int i = 0; i < 16; ++i) {
+      const float x = q[c + i];
+      l0[i] += x * r[c + i];
+      l1[i] += x * r[W + c + i];
+      l2[i] += x * r[2 * W + c + i];
+      l3[i] += x * r[3 * W + c + i];
+    }
+  float s[4] = {};
+  for (; c < W; ++c)
+    for (int k = 0; k < 4; ++k) s[k] += q[c] * r[k * W + c];
+  for (int i = 0; i < 16; ++i) s[0] += l0[i], s[1] += l1[i], s[2] += l2[i], s[3] += l3[i];
+  for (int k = 0; k < 4; ++k) out[k] = s[k];
+}
+
+[[gnu::always_inline]] inline float dot1(const float* q, const float* r, std::int64_t W) {
+  float lanes[16] = {};
+  std::int64_t c = 0;
+  for (; c + 16 <= W; c += 16)
+    for (int i = 0; i < 16; ++i) lanes[i] += q[c + i] * r[c + i];
+  float dot = 0.f;
+  for (; c < W; ++c) dot += q[c] * r[c];
+  for (float x : lanes) dot += x;
+  return dot;
+}
+
+[[gnu::always_inline]] inline void head_tile(const HeadTile& t) {
+  std::int64_t j = 0;
+  for (; j + 4 <= t.rows; j += 4) dot4(t.q, t.tile + j * t.W, t.W, t.scores + j);
+  for (; j < t.rows; ++j) t.scores[j] = dot1(t.q, t.tile + j * t.W, t.W);
+  float mx = *t.m;
+  for (j = 0; j < t.rows; ++j) mx = std::max(mx, t.scores[j]);
+  const float alpha = std::exp(*t.m - mx);
+  float sum = 0.f;
+  for (j = 0; j < t.rows; ++j) sum += (t.scores[j] = std::exp(t.scores[j] - mx));
+  *t.l = *t.l * alpha + sum;
+  *t.m = mx;
+  // o_lat in chunks of 64 columns held in registers across the tile's rows.
+  std::int64_t c0 = 0;
+  for (; c0 + 64 <= t.R; c0 += 64) {
+    float a[64];
+    for (int i = 0; i < 64; ++i) a[i] = t.acc[c0 + i] * alpha;
+    for (j = 0; j < t.rows; ++j) {
+      const float w = t.scores[j];
+      const float* r = t.tile + j * t.W + c0;
+      for (int i = 0; i < 64; ++i) a[i] += w * r[i];
+    }
+    for (int i = 0; i < 64; ++i) t.acc[c0 + i] = a[i];
+  }
+  for (std::int64_t c = c0; c < t.R; ++c) {
+    float a = t.acc[c] * alpha;
+    for (j = 0; j < t.rows; ++j) a += t.scores[j] * t.tile[j * t.W + c];
+    t.acc[c] = a;
+  }
+}
+
+void head_tile_default(const HeadTile& t) { head_tile(t); }
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) void head_tile_avx2(const HeadTile& t) { head_tile(t); }
+#endif
 
 void store(void* base, DType t, std::int64_t i, float x) {
   switch (t) {
@@ -87,7 +199,7 @@ class CpuMlaDecode final : public Implementation {
       if (p.heads % hg) continue;
       std::int64_t splits = 1;
       while (splits < 16 && p.batch * (p.heads / hg) * splits < want && splits * 2 * 256 <= p.capacity()) splits *= 2;
-      for (std::int64_t bn : {32, 16, 8}) {
+      for (std::int64_t bn : {16, 32, 8}) {
         Config c{{"heads_per_group", hg}, {"block_n", bn}, {"splits", splits}};
         if (s.admits(c)) return c;
       }
@@ -110,8 +222,15 @@ class CpuMlaDecode final : public Implementation {
     if (p.batch == 0) return;
 
     const std::int64_t R = p.rank, W = p.width(), H = p.heads, groups = H / hg;
-    const Reader qn{data(args[arg::q_nope]), p.dtype}, qp{data(args[arg::q_pe]), p.dtype};
-    const Reader kv{data(args[arg::kv_cache]), p.dtype}, wk{data(args[arg::w_kc]), p.dtype}, wv{data(args[arg::w_vc]), p.dtype};
+    const bool fast = has_avx2_f16c();
+    const Reader qn{data(args[arg::q_nope]), p.dtype, fast}, qp{data(args[arg::q_pe]), p.dtype, fast};
+    const Reader kv{data(args[arg::kv_cache]), p.dtype, fast}, wk{data(args[arg::w_kc]), p.dtype, fast};
+    const Reader wv{data(args[arg::w_vc]), p.dtype, fast};
+#if defined(__x86_64__)
+    void (*const tile_fn)(const HeadTile&) = fast ? head_tile_avx2 : head_tile_default;
+#else
+    void (*const tile_fn)(const HeadTile&) = head_tile_default;
+#endif
     void* out = mutable_data(args[arg::out]);
 
     // qs: scaled [q_lat | q_pe] per (sequence, head); parts: per (sequence, head, part) the
@@ -158,30 +277,8 @@ class CpuMlaDecode final : public Implementation {
           const std::int64_t page = tables[static_cast<std::size_t>(b * p.max_blocks + pos / p.block_size)];
           kv.row((page * p.block_size + pos % p.block_size) * W, W, tile + j * W);
         }
-        for (std::int64_t k = 0; k < hg; ++k) {
-          const float* q = qs.data() + (b * H + g * hg + k) * W;
-          float* row = sc + k * bn;
-          float mx = m[k];
-          for (std::int64_t j = 0; j < rows; ++j) {
-            const float* r = tile + j * W;
-            float dot = 0.f;
-            for (std::int64_t c = 0; c < W; ++c) dot += q[c] * r[c];
-            row[j] = dot;
-            mx = std::max(mx, dot);
-          }
-          const float alpha = std::exp(m[k] - mx);
-          float sum = 0.f;
-          for (std::int64_t j = 0; j < rows; ++j) sum += (row[j] = std::exp(row[j] - mx));
-          l[k] = l[k] * alpha + sum;
-          m[k] = mx;
-          float* a = acc + k * R;
-          for (std::int64_t c = 0; c < R; ++c) a[c] *= alpha;
-          for (std::int64_t j = 0; j < rows; ++j) {
-            const float w = row[j];
-            const float* r = tile + j * W;
-            for (std::int64_t c = 0; c < R; ++c) a[c] += w * r[c];
-          }
-        }
+        for (std::int64_t k = 0; k < hg; ++k)
+          tile_fn({qs.data() + (b * H + g * hg + k) * W, tile, rows, W, R, sc + k * bn, acc + k * R, m + k, l + k});
       }
       for (std::int64_t k = 0; k < hg; ++k) {
         const std::int64_t slot = (b * H + g * hg + k) * splits + s;
