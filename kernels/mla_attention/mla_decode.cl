@@ -1,13 +1,20 @@
 // mla_decode on OpenCL C 1.2: three kernels of one program (see opencl.cpp for the plan).
 //
 // Compile-time (-D): THREADS (work-items per group), HG (heads per group), BLOCK_N (cache rows
-// per staged tile), RANK (kv_lora_rank), ROPE (rope_dim). Everything else is a kernel argument,
-// the storage dtype included (0 f32, 1 f16, 2 bf16), so one program serves every dtype.
+// per staged tile), RANK (kv_lora_rank), ROPE (rope_dim), STAGE16 (1: the storage is 16-bit and
+// tiles are staged as stored, half the local memory of f32, so twice the heads or rows fit).
+// Everything else is a kernel argument, the storage dtype included (0 f32, 1 f16, 2 bf16), so
+// one program serves f16 and bf16.
 // Storage is read and written through vload_half / vstore_half and 16-bit words: no
 // cl_khr_fp16 is needed, and all arithmetic is f32.
 
 #define WIDTH (RANK + ROPE)      // a cache row: c_kv | k_pe
-#define STRIDE (WIDTH + 1)       // staged rows, padded so that neighbouring rows start on other banks
+#if STAGE16
+#define STRIDE (WIDTH + 2)       // staged rows, padded by one 32-bit word so that neighbouring rows
+                                 // start on other banks
+#else
+#define STRIDE (WIDTH + 1)
+#endif
 #define PAIRS (HG * BLOCK_N)     // (head, row) scores per tile
 #if THREADS >= PAIRS
 #define TEAM (THREADS / PAIRS)   // work-items sharing one score
@@ -68,7 +75,13 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mla_attend(
     int max_blocks, int splits, int dtype) {
   const int split = get_group_id(0), h0 = get_group_id(1) * HG, b = get_group_id(2), lid = get_local_id(0);
   __local float q_s[HG * WIDTH];
+#if STAGE16
+  __local ushort kv_s[BLOCK_N * STRIDE];
+#define KV(i) (dtype == 1 ? vload_half((i), (const __local half*)kv_s) : as_float((uint)kv_s[i] << 16))
+#else
   __local float kv_s[BLOCK_N * STRIDE];
+#define KV(i) kv_s[i]
+#endif
   __local float p_s[PAIRS];
   __local float red[THREADS];
   __local float m_s[HG], l_s[HG], a_s[HG];
@@ -95,7 +108,11 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mla_attend(
     const int rows = min(BLOCK_N, end - t0);
     for (int e = lid; e < BLOCK_N * WIDTH; e += THREADS) {
       const int j = e / WIDTH, c = e - j * WIDTH;
+#if STAGE16
+      kv_s[j * STRIDE + c] = j < rows ? kv16[base + e] : (ushort)0;
+#else
       kv_s[j * STRIDE + c] = j < rows ? load(kv16, base + e, dtype) : 0.f;
+#endif
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
@@ -105,7 +122,7 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mla_attend(
       const int pair = lid / TEAM, lane = lid - pair * TEAM;
       const int k = pair / BLOCK_N, j = pair - k * BLOCK_N;
       float dot = 0.f;
-      for (int c = lane; c < WIDTH; c += TEAM) dot = mad(q_s[k * WIDTH + c], kv_s[j * STRIDE + c], dot);
+      for (int c = lane; c < WIDTH; c += TEAM) dot = mad(q_s[k * WIDTH + c], KV(j * STRIDE + c), dot);
       red[lid] = dot;
       barrier(CLK_LOCAL_MEM_FENCE);
       if (lane == 0 && pair < PAIRS) {
@@ -118,7 +135,7 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mla_attend(
     for (int pair = lid; pair < PAIRS; pair += THREADS) {
       const int k = pair / BLOCK_N, j = pair - k * BLOCK_N;
       float dot = 0.f;
-      for (int c = 0; c < WIDTH; ++c) dot = mad(q_s[k * WIDTH + c], kv_s[j * STRIDE + c], dot);
+      for (int c = 0; c < WIDTH; ++c) dot = mad(q_s[k * WIDTH + c], KV(j * STRIDE + c), dot);
       p_s[pair] = j < rows ? dot : -INFINITY;
     }
 #endif
@@ -147,7 +164,7 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mla_attend(
       if (c < RANK) {
         for (int k = 0; k < HG; ++k) {
           float a = acc[k][i] * a_s[k];
-          for (int j = 0; j < BLOCK_N; ++j) a = mad(p_s[k * BLOCK_N + j], kv_s[j * STRIDE + c], a);
+          for (int j = 0; j < BLOCK_N; ++j) a = mad(p_s[k * BLOCK_N + j], KV(j * STRIDE + c), a);
           acc[k][i] = a;
         }
       }

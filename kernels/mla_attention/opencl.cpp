@@ -4,9 +4,11 @@
 //   mla_attend   one group per (part of the context, group of heads, sequence): split-K over the
 //                context, each staged tile of cache rows shared by the group's heads;
 //   mla_combine  one group per (sequence, head): parts merged by log-sum-exp, then o_lat . w_vc.
-// Tile geometry and the latent widths are -D options (they size local memory and registers);
-// the dtype, head counts, the table geometry and the number of parts are kernel arguments, so
-// one program serves every dtype and batch (PoCL takes seconds to build each program).
+// Tile geometry, the latent widths and whether the storage is 16-bit are -D options (they size
+// local memory and registers); the dtype, head counts, the table geometry and the number of
+// parts are kernel arguments, so one program serves f16 and bf16 and every batch (PoCL takes
+// seconds to build each program). 16-bit tiles are staged as stored: twice the rows or heads
+// fit in local memory (DeepSeek-V3 widths: 16 heads x 8 rows in 48 KiB).
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -55,9 +57,11 @@ class OpenCLMlaDecode final : public Implementation {
         .constraint("threads <= max_workgroup_size")
         // More work-items than o_lat columns only idle in the accumulation.
         .constraint("threads == 64 || threads <= kv_lora_rank")
-        // The group's queries, a tile (rows padded by one word), scores and reduction space.
-        .constraint("(heads_per_group * (kv_lora_rank + rope_dim) + block_n * (kv_lora_rank + rope_dim + 1)"
-                    " + heads_per_group * block_n + threads + 3 * heads_per_group) * 4 <= local_mem")
+        // The group's queries, scores and reduction space in f32, and a tile as stored (rows
+        // padded by one 32-bit word).
+        .constraint("(heads_per_group * (kv_lora_rank + rope_dim) + heads_per_group * block_n + threads"
+                    " + 3 * heads_per_group) * 4 + block_n * (kv_lora_rank + rope_dim + 4 / dtype_size) * dtype_size"
+                    " <= local_mem")
         // Accumulators stay in registers.
         .constraint("heads_per_group * ((kv_lora_rank + threads - 1) / threads) <= 32")
         .constraint("splits == 1 || splits * block_n <= max_context")
@@ -112,6 +116,7 @@ class OpenCLMlaDecode final : public Implementation {
     def("BLOCK_N", bn);
     def("RANK", p.rank);
     def("ROPE", p.rope_dim);
+    def("STAGE16", p.dtype != DType::f32);
     auto absorb = dev.kernel(source_key, options, "mla_absorb");
     auto attend = dev.kernel(source_key, options, "mla_attend");
     auto combine = dev.kernel(source_key, options, "mla_combine");
