@@ -16,6 +16,9 @@ layout(constant_id = 3) const uint HG = 4;        // heads per group
 layout(constant_id = 4) const uint BLOCK_N = 16;  // cache rows per staged tile
 layout(constant_id = 5) const uint RANK = 64;     // kv_lora_rank
 layout(constant_id = 6) const uint ROPE = 16;     // rope_dim
+// 1 (16-bit modules, even row width): tiles are staged as stored, two elements a word, half the
+// shared memory of f32, so twice the heads or rows fit.
+layout(constant_id = 7) const uint STAGE16 = 0;
 
 const uint THREADS = gl_WorkGroupSize.x;
 const uint WIDTH = RANK + ROPE;   // a cache row: c_kv | k_pe
@@ -90,13 +93,30 @@ void main() {
 // unnormalised o_lat and its running max and sum (log2 domain) per head.
 layout(binding = 0) readonly buffer QS { float qs[]; };
 layout(binding = 1) readonly buffer KV { ELEM kv[]; };
+#if ELEM16
+layout(binding = 1) readonly buffer KVW { uint kv_words[]; };
+#endif
 layout(binding = 2) readonly buffer Tables { int block_tables[]; };
 layout(binding = 3) readonly buffer Lens { int context_lens[]; };
 layout(binding = 4) writeonly buffer PartO { float part_o[]; };
 layout(binding = 5) writeonly buffer PartML { float part_ml[]; };
 
 shared float q_s[HG * WIDTH];
-shared float kv_s[BLOCK_N * STRIDE];
+const uint SW = WIDTH / 2 + 1;  // words per staged 16-bit row (one word of padding)
+shared float kv_s[STAGE16 != 0 ? 1 : BLOCK_N * STRIDE];
+shared uint kv_w[STAGE16 != 0 ? BLOCK_N * SW : 1];
+
+// Element c of staged row j.
+float staged(uint j, uint c) {
+#if ELEM16
+  if (STAGE16 != 0) {
+    const uint w = kv_w[j * SW + c / 2];
+    if (pc.dtype == 1u) return unpackHalf2x16(w)[c & 1u];
+    return uintBitsToFloat((c & 1u) != 0u ? w & 0xffff0000u : w << 16);
+  }
+#endif
+  return kv_s[j * STRIDE + c];
+}
 shared float p_s[PAIRS];
 shared float red[THREADS];
 shared float m_s[HG], l_s[HG], a_s[HG];
@@ -122,6 +142,15 @@ void main() {
     const int page = block_tables[b * pc.max_blocks + uint(t0) / pc.block_size];
     const uint base = (uint(page) * pc.block_size + uint(t0) % pc.block_size) * WIDTH;
     const uint rows = uint(min(int(BLOCK_N), end - t0));
+#if ELEM16
+    if (STAGE16 != 0) {
+      // Rows are contiguous within the page and WIDTH is even: the tile is whole words.
+      for (uint e = lid; e < BLOCK_N * (WIDTH / 2); e += THREADS) {
+        const uint j = e / (WIDTH / 2), w = e - j * (WIDTH / 2);
+        kv_w[j * SW + w] = j < rows ? kv_words[base / 2 + e] : 0u;
+      }
+    } else
+#endif
     for (uint e = lid; e < BLOCK_N * WIDTH; e += THREADS) {
       const uint j = e / WIDTH, c = e - j * WIDTH;
       kv_s[j * STRIDE + c] = j < rows ? LOAD(kv, base + e) : 0.0;
@@ -133,7 +162,7 @@ void main() {
       const uint pair = lid / TEAM, lane = lid - pair * TEAM;
       const uint k = pair / BLOCK_N, j = pair - k * BLOCK_N;
       float dot = 0.0;
-      for (uint c = lane; c < WIDTH; c += TEAM) dot = fma(q_s[k * WIDTH + c], kv_s[j * STRIDE + c], dot);
+      for (uint c = lane; c < WIDTH; c += TEAM) dot = fma(q_s[k * WIDTH + c], staged(j, c), dot);
       red[lid] = dot;
       barrier();
       if (lane == 0 && pair < PAIRS) {
@@ -145,7 +174,7 @@ void main() {
       for (uint pair = lid; pair < PAIRS; pair += THREADS) {
         const uint k = pair / BLOCK_N, j = pair - k * BLOCK_N;
         float dot = 0.0;
-        for (uint c = 0; c < WIDTH; ++c) dot = fma(q_s[k * WIDTH + c], kv_s[j * STRIDE + c], dot);
+        for (uint c = 0; c < WIDTH; ++c) dot = fma(q_s[k * WIDTH + c], staged(j, c), dot);
         p_s[pair] = j < rows ? dot : NEG_INF;
       }
     }
@@ -174,7 +203,7 @@ void main() {
       if (c < RANK) {
         [[unroll]] for (uint k = 0; k < HG; ++k) {
           float a = acc[k * COLS + i] * a_s[k];
-          for (uint j = 0; j < BLOCK_N; ++j) a = fma(p_s[k * BLOCK_N + j], kv_s[j * STRIDE + c], a);
+          for (uint j = 0; j < BLOCK_N; ++j) a = fma(p_s[k * BLOCK_N + j], staged(j, c), a);
           acc[k * COLS + i] = a;
         }
       }

@@ -6,8 +6,10 @@
 //            context, each staged tile of cache rows shared by the group's heads;
 //   combine  one group per (head, sequence): parts merged by log-sum-exp, then o_lat . w_vc.
 // "16" modules read and write f16/bf16 through 16-bit storage; the others only f32, so devices
-// without 16-bit storage still run f32. Tile geometry and the latent widths are specialization
-// constants; everything else is a push constant, so a few pipelines serve every batch.
+// without 16-bit storage still run f32; 16-bit tiles are staged in shared memory as stored, two
+// elements a word (DeepSeek-V3 widths: 16 heads x 8 rows in 48 KiB). Tile geometry, the latent
+// widths and the staging are specialization constants; everything else is a push constant, so
+// a few pipelines serve every batch.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -29,6 +31,11 @@ struct Push {
 };
 
 std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
+
+// 16-bit storage with an even row width is staged as stored, two elements a word.
+bool stage16(const Problem& p) { return p.dtype != DType::f32 && p.width() % 2 == 0; }
+// Shared-memory bytes of one staged row, padding included.
+std::int64_t staged_row_bytes(const Problem& p) { return stage16(p) ? (p.width() / 2 + 1) * 4 : (p.width() + 1) * 4; }
 
 std::int64_t pick_splits(const Problem& p, std::int64_t groups_per_part, std::int64_t block_n, std::int64_t cus) {
   std::int64_t splits = 1;
@@ -67,14 +74,16 @@ class VulkanMlaDecode final : public Implementation {
         .constraint("threads <= max_workgroup_size")
         // More invocations than o_lat columns only idle in the accumulation.
         .constraint("threads == 64 || threads <= kv_lora_rank")
-        // The group's queries, a tile (rows padded by one word), scores and reduction space.
-        .constraint("(heads_per_group * (kv_lora_rank + rope_dim) + block_n * (kv_lora_rank + rope_dim + 1)"
-                    " + heads_per_group * block_n + threads + 3 * heads_per_group) * 4 <= local_mem")
+        // The group's queries, scores and reduction space in f32, and a tile (16-bit storage
+        // as stored where rows have an even width, else f32; rows padded by one word).
+        .constraint("(heads_per_group * (kv_lora_rank + rope_dim) + heads_per_group * block_n + threads"
+                    " + 3 * heads_per_group + 1) * 4 + block_n * staged_row_bytes <= local_mem")
         // Accumulators stay in registers.
         .constraint("heads_per_group * ((kv_lora_rank + threads - 1) / threads) <= 32")
         .constraint("splits == 1 || splits * block_n <= max_context")
         .bind(MlaDecodeKernel().vars(inv))
-        .bind(device_vars(dev));
+        .bind(device_vars(dev))
+        .bind({{"staged_row_bytes", staged_row_bytes(Problem::of(inv))}});
     return s;
   }
 
@@ -140,7 +149,7 @@ class VulkanMlaDecode final : public Implementation {
     const std::string combine = "mla_attention/mla_decode_combine" + suffix;
     vulkan::Launch l;
     l.local_size = {u32(threads), 1, 1};
-    l.spec = {u32(hg), u32(bn), u32(p.rank), u32(p.rope_dim)};
+    l.spec = {u32(hg), u32(bn), u32(p.rank), u32(p.rope_dim), stage16(p) ? 1u : 0u};
     l.push = vulkan::push_bytes(push);
 
     l.spirv = absorb;
@@ -153,7 +162,8 @@ class VulkanMlaDecode final : public Implementation {
     l.buffers = {qs.get(), &args[arg::kv_cache].buffer(), &args[arg::block_tables].buffer(),
                  &args[arg::context_lens].buffer(), part_o.get(), part_ml.get()};
     l.groups = {u32(splits), u32(p.heads / hg), u32(p.batch)};
-    l.shared_bytes = u32((hg * p.width() + bn * (p.width() + 1) + hg * bn + threads + 3 * hg) * 4);
+    // + 4: the staging array a config does not use still takes one word.
+    l.shared_bytes = u32((hg * p.width() + hg * bn + threads + 3 * hg + 1) * 4 + bn * staged_row_bytes(p));
     dev.dispatch(l);
 
     l.spirv = combine;
