@@ -263,7 +263,7 @@ TEST_P(MlaAttention, PackedPrefillMatchesReference) {
   const std::int64_t H = 4, dn = 32, dr = 16, R = 64, dv = 24;
   const std::vector<std::int64_t> cu{0, 13, 13, 40};  // the second sequence is empty
   const std::int64_t T = cu.back();
-  for (DType t : {DType::f32, DType::f16}) {
+  for (DType t : {DType::f32, DType::f16, DType::bf16}) {
     std::mt19937_64 rng(21);
     Tensor qn = ctx.from({T, H, dn}, t, uniform(rng, T * H * dn, -1, 1));
     Tensor qp = ctx.from({T, H, dr}, t, uniform(rng, T * H * dr, -1, 1));
@@ -280,6 +280,21 @@ TEST_P(MlaAttention, PackedPrefillMatchesReference) {
     // The expanded keys, values and queries are rounded to the storage dtype before attention:
     // twice the dtype's tolerance.
     EXPECT_LE(test::relative_error(out.read(), want), 2 * default_tolerance(t)) << to_string(t);
+  }
+  // Without cu_seqlens every token is one sequence.
+  {
+    std::mt19937_64 rng(22);
+    const DType t = DType::f32;
+    Tensor qn = ctx.from({T, H, dn}, t, uniform(rng, T * H * dn, -1, 1));
+    Tensor qp = ctx.from({T, H, dr}, t, uniform(rng, T * H * dr, -1, 1));
+    Tensor ckv = ctx.from({T, R}, t, uniform(rng, T * R, -1, 1));
+    Tensor kpe = ctx.from({T, dr}, t, uniform(rng, T * dr, -1, 1));
+    Tensor wk = ctx.from({H, dn, R}, t, uniform(rng, H * dn * R, -0.3, 0.3));
+    Tensor wv = ctx.from({H, R, dv}, t, uniform(rng, H * R * dv, -0.3, 0.3));
+    Tensor out = mla_prefill(ctx, qn, qp, ckv, kpe, mla_prefill_weights(ctx, wk, wv, dr));
+    const auto want = prefill_reference(qn.read(), qp.read(), ckv.read(), kpe.read(), wk.read(), wv.read(), {0, T}, H,
+                                        dn, dr, R, dv);
+    EXPECT_LE(test::relative_error(out.read(), want), 2 * default_tolerance(t)) << "one sequence";
   }
   // Inconsistent offsets name the argument.
   std::mt19937_64 rng(1);
