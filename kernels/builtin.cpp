@@ -4,6 +4,8 @@
 #include "flash_attention/impls.hpp"
 #include "matmul/impls.hpp"
 #include "matmul/matmul.hpp"
+#include "mla_attention/impls.hpp"
+#include "mla_attention/mla_attention.hpp"
 
 namespace ejk {
 
@@ -23,6 +25,14 @@ void register_builtin_kernels(Registry& r) {
 #ifdef EJK_HAVE_VULKAN
   r.add(kernels::flash_attention::vulkan_implementation());
   r.add(kernels::flash_attention::vulkan_bwd_implementation());
+#endif
+  r.add(std::make_shared<kernels::mla_attention::MlaDecodeKernel>());
+  r.add(kernels::mla_attention::cpu_implementation());
+#ifdef EJK_HAVE_OPENCL
+  r.add(kernels::mla_attention::opencl_implementation());
+#endif
+#ifdef EJK_HAVE_VULKAN
+  r.add(kernels::mla_attention::vulkan_implementation());
 #endif
 }
 

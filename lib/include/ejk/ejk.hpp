@@ -13,6 +13,7 @@
 #include "ejk/invocation.hpp"
 #include "ejk/kernel.hpp"
 #include "ejk/measurement.hpp"
+#include "ejk/mla.hpp"
 #include "ejk/ops.hpp"
 #include "ejk/overlay.hpp"
 #include "ejk/policy.hpp"

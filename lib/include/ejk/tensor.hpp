@@ -25,6 +25,9 @@ class Tensor {
   // A tensor whose buffer holds `spare_bytes` beyond its data (buffer().bytes() counts them,
   // bytes() does not): room for a canary pattern that reveals out-of-bounds writes.
   static Tensor with_spare(std::shared_ptr<Device> device, Shape shape, DType dtype, std::size_t spare_bytes);
+  // The same buffer seen with another shape of the same element count (no copy): writes
+  // through either are seen by both. Throws InvalidArgument when the counts differ.
+  Tensor reshaped(Shape shape) const;
 
   const Shape& shape() const { return spec_.shape; }
   DType dtype() const { return spec_.dtype; }

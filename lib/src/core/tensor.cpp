@@ -12,6 +12,17 @@ Tensor::Tensor(std::shared_ptr<Device> device, Shape shape, DType dtype)
   buffer_ = device_->allocate(std::max<std::size_t>(bytes(), 4));
 }
 
+Tensor Tensor::reshaped(Shape shape) const {
+  Tensor t = *this;
+  t.spec_.shape = std::move(shape);
+  for (auto d : t.spec_.shape)
+    if (d < 0) throw InvalidArgument("tensor shape " + to_string(t.spec_.shape) + " has a negative dimension");
+  if (t.numel() != numel())
+    throw InvalidArgument("cannot reshape tensor " + to_string(spec_.shape) + " (" + std::to_string(numel()) +
+                          " elements) to " + to_string(t.spec_.shape) + " (" + std::to_string(t.numel()) + ")");
+  return t;
+}
+
 Tensor Tensor::with_spare(std::shared_ptr<Device> device, Shape shape, DType dtype, std::size_t spare_bytes) {
   Tensor t;
   t.device_ = device;

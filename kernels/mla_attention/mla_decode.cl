@@ -1,0 +1,218 @@
+// mla_decode on OpenCL C 1.2: three kernels of one program (see opencl.cpp for the plan).
+//
+// Compile-time (-D): THREADS (work-items per group), HG (heads per group), BLOCK_N (cache rows
+// per staged tile), RANK (kv_lora_rank), ROPE (rope_dim), STAGE16 (1: the storage is 16-bit and
+// tiles are staged as stored, half the local memory of f32, so twice the heads or rows fit).
+// Everything else is a kernel argument, the storage dtype included (0 f32, 1 f16, 2 bf16), so
+// one program serves f16 and bf16.
+// Storage is read and written through vload_half / vstore_half and 16-bit words: no
+// cl_khr_fp16 is needed, and all arithmetic is f32.
+
+#define WIDTH (RANK + ROPE)      // a cache row: c_kv | k_pe
+#if STAGE16
+#define STRIDE (WIDTH + 2)       // staged rows, padded by one 32-bit word so that neighbouring rows
+                                 // start on other banks
+#else
+#define STRIDE (WIDTH + 1)
+#endif
+#define PAIRS (HG * BLOCK_N)     // (head, row) scores per tile
+#if THREADS >= PAIRS
+#define TEAM (THREADS / PAIRS)   // work-items sharing one score
+#else
+#define TEAM 1
+#endif
+#define COLS ((RANK + THREADS - 1) / THREADS)  // o_lat columns per work-item
+#define LOG2E 1.4426950408889634f
+
+// Buffers of the storage dtype are passed as 16-bit words and read as floats where f32.
+float load(const __global ushort* p16, int i, int dtype) {
+  if (dtype == 0) return ((const __global float*)p16)[i];
+  if (dtype == 1) return vload_half(i, (const __global half*)p16);
+  return as_float((uint)p16[i] << 16);
+}
+
+void store(__global ushort* p16, int i, float x, int dtype) {
+  if (dtype == 0) {
+    ((__global float*)p16)[i] = x;
+  } else if (dtype == 1) {
+    vstore_half_rte(x, i, (__global half*)p16);
+  } else {
+    uint u = as_uint(x);
+    p16[i] = isnan(x) ? (ushort)0x7fc0 : (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+}
+
+// qs[bh] = softmax_scale * log2(e) * [q_nope[bh] . w_kc[h] | q_pe[bh]], one group per (b, h).
+__kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mla_absorb(
+    const __global ushort* qn16, const __global ushort* qp16, const __global ushort* wk16, __global float* qs, int heads, int nope_dim, float scale,
+    int dtype) {
+  const int bh = get_group_id(0), h = bh % heads, lid = get_local_id(0);
+  __local float q[256];
+  const float s = scale * LOG2E;
+  for (int d0 = 0; d0 < nope_dim; d0 += 256) {
+    const int n = min(256, nope_dim - d0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int d = lid; d < n; d += THREADS) q[d] = load(qn16, bh * nope_dim + d0 + d, dtype);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int c = lid; c < RANK; c += THREADS) {
+      float acc = d0 == 0 ? 0.f : qs[bh * WIDTH + c];
+      const int w0 = (h * nope_dim + d0) * RANK + c;
+      for (int d = 0; d < n; ++d) acc = mad(q[d], load(wk16, w0 + d * RANK, dtype), acc);
+      qs[bh * WIDTH + c] = acc;
+    }
+  }
+  barrier(CLK_GLOBAL_MEM_FENCE);
+  for (int c = lid; c < RANK; c += THREADS) qs[bh * WIDTH + c] *= s;
+  for (int c = lid; c < ROPE; c += THREADS) qs[bh * WIDTH + RANK + c] = s * load(qp16, bh * ROPE + c, dtype);
+}
+
+// One group per (part of the context, group of HG heads, sequence): tiles of BLOCK_N cache rows
+// are staged once in local memory and serve every head of the group. Writes the part's
+// unnormalised o_lat and its running max and sum (log2 domain) per head.
+__kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mla_attend(
+    const __global float* qs, const __global ushort* kv16, const __global int* block_tables,
+    const __global int* context_lens, __global float* part_o, __global float* part_ml, int heads, int block_size,
+    int max_blocks, int splits, int dtype) {
+  const int split = get_group_id(0), h0 = get_group_id(1) * HG, b = get_group_id(2), lid = get_local_id(0);
+  __local float q_s[HG * WIDTH];
+#if STAGE16
+  __local ushort kv_s[BLOCK_N * STRIDE];
+#define KV(i) (dtype == 1 ? vload_half((i), (const __local half*)kv_s) : as_float((uint)kv_s[i] << 16))
+#else
+  __local float kv_s[BLOCK_N * STRIDE];
+#define KV(i) kv_s[i]
+#endif
+  __local float p_s[PAIRS];
+  __local float red[THREADS];
+  __local float m_s[HG], l_s[HG], a_s[HG];
+
+  for (int e = lid; e < HG * WIDTH; e += THREADS) q_s[e] = qs[(b * heads + h0) * WIDTH + e];
+  if (lid < HG) {
+    m_s[lid] = -INFINITY;
+    l_s[lid] = 0.f;
+  }
+  float acc[HG][COLS];
+  for (int k = 0; k < HG; ++k)
+    for (int i = 0; i < COLS; ++i) acc[k][i] = 0.f;
+
+  const int n = context_lens[b];
+  const int per = (n + splits - 1) / splits;
+  const int chunk = (per + BLOCK_N - 1) / BLOCK_N * BLOCK_N;
+  const int start = min(n, split * chunk), end = min(n, start + chunk);
+  barrier(CLK_LOCAL_MEM_FENCE);
+
+  for (int t0 = start; t0 < end; t0 += BLOCK_N) {
+    // block_size is a multiple of BLOCK_N and t0 of BLOCK_N: the tile lies within one page.
+    const int page = block_tables[b * max_blocks + t0 / block_size];
+    const int base = (page * block_size + t0 % block_size) * WIDTH;
+    const int rows = min(BLOCK_N, end - t0);
+    for (int e = lid; e < BLOCK_N * WIDTH; e += THREADS) {
+      const int j = e / WIDTH, c = e - j * WIDTH;
+#if STAGE16
+      kv_s[j * STRIDE + c] = j < rows ? kv16[base + e] : (ushort)0;
+#else
+      kv_s[j * STRIDE + c] = j < rows ? load(kv16, base + e, dtype) : 0.f;
+#endif
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    // Scores: TEAM work-items per (head, row), each over a strided slice of the row.
+#if THREADS >= PAIRS
+    {
+      const int pair = lid / TEAM, lane = lid - pair * TEAM;
+      const int k = pair / BLOCK_N, j = pair - k * BLOCK_N;
+      float dot = 0.f;
+      for (int c = lane; c < WIDTH; c += TEAM) dot = mad(q_s[k * WIDTH + c], KV(j * STRIDE + c), dot);
+      red[lid] = dot;
+      barrier(CLK_LOCAL_MEM_FENCE);
+      if (lane == 0 && pair < PAIRS) {
+        float sum = 0.f;
+        for (int i = 0; i < TEAM; ++i) sum += red[lid + i];
+        p_s[pair] = j < rows ? sum : -INFINITY;
+      }
+    }
+#else
+    for (int pair = lid; pair < PAIRS; pair += THREADS) {
+      const int k = pair / BLOCK_N, j = pair - k * BLOCK_N;
+      float dot = 0.f;
+      for (int c = 0; c < WIDTH; ++c) dot = mad(q_s[k * WIDTH + c], KV(j * STRIDE + c), dot);
+      p_s[pair] = j < rows ? dot : -INFINITY;
+    }
+#endif
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    // Online softmax, one work-item per head.
+    if (lid < HG) {
+      const float m_old = m_s[lid];
+      float mx = m_old;
+      for (int j = 0; j < BLOCK_N; ++j) mx = fmax(mx, p_s[lid * BLOCK_N + j]);
+      float sum = 0.f;
+      for (int j = 0; j < BLOCK_N; ++j) {
+        const float pj = exp2(p_s[lid * BLOCK_N + j] - mx);
+        p_s[lid * BLOCK_N + j] = pj;
+        sum += pj;
+      }
+      const float alpha = exp2(m_old - mx);
+      l_s[lid] = l_s[lid] * alpha + sum;
+      m_s[lid] = mx;
+      a_s[lid] = alpha;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    for (int i = 0; i < COLS; ++i) {
+      const int c = lid + i * THREADS;
+      if (c < RANK) {
+        for (int k = 0; k < HG; ++k) {
+          float a = acc[k][i] * a_s[k];
+          for (int j = 0; j < BLOCK_N; ++j) a = mad(p_s[k * BLOCK_N + j], KV(j * STRIDE + c), a);
+          acc[k][i] = a;
+        }
+      }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+
+  for (int k = 0; k < HG; ++k) {
+    const int slot = (b * heads + h0 + k) * splits + split;
+    for (int i = 0; i < COLS; ++i) {
+      const int c = lid + i * THREADS;
+      if (c < RANK) part_o[slot * RANK + c] = acc[k][i];
+    }
+    if (lid == 0) {
+      part_ml[slot * 2] = m_s[k];
+      part_ml[slot * 2 + 1] = l_s[k];
+    }
+  }
+}
+
+// One group per (b, h): the parts merged by their log-sum-exp into o_lat (local memory), then
+// out = o_lat . w_vc[h]. Context 0 leaves every part empty (sum 0) and gives 0.
+__kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mla_combine(
+    const __global float* part_o, const __global float* part_ml, const __global ushort* wv16,
+    __global ushort* out16, int heads, int splits, int v_dim,
+    int dtype) {
+  const int bh = get_group_id(0), h = bh % heads, lid = get_local_id(0);
+  __local float o_s[RANK];
+  float mx = -INFINITY;
+  for (int s = 0; s < splits; ++s) mx = fmax(mx, part_ml[(bh * splits + s) * 2]);
+  float total = 0.f;
+  for (int s = 0; s < splits; ++s) {
+    const float l = part_ml[(bh * splits + s) * 2 + 1];
+    if (l > 0.f) total += exp2(part_ml[(bh * splits + s) * 2] - mx) * l;
+  }
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  for (int c = lid; c < RANK; c += THREADS) {
+    float o = 0.f;
+    for (int s = 0; s < splits; ++s) {
+      const float l = part_ml[(bh * splits + s) * 2 + 1];
+      if (l > 0.f) o = mad(exp2(part_ml[(bh * splits + s) * 2] - mx), part_o[(bh * splits + s) * RANK + c], o);
+    }
+    o_s[c] = o * inv;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int d = lid; d < v_dim; d += THREADS) {
+    float o = 0.f;
+    for (int c = 0; c < RANK; ++c) o = mad(o_s[c], load(wv16, (h * RANK + c) * v_dim + d, dtype), o);
+    store(out16, bh * v_dim + d, o, dtype);
+  }
+}

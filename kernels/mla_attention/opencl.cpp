@@ -1,0 +1,149 @@
+// mla_decode on OpenCL: mla_decode.cl's three kernels, enqueued in order on the device's queue.
+//   mla_absorb   one group per (sequence, head): q_lat = q_nope . w_kc, scaled into the log2
+//                domain, q_pe appended (f32 scratch);
+//   mla_attend   one group per (part of the context, group of heads, sequence): split-K over the
+//                context, each staged tile of cache rows shared by the group's heads;
+//   mla_combine  one group per (sequence, head): parts merged by log-sum-exp, then o_lat . w_vc.
+// Tile geometry, the latent widths and whether the storage is 16-bit are -D options (they size
+// local memory and registers); the dtype, head counts, the table geometry and the number of
+// parts are kernel arguments, so one program serves f16 and bf16 and every batch (PoCL takes
+// seconds to build each program). 16-bit tiles are staged as stored: twice the rows or heads
+// fit in local memory (DeepSeek-V3 widths: 16 heads x 8 rows in 48 KiB).
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backends/opencl/opencl_device.hpp"
+#include "ejk/error.hpp"
+#include "mla_attention/impls.hpp"
+#include "mla_attention/mla_attention.hpp"
+
+namespace ejk::kernels::mla_attention {
+namespace {
+
+constexpr const char* source_key = "mla_attention/mla_decode.cl";
+
+bool is_cpu(const DeviceInfo& dev) { return (opencl::device_type(dev) & CL_DEVICE_TYPE_CPU) != 0; }
+
+int dtype_code(DType t) { return t == DType::f32 ? 0 : t == DType::f16 ? 1 : 2; }
+
+// Splits of the context: enough groups for every compute unit twice over, parts of at least
+// 256 tokens.
+std::int64_t pick_splits(const Problem& p, std::int64_t groups_per_part, std::int64_t block_n, std::int64_t cus) {
+  std::int64_t splits = 1;
+  while (splits < 32 && groups_per_part * splits < 2 * cus && splits * 2 * 256 <= p.capacity() &&
+         splits * 2 * block_n <= p.capacity())
+    splits *= 2;
+  return splits;
+}
+
+class OpenCLMlaDecode final : public Implementation {
+ public:
+  std::string_view kernel() const override { return "mla_decode"; }
+  Backend backend() const override { return Backend::opencl; }
+  std::vector<ArgDef> args() const override { return decode_args(); }
+  std::vector<std::string> sources() const override { return {source_key}; }
+
+  ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
+    ParamSpace s;
+    s.param("threads", {64, 128, 256})
+        .param("heads_per_group", {1, 2, 4, 8, 16})
+        .param("block_n", {4, 8, 16, 32})
+        .param("splits", {1, 2, 4, 8, 16, 32})
+        .constraint("heads % heads_per_group == 0")
+        // A staged tile lies within one page.
+        .constraint("block_size % block_n == 0")
+        .constraint("threads <= max_workgroup_size")
+        // More work-items than o_lat columns only idle in the accumulation.
+        .constraint("threads == 64 || threads <= kv_lora_rank")
+        // The group's queries, scores and reduction space in f32, and a tile as stored (rows
+        // padded by one 32-bit word).
+        .constraint("(heads_per_group * (kv_lora_rank + rope_dim) + heads_per_group * block_n + threads"
+                    " + 3 * heads_per_group) * 4 + block_n * (kv_lora_rank + rope_dim + 4 / dtype_size) * dtype_size"
+                    " <= local_mem")
+        // Accumulators stay in registers.
+        .constraint("heads_per_group * ((kv_lora_rank + threads - 1) / threads) <= 32")
+        .constraint("splits == 1 || splits * block_n <= max_context")
+        .bind(MlaDecodeKernel().vars(inv))
+        .bind(device_vars(dev));
+    return s;
+  }
+
+  // GPUs: the most heads per staged tile that local memory and registers allow (the cache is
+  // read once per group), 256 work-items where the latent is wide. CPU drivers: 64 work-items,
+  // a few heads per group, parts for every core.
+  Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
+    const Problem p = Problem::of(inv);
+    const ParamSpace s = space(inv, dev);
+    const bool cpu = is_cpu(dev);
+    const std::int64_t cus = std::max<std::int64_t>(1, dev.compute_units);
+    struct Try {
+      std::int64_t threads, hg, bn;
+    };
+    std::vector<Try> tries;
+    if (cpu) tries = {{64, 4, 16}, {64, 2, 16}, {64, 4, 8}, {64, 2, 8}, {64, 1, 8}, {64, 1, 4}};
+    else
+      tries = {{256, 16, 8}, {256, 8, 16}, {256, 8, 8}, {128, 8, 8}, {128, 4, 16}, {128, 4, 8},
+               {64, 4, 16},  {64, 2, 16},  {64, 2, 8},  {64, 1, 8},  {64, 1, 4}};
+    for (const auto& t : tries) {
+      if (p.heads % t.hg) continue;
+      Config c{{"threads", t.threads}, {"heads_per_group", t.hg}, {"block_n", t.bn},
+               {"splits", pick_splits(p, p.batch * (p.heads / t.hg), t.bn, cus)}};
+      if (s.admits(c)) return c;
+    }
+    auto all = s.enumerate();
+    if (all.empty()) throw SelectionError("mla_decode opencl: no config fits " + dev.id() + " for " + inv.signature());
+    return all.front();
+  }
+
+  void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
+    const Problem p = Problem::of(inv);
+    auto& dev = opencl::opencl_device(device);
+    const std::int64_t threads = config.get("threads"), hg = config.get("heads_per_group");
+    const std::int64_t bn = config.get("block_n"), splits = config.get("splits");
+    auto pow2 = [](std::int64_t v) { return v > 0 && (v & (v - 1)) == 0; };
+    if (!pow2(threads) || !pow2(hg) || !pow2(bn) || splits <= 0 || p.heads % hg || p.block_size % bn)
+      throw InvalidArgument("mla_decode on OpenCL: config " + config.canonical() +
+                            " needs powers of two for threads, heads_per_group (dividing heads " + std::to_string(p.heads) +
+                            ") and block_n (dividing block_size " + std::to_string(p.block_size) + ")");
+    if (p.batch == 0) return;
+
+    std::string options;
+    auto def = [&](const char* name, std::int64_t v) { options += " -D" + std::string(name) + "=" + std::to_string(v); };
+    def("THREADS", threads);
+    def("HG", hg);
+    def("BLOCK_N", bn);
+    def("RANK", p.rank);
+    def("ROPE", p.rope_dim);
+    def("STAGE16", p.dtype != DType::f32);
+    auto absorb = dev.kernel(source_key, options, "mla_absorb");
+    auto attend = dev.kernel(source_key, options, "mla_attend");
+    auto combine = dev.kernel(source_key, options, "mla_combine");
+
+    const std::int64_t bh = p.batch * p.heads;
+    auto qs = dev.allocate(static_cast<std::size_t>(bh * p.width()) * 4);
+    auto part_o = dev.allocate(static_cast<std::size_t>(bh * splits * p.rank) * 4);
+    auto part_ml = dev.allocate(static_cast<std::size_t>(bh * splits * 2) * 4);
+    const int dtype = dtype_code(p.dtype);
+    const auto t = static_cast<std::size_t>(threads);
+    dev.launch(*absorb, opencl::Range(static_cast<std::size_t>(bh) * t), opencl::Range(t), args[arg::q_nope],
+               args[arg::q_pe], args[arg::w_kc], *qs, static_cast<int>(p.heads), static_cast<int>(p.nope_dim),
+               static_cast<float>(p.scale), dtype);
+    dev.launch(*attend,
+               opencl::Range(static_cast<std::size_t>(splits) * t, static_cast<std::size_t>(p.heads / hg),
+                             static_cast<std::size_t>(p.batch)),
+               opencl::Range(t, 1, 1), *qs, args[arg::kv_cache], args[arg::block_tables], args[arg::context_lens],
+               *part_o, *part_ml, static_cast<int>(p.heads), static_cast<int>(p.block_size),
+               static_cast<int>(p.max_blocks), static_cast<int>(splits), dtype);
+    dev.launch(*combine, opencl::Range(static_cast<std::size_t>(bh) * t), opencl::Range(t), *part_o, *part_ml,
+               args[arg::w_vc], args[arg::out], static_cast<int>(p.heads), static_cast<int>(splits),
+               static_cast<int>(p.v_dim), dtype);
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<const Implementation> opencl_implementation() { return std::make_shared<OpenCLMlaDecode>(); }
+
+}  // namespace ejk::kernels::mla_attention

@@ -1,0 +1,181 @@
+// mla_decode on Vulkan: the passes of mla_decode.glsl, dispatched in order (the device puts a
+// barrier between dispatches):
+//   absorb   one group per (head, sequence): q_lat = q_nope . w_kc, scaled into the log2 domain,
+//            q_pe appended (f32 scratch);
+//   attend   one group per (part of the context, group of heads, sequence): split-K over the
+//            context, each staged tile of cache rows shared by the group's heads;
+//   combine  one group per (head, sequence): parts merged by log-sum-exp, then o_lat . w_vc.
+// "16" modules read and write f16/bf16 through 16-bit storage; the others only f32, so devices
+// without 16-bit storage still run f32; 16-bit tiles are staged in shared memory as stored, two
+// elements a word (DeepSeek-V3 widths: 16 heads x 8 rows in 48 KiB). Tile geometry, the latent
+// widths and the staging are specialization constants; everything else is a push constant, so
+// a few pipelines serve every batch.
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backends/vulkan/vulkan_device.hpp"
+#include "ejk/error.hpp"
+#include "mla_attention/impls.hpp"
+#include "mla_attention/mla_attention.hpp"
+
+namespace ejk::kernels::mla_attention {
+namespace {
+
+// Mirrors the shader's push-constant block.
+struct Push {
+  std::uint32_t heads, nope_dim, block_size, max_blocks;
+  std::uint32_t splits, v_dim, dtype;
+  float scale;
+};
+
+std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
+
+// 16-bit storage with an even row width is staged as stored, two elements a word.
+bool stage16(const Problem& p) { return p.dtype != DType::f32 && p.width() % 2 == 0; }
+// Shared-memory bytes of one staged row, padding included.
+std::int64_t staged_row_bytes(const Problem& p) { return stage16(p) ? (p.width() / 2 + 1) * 4 : (p.width() + 1) * 4; }
+
+std::int64_t pick_splits(const Problem& p, std::int64_t groups_per_part, std::int64_t block_n, std::int64_t cus) {
+  std::int64_t splits = 1;
+  while (splits < 32 && groups_per_part * splits < 2 * cus && splits * 2 * 256 <= p.capacity() &&
+         splits * 2 * block_n <= p.capacity())
+    splits *= 2;
+  return splits;
+}
+
+class VulkanMlaDecode final : public Implementation {
+ public:
+  std::string_view kernel() const override { return "mla_decode"; }
+  Backend backend() const override { return Backend::vulkan; }
+  std::vector<ArgDef> args() const override { return decode_args(); }
+  std::vector<std::string> sources() const override {
+    return {"mla_attention/mla_decode_absorb.spv",   "mla_attention/mla_decode_absorb16.spv",
+            "mla_attention/mla_decode_attend.spv",   "mla_attention/mla_decode_attend16.spv",
+            "mla_attention/mla_decode_combine.spv",  "mla_attention/mla_decode_combine16.spv"};
+  }
+
+  // 16-bit dtypes need 16-bit storage buffers.
+  bool supports(const Invocation& inv, const DeviceInfo& dev) const override {
+    if (inv.args.empty() || inv.args[0].dtype == DType::f32) return true;
+    return vulkan::physical_device(dev.index).storage16;
+  }
+
+  ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
+    ParamSpace s;
+    s.param("threads", {64, 128, 256})
+        .param("heads_per_group", {1, 2, 4, 8, 16})
+        .param("block_n", {4, 8, 16, 32})
+        .param("splits", {1, 2, 4, 8, 16, 32})
+        .constraint("heads % heads_per_group == 0")
+        // A staged tile lies within one page.
+        .constraint("block_size % block_n == 0")
+        .constraint("threads <= max_workgroup_size")
+        // More invocations than o_lat columns only idle in the accumulation.
+        .constraint("threads == 64 || threads <= kv_lora_rank")
+        // The group's queries, scores and reduction space in f32, and a tile (16-bit storage
+        // as stored where rows have an even width, else f32; rows padded by one word).
+        .constraint("(heads_per_group * (kv_lora_rank + rope_dim) + heads_per_group * block_n + threads"
+                    " + 3 * heads_per_group + 1) * 4 + block_n * staged_row_bytes <= local_mem")
+        // Accumulators stay in registers.
+        .constraint("heads_per_group * ((kv_lora_rank + threads - 1) / threads) <= 32")
+        .constraint("splits == 1 || splits * block_n <= max_context")
+        .bind(MlaDecodeKernel().vars(inv))
+        .bind(device_vars(dev))
+        .bind({{"staged_row_bytes", staged_row_bytes(Problem::of(inv))}});
+    return s;
+  }
+
+  // Discrete GPUs: the most heads per staged tile that shared memory and registers allow (the
+  // cache is read once per group), 256 invocations where the latent is wide. Others (lavapipe,
+  // integrated): smaller groups, parts for every core.
+  Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
+    const Problem p = Problem::of(inv);
+    const ParamSpace s = space(inv, dev);
+    const std::int64_t cus = std::max<std::int64_t>(1, dev.compute_units);
+    struct Try {
+      std::int64_t threads, hg, bn;
+    };
+    std::vector<Try> tries;
+    if (dev.discrete)
+      tries = {{256, 16, 8}, {256, 8, 16}, {256, 8, 8}, {128, 8, 8}, {128, 4, 16}, {128, 4, 8},
+               {64, 4, 16},  {64, 2, 16},  {64, 2, 8},  {64, 1, 8},  {64, 1, 4}};
+    else
+      tries = {{64, 4, 16}, {64, 2, 16}, {64, 4, 8}, {64, 2, 8}, {64, 1, 8}, {64, 1, 4}};
+    for (const auto& t : tries) {
+      if (p.heads % t.hg) continue;
+      Config c{{"threads", t.threads}, {"heads_per_group", t.hg}, {"block_n", t.bn},
+               {"splits", pick_splits(p, p.batch * (p.heads / t.hg), t.bn, cus)}};
+      if (s.admits(c)) return c;
+    }
+    auto all = s.enumerate();
+    if (all.empty()) throw SelectionError("mla_decode vulkan: no config fits " + dev.id() + " for " + inv.signature());
+    return all.front();
+  }
+
+  void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
+    const Problem p = Problem::of(inv);
+    auto& dev = vulkan::vulkan_device(device);
+    const DeviceInfo& info = dev.info();
+    const bool wide = p.dtype != DType::f32;
+    if (wide && !dev.physical().storage16)
+      throw InvalidArgument("mla_decode vulkan: " + info.id() + " has no 16-bit storage buffers for " +
+                            std::string(to_string(p.dtype)));
+    const std::int64_t threads = config.get("threads"), hg = config.get("heads_per_group");
+    const std::int64_t bn = config.get("block_n"), splits = config.get("splits");
+    auto pow2 = [](std::int64_t v) { return v > 0 && (v & (v - 1)) == 0; };
+    if (!pow2(threads) || !pow2(hg) || !pow2(bn) || splits <= 0 || p.heads % hg || p.block_size % bn)
+      throw InvalidArgument("mla_decode vulkan: config " + config.canonical() +
+                            " needs powers of two for threads, heads_per_group (dividing heads " + std::to_string(p.heads) +
+                            ") and block_n (dividing block_size " + std::to_string(p.block_size) + ")");
+    if (p.batch == 0) return;
+    const auto& lim = dev.physical().limits;
+    if (p.batch > lim.maxComputeWorkGroupCount[1] || p.batch > lim.maxComputeWorkGroupCount[2] ||
+        p.heads > lim.maxComputeWorkGroupCount[0])
+      throw InvalidArgument("mla_decode vulkan: batch " + std::to_string(p.batch) + " and heads " + std::to_string(p.heads) +
+                            " exceed the workgroup counts of " + info.id());
+
+    const std::int64_t bh = p.batch * p.heads;
+    auto qs = dev.allocate(static_cast<std::size_t>(bh * p.width()) * 4);
+    auto part_o = dev.allocate(static_cast<std::size_t>(bh * splits * p.rank) * 4);
+    auto part_ml = dev.allocate(static_cast<std::size_t>(bh * splits * 2) * 4);
+
+    const Push push{u32(p.heads), u32(p.nope_dim), u32(p.block_size), u32(p.max_blocks), u32(splits), u32(p.v_dim),
+                    p.dtype == DType::f16 ? 1u : p.dtype == DType::bf16 ? 2u : 0u, static_cast<float>(p.scale)};
+    const std::string suffix = wide ? "16.spv" : ".spv";
+    const std::string absorb = "mla_attention/mla_decode_absorb" + suffix;
+    const std::string attend = "mla_attention/mla_decode_attend" + suffix;
+    const std::string combine = "mla_attention/mla_decode_combine" + suffix;
+    vulkan::Launch l;
+    l.local_size = {u32(threads), 1, 1};
+    l.spec = {u32(hg), u32(bn), u32(p.rank), u32(p.rope_dim), stage16(p) ? 1u : 0u};
+    l.push = vulkan::push_bytes(push);
+
+    l.spirv = absorb;
+    l.buffers = {&args[arg::q_nope].buffer(), &args[arg::q_pe].buffer(), &args[arg::w_kc].buffer(), qs.get()};
+    l.groups = {u32(p.heads), u32(p.batch), 1};
+    l.shared_bytes = 256 * 4;
+    dev.dispatch(l);
+
+    l.spirv = attend;
+    l.buffers = {qs.get(), &args[arg::kv_cache].buffer(), &args[arg::block_tables].buffer(),
+                 &args[arg::context_lens].buffer(), part_o.get(), part_ml.get()};
+    l.groups = {u32(splits), u32(p.heads / hg), u32(p.batch)};
+    // + 4: the staging array a config does not use still takes one word.
+    l.shared_bytes = u32((hg * p.width() + hg * bn + threads + 3 * hg + 1) * 4 + bn * staged_row_bytes(p));
+    dev.dispatch(l);
+
+    l.spirv = combine;
+    l.buffers = {part_o.get(), part_ml.get(), &args[arg::w_vc].buffer(), &args[arg::out].buffer()};
+    l.groups = {u32(p.heads), u32(p.batch), 1};
+    l.shared_bytes = u32(p.rank * 4);
+    dev.dispatch(l);
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<const Implementation> vulkan_implementation() { return std::make_shared<VulkanMlaDecode>(); }
+
+}  // namespace ejk::kernels::mla_attention
