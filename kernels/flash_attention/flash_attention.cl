@@ -9,6 +9,9 @@
 //   BQ  query rows of a block         BK  keys of a block
 //   RX RY  workgroup shape (RX x RY)  DMAX  head_dim rounded up to a size class (32 .. 256)
 //   FMA  1: fma() runs in hardware, 0: mad()
+//   UNROLL_LOOPS  1: unroll the loops over a work-item's register tiles, so that GPU compilers
+//          keep the tiles in registers; 0 (CPU drivers): leave it to the compiler, which builds
+//          the program much faster
 //
 // Tiling. A workgroup of RX x RY work-items owns a block of BQ queries (forward, dq) or BK keys
 // (dk/dv) of one sequence and head. Score tiles [BQ][BK] are spread so that work-item (x, y)
@@ -35,6 +38,12 @@
 #define NEG (-3.0e38f)  // a masked logit; exp2(NEG - m) is 0 for every finite m
 #define LOG2E 1.44269504088896340736f
 #define LN2 0.69314718055994530942f
+
+#if UNROLL_LOOPS
+#define UNROLL _Pragma("unroll")
+#else
+#define UNROLL
+#endif
 
 #if FMA
 #define MAC(a, b, c) fma(a, b, c)
@@ -189,13 +198,17 @@ void stage(__local float* sh, uint base, uint n, int tok0, int valid, uint nh, u
 
 // tile[i][j] = sh[a + (ty + i RY) row] . sh[b + (tx + j RX) row] over D.
 void dots(__local const float* sh, uint a, uint b, uint D, const Ctx* c, float tile[WQ][WK]) {
+  UNROLL
   for (uint i = 0; i < WQ; ++i)
     for (uint j = 0; j < WK; ++j) tile[i][j] = 0.0f;
   const uint a0 = a + c->ty * DS, b0 = b + c->tx * DS;
   for (uint d = 0; d < D; ++d) {
     float x[WQ], y[WK];
+    UNROLL
     for (uint i = 0; i < WQ; ++i) x[i] = sh[a0 + i * RY * DS + d];
+    UNROLL
     for (uint j = 0; j < WK; ++j) y[j] = sh[b0 + j * RX * DS + d];
+    UNROLL
     for (uint i = 0; i < WQ; ++i)
       for (uint j = 0; j < WK; ++j) tile[i][j] = MAC(x[i], y[j], tile[i][j]);
   }
@@ -234,11 +247,13 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_fwd(FWD_ARGS) 
 
   float m[WQ], l[WQ], acc[WQ][WD], tile[WQ][WK];
   const float sink = HAS(F_SINKS) ? ld(sinks, head, SINKS_DT) * LOG2E : NEG;
+  UNROLL
   for (uint i = 0; i < WQ; ++i) {
     // A sink joins the denominator as one more logit whose weight starts the running sum;
     // each work-item sums its own columns, so only column 0's holder starts at 1.
     m[i] = sink;
     l[i] = HAS(F_SINKS) && tx == 0u ? 1.0f : 0.0f;
+    UNROLL
     for (uint j = 0; j < WD; ++j) acc[i][j] = 0.0f;
   }
   stage(sh, QS, BQ, c->q_start + i0, rows, pc->heads, head, q, DT, D, pc->qscale, c->tid, NT);
@@ -250,9 +265,11 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_fwd(FWD_ARGS) 
     stage(sh, KV, BK, c->k_start + j0, n, pc->kv_heads, hk, k, DT, D, 1.0f, c->tid, NT);
     barrier(CLK_LOCAL_MEM_FENCE);
     dots(sh, QS, KV, D, c, tile);
+    UNROLL
     for (uint i = 0; i < WQ; ++i) {
       const int r = (int)(ty + i * RY);
       float mx = NEG;
+      UNROLL
       for (uint j = 0; j < WK; ++j) {
         tile[i][j] = logit(pc, c, tile[i][j], head, i0 + r, j0 + (int)(tx + j * RX), bias, q_seg, k_seg);
         mx = max(mx, tile[i][j]);
@@ -261,6 +278,7 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_fwd(FWD_ARGS) 
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     stage(sh, KV, BK, c->k_start + j0, n, pc->kv_heads, hk, v, DT, D, 1.0f, c->tid, NT);
+    UNROLL
     for (uint i = 0; i < WQ; ++i) {
       const uint r = ty + i * RY;
       float mx = m[i];
@@ -272,25 +290,31 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_fwd(FWD_ARGS) 
         alpha = exp2(m[i] - mx);
         m[i] = mx;
         float s = 0.0f;
+        UNROLL
         for (uint j = 0; j < WK; ++j) {
           tile[i][j] = exp2(tile[i][j] - mx);
           s += tile[i][j];
         }
         l[i] = l[i] * alpha + s;
       }
+      UNROLL
       for (uint j = 0; j < WK; ++j) {
         float p = tile[i][j];
         if (HAS(F_DROPOUT) && p != 0.0f) p *= keep(pc, c, head, i0 + (int)r, j0 + (int)(tx + j * RX));
         sh[PS + r * KS + tx + j * RX] = p;
       }
+      UNROLL
       for (uint j = 0; j < WD; ++j) acc[i][j] *= alpha;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (uint cc = 0; cc < BK; ++cc) {
       float vv[WD];
+      UNROLL
       for (uint j = 0; j < WD; ++j) vv[j] = sh[KV + cc * DS + tx + j * RX];
+      UNROLL
       for (uint i = 0; i < WQ; ++i) {
         const float p = sh[PS + (ty + i * RY) * KS + cc];
+        UNROLL
         for (uint j = 0; j < WD; ++j) acc[i][j] = MAC(p, vv[j], acc[i][j]);
       }
     }
@@ -298,8 +322,10 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_fwd(FWD_ARGS) 
 
   // Row sums: each work-item holds its columns' share.
   barrier(CLK_LOCAL_MEM_FENCE);
+  UNROLL
   for (uint i = 0; i < WQ; ++i) sh[RED + (ty + i * RY) * RX + tx] = l[i];
   barrier(CLK_LOCAL_MEM_FENCE);
+  UNROLL
   for (uint i = 0; i < WQ; ++i) {
     const int r = (int)(ty + i * RY);
     if (r >= rows) continue;
@@ -307,6 +333,7 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_fwd(FWD_ARGS) 
     for (uint x = 0; x < RX; ++x) s += sh[RED + (uint)r * RX + x];
     const uint tok = (uint)(c->q_start + i0 + r);
     const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+    UNROLL
     for (uint j = 0; j < WD; ++j) {
       const uint d = tx + j * RX;
       if (d < D) st(out, (tok * pc->heads + head) * D + d, DT, acc[i][j] * inv);
@@ -362,6 +389,7 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_dkdv(BWD_ARGS)
   const uint KSH = 0, VSH = BK * DS, XS = 2 * BK * DS, PD = XS + BQ * DS, DU = PD + BQ * KS, LS = DU + BQ * KS,
              DL = LS + BQ;
   float dkr[WR][WD], dvr[WR][WD], pm[WQ][WK], tile[WQ][WK];
+  UNROLL
   for (uint i = 0; i < WR; ++i)
     for (uint j = 0; j < WD; ++j) dkr[i][j] = dvr[i][j] = 0.0f;
   stage(sh, KSH, BK, c->k_start + j0, n, pc->kv_heads, hk, k, DT, D, 1.0f, tid, NT);
@@ -400,9 +428,11 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_dkdv(BWD_ARGS)
       stage(sh, XS, BQ, c->q_start + i0, rows, pc->heads, h, q, DT, D, pc->qscale, tid, NT);
       barrier(CLK_LOCAL_MEM_FENCE);
       dots(sh, XS, KSH, D, c, tile);
+      UNROLL
       for (uint i = 0; i < WQ; ++i) {
         const uint r = ty + i * RY;
         const float lse2 = sh[LS + r], dlt = sh[DL + r];
+        UNROLL
         for (uint j = 0; j < WK; ++j) {
           const uint cc = tx + j * RX;
           const int qi = i0 + (int)r, kj = j0 + (int)cc;
@@ -434,9 +464,12 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_dkdv(BWD_ARGS)
       // dk += dU^T q (q scaled; grad_scale restores softmax_scale below).
       for (uint r = 0; r < BQ; ++r) {
         float x[WD];
+        UNROLL
         for (uint j = 0; j < WD; ++j) x[j] = sh[XS + r * DS + tx + j * RX];
+        UNROLL
         for (uint i = 0; i < WR; ++i) {
           const float u = sh[DU + r * KS + ty + i * RY];
+          UNROLL
           for (uint j = 0; j < WD; ++j) dkr[i][j] = MAC(u, x[j], dkr[i][j]);
         }
       }
@@ -446,9 +479,12 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_dkdv(BWD_ARGS)
       // dv += Pd^T dout.
       for (uint r = 0; r < BQ; ++r) {
         float x[WD];
+        UNROLL
         for (uint j = 0; j < WD; ++j) x[j] = sh[XS + r * DS + tx + j * RX];
+        UNROLL
         for (uint i = 0; i < WR; ++i) {
           const float u = sh[PD + r * KS + ty + i * RY];
+          UNROLL
           for (uint j = 0; j < WD; ++j) dvr[i][j] = MAC(u, x[j], dvr[i][j]);
         }
       }
@@ -459,6 +495,7 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_dkdv(BWD_ARGS)
     const int cc = (int)(ty + i * RY);
     if (cc >= n) continue;
     const uint base = ((uint)(c->k_start + j0 + cc) * pc->kv_heads + hk) * D;
+    UNROLL
     for (uint j = 0; j < WD; ++j) {
       const uint d = tx + j * RX;
       if (d < D) {
@@ -484,6 +521,7 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_dq(BWD_ARGS) {
   const uint hk = head / pc->group;
   const uint QS = 0, DO = BQ * DS, YS = 2 * BQ * DS, DU = YS + BK * DS, LS = DU + BQ * KS, DL = LS + BQ;
   float acc[WQ][WD], pm[WQ][WK], tile[WQ][WK];
+  UNROLL
   for (uint i = 0; i < WQ; ++i)
     for (uint j = 0; j < WD; ++j) acc[i][j] = 0.0f;
   stage(sh, QS, BQ, c->q_start + i0, rows, pc->heads, head, q, DT, D, pc->qscale, tid, NT);
@@ -507,9 +545,11 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_dq(BWD_ARGS) {
     stage(sh, YS, BK, c->k_start + j0, n, pc->kv_heads, hk, k, DT, D, 1.0f, tid, NT);
     barrier(CLK_LOCAL_MEM_FENCE);
     dots(sh, QS, YS, D, c, tile);
+    UNROLL
     for (uint i = 0; i < WQ; ++i) {
       const uint r = ty + i * RY;
       const float lse2 = sh[LS + r], dlt = sh[DL + r];
+      UNROLL
       for (uint j = 0; j < WK; ++j) {
         const uint cc = tx + j * RX;
         const int qi = i0 + (int)r, kj = j0 + (int)cc;
@@ -528,9 +568,12 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_dq(BWD_ARGS) {
     barrier(CLK_LOCAL_MEM_FENCE);
     for (uint cc = 0; cc < BK; ++cc) {
       float kk[WD];
+      UNROLL
       for (uint j = 0; j < WD; ++j) kk[j] = sh[YS + cc * DS + tx + j * RX];
+      UNROLL
       for (uint i = 0; i < WQ; ++i) {
         const float u = sh[DU + (ty + i * RY) * KS + cc];
+        UNROLL
         for (uint j = 0; j < WD; ++j) acc[i][j] = MAC(u, kk[j], acc[i][j]);
       }
     }
@@ -540,6 +583,7 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_dq(BWD_ARGS) {
     const int r = (int)(ty + i * RY);
     if (r >= rows) continue;
     const uint base = ((uint)(c->q_start + i0 + r) * pc->heads + head) * D;
+    UNROLL
     for (uint j = 0; j < WD; ++j) {
       const uint d = tx + j * RX;
       if (d < D) st(dq, base + d, DT, acc[i][j] * pc->softmax_scale);

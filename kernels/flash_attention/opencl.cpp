@@ -155,7 +155,8 @@ void check_indices(const Problem& p) {
 std::shared_ptr<opencl::ClKernel> program_kernel(opencl::OpenCLDevice& dev, const Geometry& g, const char* name) {
   const std::string options = "-DBQ=" + std::to_string(g.bq) + " -DBK=" + std::to_string(g.bk) +
                               " -DRX=" + std::to_string(g.rx) + " -DRY=" + std::to_string(g.ry) +
-                              " -DDMAX=" + std::to_string(g.d) + " -DFMA=" + (dev.hardware_fma() ? "1" : "0");
+                              " -DDMAX=" + std::to_string(g.d) + " -DFMA=" + (dev.hardware_fma() ? "1" : "0") +
+                              " -DUNROLL_LOOPS=" + (is_cpu(dev.info()) ? "0" : "1");
   return dev.kernel(source_key, options, name);
 }
 
