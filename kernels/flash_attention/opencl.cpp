@@ -171,8 +171,10 @@ void launch(opencl::OpenCLDevice& dev, opencl::ClKernel& k, std::int64_t gx, std
   dev.launch(k, global, local, args...);
 }
 
-const char* const space_doc_ds = "(((head_dim_class + threads_x - 1) / threads_x) * threads_x + 1)";
-const char* const space_doc_wd = "((head_dim_class + threads_x - 1) / threads_x)";
+// The space's spelling of the program's DS (padded local row stride) and WD (output columns per
+// work-item).
+const char* const ds_expr = "(((head_dim_class + threads_x - 1) / threads_x) * threads_x + 1)";
+const char* const wd_expr = "((head_dim_class + threads_x - 1) / threads_x)";
 
 class OpenCLBase : public Implementation {
  public:
@@ -266,7 +268,7 @@ class OpenCLBackward final : public OpenCLBase {
 
 ParamSpace opencl_space(const Invocation& inv, const DeviceInfo& dev, bool backward, bool cpu_family) {
   const Vars vars = backward ? FlashAttentionBwdKernel().vars(inv) : FlashAttentionKernel().vars(inv);
-  const std::string ds = space_doc_ds, wd = space_doc_wd;
+  const std::string ds = ds_expr, wd = wd_expr;
   ParamSpace s;
   s.param("block_q", {8, 16, 32, 64})
       .param("block_k", {8, 16, 32, 64})
@@ -283,8 +285,8 @@ ParamSpace opencl_space(const Invocation& inv, const DeviceInfo& dev, bool backw
       .constraint("(block_q / threads_y) * " + wd + " <= 64");
   if (cpu_family) {
     // CPU drivers run a workgroup's work-items as a loop (vectorised along x) and keep what a
-    // work-item holds across a barrier in memory: small groups of wide rows do best, and more
-    // than 128 work-items only add loop overhead.
+    // work-item holds across a barrier in memory, so larger groups buy no parallelism; past 128
+    // work-items they only grow that memory.
     s.constraint("threads_x * threads_y >= 8 && threads_x * threads_y <= 128");
   } else {
     s.constraint("threads_x * threads_y >= 32 && threads_x * threads_y <= " + std::to_string(gpu_max_threads));
