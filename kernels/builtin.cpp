@@ -22,6 +22,10 @@ void register_builtin_kernels(Registry& r) {
   r.add(std::make_shared<kernels::flash_attention::FlashAttentionBwdKernel>());
   r.add(kernels::flash_attention::cpu_implementation());
   r.add(kernels::flash_attention::cpu_bwd_implementation());
+#ifdef EJK_HAVE_OPENCL
+  r.add(kernels::flash_attention::opencl_implementation());
+  r.add(kernels::flash_attention::opencl_bwd_implementation());
+#endif
 #ifdef EJK_HAVE_VULKAN
   r.add(kernels::flash_attention::vulkan_implementation());
   r.add(kernels::flash_attention::vulkan_bwd_implementation());

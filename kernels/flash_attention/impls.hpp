@@ -9,6 +9,10 @@ namespace ejk::kernels::flash_attention {
 
 std::shared_ptr<const Implementation> cpu_implementation();
 std::shared_ptr<const Implementation> cpu_bwd_implementation();
+#ifdef EJK_HAVE_OPENCL
+std::shared_ptr<const Implementation> opencl_implementation();
+std::shared_ptr<const Implementation> opencl_bwd_implementation();
+#endif
 #ifdef EJK_HAVE_VULKAN
 std::shared_ptr<const Implementation> vulkan_implementation();
 std::shared_ptr<const Implementation> vulkan_bwd_implementation();

@@ -2,12 +2,50 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
 
 #include "core/sha256.hpp"
 #include "ejk/detail/embedded.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::opencl {
+namespace {
+
+// `text` (embedded as `key`) with each line `#include "name"` that names an embedded file of
+// key's folder replaced by that file's text (itself expanded), followed by a #line directive so
+// build logs keep the including file's line numbers. Other includes stay for the driver.
+std::string with_includes(std::string_view key, std::string_view text, int depth) {
+  if (depth > 8) throw InvalidArgument("OpenCL source " + std::string(key) + ": includes nested more than 8 deep");
+  const std::size_t slash = key.rfind('/');
+  const std::string folder(slash == std::string_view::npos ? std::string_view() : key.substr(0, slash + 1));
+  std::string out;
+  out.reserve(text.size());
+  std::size_t line_no = 0;
+  for (std::size_t pos = 0; pos < text.size();) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    constexpr std::string_view directive = "#include \"";
+    const std::size_t close = line.rfind('"');
+    if (line.starts_with(directive) && close > directive.size()) {
+      const std::string included = folder + std::string(line.substr(directive.size(), close - directive.size()));
+      const auto& files = detail::embedded_files();
+      auto it = std::find_if(files.begin(), files.end(), [&](const detail::EmbeddedFile* f) { return f->key == included; });
+      if (it != files.end()) {
+        out += with_includes(included, (*it)->text(), depth + 1);
+        out += "\n#line " + std::to_string(line_no + 1) + "\n";
+        continue;
+      }
+    }
+    out += line;
+    out += '\n';
+  }
+  return out;
+}
+
+}  // namespace
 
 // One cache slot per (source hash, options). Its own mutex lets different programs build
 // concurrently while a second request for the same one waits for the first build.
@@ -226,19 +264,19 @@ std::shared_ptr<ClKernel> OpenCLDevice::kernel_for(const std::string& source_has
 
 std::shared_ptr<ClKernel> OpenCLDevice::kernel(std::string_view source_key, std::string_view options,
                                                std::string_view name) {
-  const auto& file = detail::embedded(source_key);
-  std::string hash;
+  std::shared_ptr<const Source> source;
   {
     std::lock_guard lock(cache_mutex_);
-    auto it = source_hashes_.find(source_key);
-    if (it != source_hashes_.end()) hash = it->second;
+    auto it = sources_.find(source_key);
+    if (it != sources_.end()) source = it->second;
   }
-  if (hash.empty()) {
-    hash = detail::sha256_hex(file.text());
+  if (!source) {
+    std::string text = with_includes(source_key, detail::embedded(source_key).text(), 0);
+    auto made = std::make_shared<const Source>(Source{detail::sha256_hex(text), std::move(text)});
     std::lock_guard lock(cache_mutex_);
-    source_hashes_.emplace(std::string(source_key), hash);
+    source = sources_.emplace(std::string(source_key), std::move(made)).first->second;
   }
-  return kernel_for(hash, file.text(), source_key, options, name);
+  return kernel_for(source->hash, source->text, source_key, options, name);
 }
 
 std::shared_ptr<ClKernel> OpenCLDevice::kernel_from_source(std::string_view source, std::string_view options,

@@ -37,6 +37,18 @@ struct LocalBytes {
   std::size_t bytes;
 };
 
+// A struct argument passed by value; its OpenCL C declaration must have the same layout (plain
+// 4-byte members are laid out alike on both sides).
+struct StructArg {
+  const void* data;
+  std::size_t bytes;
+  template <class T>
+    requires std::is_trivially_copyable_v<T> && std::is_standard_layout_v<T>
+  static StructArg of(const T& value) {
+    return {&value, sizeof(T)};
+  }
+};
+
 // An NDRange of one to three dimensions.
 struct Range {
   // Implicit, so a one-dimensional range is just a number.
@@ -107,8 +119,10 @@ class OpenCLDevice final : public Device {
   bool hardware_fma() const { return hardware_fma_; }
 
   // Kernel `name` of the embedded source `source_key` ("matmul/matmul.cl") built with
-  // `options` ("-DMWG=64 ..."). Throws CompileError carrying the build log, and NotFound for
-  // an unknown source key or kernel name.
+  // `options` ("-DMWG=64 ..."). The source may `#include "file"` other embedded files of its
+  // folder (a header shared with the C++ and GLSL code): the text is spliced in on the host, so
+  // no build needs an include path. Throws CompileError carrying the build log, and NotFound
+  // for an unknown source key or kernel name.
   std::shared_ptr<ClKernel> kernel(std::string_view source_key, std::string_view options, std::string_view name);
   // The same for source text given directly.
   std::shared_ptr<ClKernel> kernel_from_source(std::string_view source, std::string_view options,
@@ -146,6 +160,7 @@ class OpenCLDevice final : public Device {
   void set_arg(const ClKernel& k, cl_uint index, const Buffer& b) const;
   void set_arg(const ClKernel& k, cl_uint index, const Tensor& t) const { set_arg(k, index, t.buffer()); }
   void set_arg(const ClKernel& k, cl_uint index, LocalBytes local) const { set_raw(k, index, local.bytes, nullptr); }
+  void set_arg(const ClKernel& k, cl_uint index, StructArg s) const { set_raw(k, index, s.bytes, s.data); }
   template <class T>
     requires std::is_arithmetic_v<T>
   void set_arg(const ClKernel& k, cl_uint index, T value) const {
@@ -164,7 +179,10 @@ class OpenCLDevice final : public Device {
   bool hardware_fma_ = false;
 
   mutable std::mutex cache_mutex_;
-  std::map<std::string, std::string, std::less<>> source_hashes_;           // source key -> hash
+  struct Source {
+    std::string hash, text;  // of the source with its includes spliced in
+  };
+  std::map<std::string, std::shared_ptr<const Source>, std::less<>> sources_;  // source key -> source
   std::map<std::string, std::shared_ptr<ProgramEntry>, std::less<>> programs_;  // hash + options
   std::map<std::string, std::shared_ptr<ClKernel>, std::less<>> kernels_;      // hash + options + name
   ProgramCacheStats stats_;

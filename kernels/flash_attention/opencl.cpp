@@ -1,0 +1,332 @@
+// flash_attention and flash_attention_bwd on OpenCL: the scalar tiled design of
+// flash_attention.cl (the same as the Vulkan shaders'). Forward: one workgroup per (query block,
+// head, sequence), online softmax. Backward, FlashAttention-2 style without atomics: prep (delta
+// = dout . out, dsoftmax_aux shares), dk/dv by key block iterating the query blocks (P
+// recomputed from lse), dq by query block, then fixed-order reductions for a broadcast dbias and
+// for dsoftmax_aux. Options, head_dim and the storage dtypes are kernel arguments; only the tile
+// geometry and a head_dim size class are build options, so one program (all five passes) serves
+// every invocation of a geometry: CPU drivers such as PoCL take seconds to build each.
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backends/opencl/opencl_device.hpp"
+#include "ejk/error.hpp"
+#include "flash_attention/flash_attention.hpp"
+#include "flash_attention/impls.hpp"
+#include "flash_attention/opencl.hpp"
+
+namespace ejk::kernels::flash_attention {
+namespace {
+
+constexpr const char* source_key = "flash_attention/flash_attention.cl";
+constexpr const char* philox_key = "flash_attention/philox.h";
+
+// Mirrors the program's Params (kernel argument passed by value; every member 4 bytes).
+struct Params {
+  std::uint32_t batch, seq_q, seq_k, total_q;
+  std::uint32_t heads, kv_heads, group, flags;
+  std::int32_t window_left, window_right;
+  float qscale, bias_scale, cap2, softmax_scale, grad_scale, keep_scale;
+  std::uint32_t threshold, seed_lo, seed_hi;
+  std::uint32_t bias_batch, bias_heads, dtypes;
+  std::uint32_t extra, head_dim, dtype;
+};
+static_assert(sizeof(Params) == 100, "the program's Params is 25 words");
+
+// The program's F_* flags.
+constexpr std::uint32_t causal = 1, varlen = 2, bias = 4, sinks = 8, segments = 16, dropout = 32, softcap = 64,
+                        dbias_scratch = 128, finish_dbias = 256;
+
+// Work-items of the prep and finish passes (the program's PREP_NT).
+constexpr std::int64_t prep_threads = 64;
+
+// NVIDIA's OpenCL launches at most 256 work-items a group for kernels of this register use
+// (measured on an H100 for matmul's); GPUs get no larger groups.
+constexpr std::int64_t gpu_max_threads = 256;
+
+std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+bool is_cpu(const DeviceInfo& dev) { return (opencl::device_type(dev) & CL_DEVICE_TYPE_CPU) != 0; }
+
+std::uint32_t dtype_code(DType t) {
+  switch (t) {
+    case DType::f32: return 0;
+    case DType::f16: return 1;
+    case DType::bf16: return 2;
+    default: throw InvalidArgument("flash_attention opencl: dtype " + std::string(to_string(t)) + " is not supported");
+  }
+}
+
+// The program's DMAX: head_dim rounded up to a size class. head_dim itself is a kernel argument,
+// so the few classes bound the programs built per geometry.
+std::int64_t head_dim_class(std::int64_t d) {
+  std::int64_t c = 32;
+  while (c < d) c *= 2;
+  return c;
+}
+
+// Tile geometry of a config and each pass's local memory in bytes (the program's layouts); d is
+// the head_dim class.
+struct Geometry {
+  std::int64_t bq, bk, rx, ry, d;
+  std::int64_t wd() const { return ceil_div(d, rx); }
+  std::int64_t ds() const { return wd() * rx + 1; }
+  std::int64_t forward_local() const { return 4 * (bq * ds() + bk * ds() + bq * (bk + 1) + bq * rx); }
+  std::int64_t dkdv_local() const { return 4 * (2 * bk * ds() + bq * ds() + 2 * bq * (bk + 1) + 2 * bq); }
+  std::int64_t dq_local() const { return 4 * (2 * bq * ds() + bk * ds() + bq * (bk + 1) + 2 * bq); }
+};
+
+// The space's limits, for configs that reach run() without it.
+Geometry geometry(const Config& c, const Problem& p, const DeviceInfo& info) {
+  Geometry g{c.get("block_q"), c.get("block_k"), c.get("threads_x"), c.get("threads_y"), head_dim_class(p.head_dim)};
+  const std::string text = std::string(p.backward ? "flash_attention_bwd" : "flash_attention") + " opencl: config " +
+                           c.canonical() + " ";
+  if (g.bq <= 0 || g.bk <= 0 || g.rx <= 0 || g.ry <= 0)
+    throw InvalidArgument(text + "needs positive block_q, block_k, threads_x, threads_y");
+  if (g.bq % g.ry != 0 || g.bk % g.rx != 0 || (p.backward && g.bk % g.ry != 0))
+    throw InvalidArgument(text + "needs block_q % threads_y == 0, block_k % threads_x == 0" +
+                          (p.backward ? " and block_k % threads_y == 0" : ""));
+  if (g.rx * g.ry > info.max_workgroup_size || g.rx > info.max_workgroup_dims[0] || g.ry > info.max_workgroup_dims[1])
+    throw InvalidArgument(text + "exceeds the device's workgroup size " + std::to_string(info.max_workgroup_size) +
+                          " (" + std::to_string(info.max_workgroup_dims[0]) + " x " +
+                          std::to_string(info.max_workgroup_dims[1]) + ")");
+  const std::int64_t local = p.backward ? std::max(g.dkdv_local(), g.dq_local()) : g.forward_local();
+  if (local > static_cast<std::int64_t>(info.local_mem))
+    throw InvalidArgument(text + "needs " + std::to_string(local) + " bytes of local memory for head_dim " +
+                          std::to_string(p.head_dim) + ", the device has " + std::to_string(info.local_mem));
+  return g;
+}
+
+Params make_params(const Problem& p) {
+  Params c{};
+  c.batch = u32(p.batch);
+  c.seq_q = u32(p.seq_q);
+  c.seq_k = u32(p.seq_k);
+  c.total_q = u32(p.total_q);
+  c.heads = u32(p.heads);
+  c.kv_heads = u32(p.kv_heads);
+  c.group = u32(p.group());
+  c.flags = (p.causal ? causal : 0u) | (p.varlen ? varlen : 0u) | (p.has_bias ? bias : 0u) | (p.has_sinks ? sinks : 0u) |
+            (p.has_segments ? segments : 0u) | (p.dropout > 0 ? dropout : 0u) | (p.softcap > 0 ? softcap : 0u);
+  c.window_left = static_cast<std::int32_t>(p.window_left);
+  c.window_right = static_cast<std::int32_t>(p.window_right);
+  // Logits in base 2, as the CPU kernels keep them: with a cap, t = u / cap and z log2 e = cap
+  // log2 e tanh(t); without, z log2 e = u log2 e.
+  constexpr double log2e = 1.4426950408889634;
+  if (p.softcap > 0) {
+    c.qscale = static_cast<float>(p.scale / p.softcap);
+    c.bias_scale = static_cast<float>(1.0 / p.softcap);
+    c.cap2 = static_cast<float>(p.softcap * log2e);
+  } else {
+    c.qscale = static_cast<float>(p.scale * log2e);
+    c.bias_scale = static_cast<float>(log2e);
+  }
+  c.softmax_scale = static_cast<float>(p.scale);
+  c.grad_scale = static_cast<float>(p.scale / static_cast<double>(c.qscale));
+  c.keep_scale = static_cast<float>(1.0 / (1.0 - p.dropout));
+  c.threshold = p.threshold;
+  c.seed_lo = static_cast<std::uint32_t>(p.seed);
+  c.seed_hi = static_cast<std::uint32_t>(p.seed >> 32);
+  c.bias_batch = u32(p.has_bias ? p.bias_batch : 1);
+  c.bias_heads = u32(p.has_bias ? p.bias_heads : 1);
+  c.head_dim = u32(p.head_dim);
+  c.dtype = dtype_code(p.dtype);
+  c.dtypes = (p.has_bias ? dtype_code(p.bias_dtype) : 0) | (p.has_sinks ? dtype_code(p.sinks_dtype) : 0) << 4;
+  return c;
+}
+
+// The program's indices are 32-bit.
+void check_indices(const Problem& p) {
+  const double limit = 4294967295.0;
+  const double q = static_cast<double>(p.total_q) * static_cast<double>(p.heads) * static_cast<double>(p.head_dim);
+  const double k = static_cast<double>(p.total_k) * static_cast<double>(p.kv_heads) * static_cast<double>(p.head_dim);
+  const double b = p.has_bias ? static_cast<double>(p.batch) * static_cast<double>(p.heads) * static_cast<double>(p.seq_q) *
+                                    static_cast<double>(p.seq_k)
+                              : 0.0;
+  if (q > limit || k > limit || b > limit)
+    throw InvalidArgument("flash_attention opencl: arrays of more than 2^32 elements (q " + std::to_string(q) + ", k " +
+                          std::to_string(k) + ", bias planes " + std::to_string(b) + ") are not supported");
+}
+
+// Kernel `name` of the geometry's program.
+std::shared_ptr<opencl::ClKernel> program_kernel(opencl::OpenCLDevice& dev, const Geometry& g, const char* name) {
+  const std::string options = "-DBQ=" + std::to_string(g.bq) + " -DBK=" + std::to_string(g.bk) +
+                              " -DRX=" + std::to_string(g.rx) + " -DRY=" + std::to_string(g.ry) +
+                              " -DDMAX=" + std::to_string(g.d) + " -DFMA=" + (dev.hardware_fma() ? "1" : "0") +
+                              " -DUNROLL_LOOPS=" + (is_cpu(dev.info()) ? "0" : "1");
+  return dev.kernel(source_key, options, name);
+}
+
+// Launches `groups` (x, y, z) workgroups of `local` work-items with the arguments that follow.
+template <class... Args>
+void launch(opencl::OpenCLDevice& dev, opencl::ClKernel& k, std::int64_t gx, std::int64_t gy, std::int64_t gz,
+            std::int64_t lx, std::int64_t ly, const Args&... args) {
+  if (gx <= 0 || gy <= 0 || gz <= 0) return;
+  const opencl::Range global(static_cast<std::size_t>(gx * lx), static_cast<std::size_t>(gy * ly),
+                             static_cast<std::size_t>(gz));
+  const opencl::Range local(static_cast<std::size_t>(lx), static_cast<std::size_t>(ly), 1);
+  dev.launch(k, global, local, args...);
+}
+
+// The space's spelling of the program's DS (padded local row stride) and WD (output columns per
+// work-item).
+const char* const ds_expr = "(((head_dim_class + threads_x - 1) / threads_x) * threads_x + 1)";
+const char* const wd_expr = "((head_dim_class + threads_x - 1) / threads_x)";
+
+class OpenCLBase : public Implementation {
+ public:
+  Backend backend() const override { return Backend::opencl; }
+
+ protected:
+  static opencl::OpenCLDevice& prepare(const Problem& p, Device& device) {
+    check_indices(p);
+    return opencl::opencl_device(device);
+  }
+};
+
+class OpenCLForward final : public OpenCLBase {
+ public:
+  std::string_view kernel() const override { return "flash_attention"; }
+  std::vector<ArgDef> args() const override { return forward_args(); }
+  std::vector<std::string> sources() const override { return {source_key, philox_key}; }
+  ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
+    return opencl_space(inv, dev, false, is_cpu(dev));
+  }
+  Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
+    return opencl_heuristic(inv, dev, false, is_cpu(dev));
+  }
+
+  void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
+    const Problem p = Problem::of(inv);
+    auto& dev = prepare(p, device);
+    const Geometry g = geometry(config, p, dev.info());
+    auto k = program_kernel(dev, g, "fa_fwd");
+    const Params params = make_params(p);
+    launch(dev, *k, ceil_div(p.seq_q, g.bq), p.heads, p.batch, g.rx, g.ry, opencl::StructArg::of(params),
+           opencl::LocalBytes{static_cast<std::size_t>(g.forward_local())}, args[fwd::q], args[fwd::k], args[fwd::v],
+           args[fwd::bias], args[fwd::softmax_aux], args[fwd::cu_seqlens_q], args[fwd::cu_seqlens_k],
+           args[fwd::q_segment_ids], args[fwd::kv_segment_ids], args[fwd::out], args[fwd::lse]);
+  }
+};
+
+class OpenCLBackward final : public OpenCLBase {
+ public:
+  std::string_view kernel() const override { return "flash_attention_bwd"; }
+  std::vector<ArgDef> args() const override { return backward_args(); }
+  std::vector<std::string> sources() const override { return {source_key, philox_key}; }
+  ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
+    return opencl_space(inv, dev, true, is_cpu(dev));
+  }
+  Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
+    return opencl_heuristic(inv, dev, true, is_cpu(dev));
+  }
+
+  void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
+    const Problem p = Problem::of(inv);
+    auto& dev = prepare(p, device);
+    const Geometry g = geometry(config, p, dev.info());
+
+    // Scratch: delta per row, the prep pass's dsoftmax_aux shares, and where the bias is
+    // broadcast, dbias unbroadcast in f32 (summed by the finish pass instead of atomically).
+    const std::int64_t prep_blocks = ceil_div(p.seq_q, prep_threads);
+    const bool broadcast = p.has_bias && ((p.bias_batch == 1 && p.batch > 1) || (p.bias_heads == 1 && p.heads > 1));
+    auto delta = dev.allocate(static_cast<std::size_t>(std::max<std::int64_t>(1, p.heads * p.total_q)) * 4);
+    auto parts = dev.allocate(static_cast<std::size_t>(std::max<std::int64_t>(1, p.batch * p.heads * prep_blocks)) * 4);
+    auto scratch = dev.allocate(static_cast<std::size_t>(broadcast ? p.batch * p.heads * p.seq_q * p.seq_k : 1) * 4);
+
+    Params params = make_params(p);
+    params.flags |= broadcast ? dbias_scratch : 0u;
+    params.extra = u32(prep_blocks);
+    // Every pass takes the same arguments after the parameters and its local memory.
+    auto pass = [&](const char* name, std::int64_t gx, std::int64_t gy, std::int64_t gz, std::int64_t lx,
+                    std::int64_t ly, std::int64_t local) {
+      auto k = program_kernel(dev, g, name);
+      launch(dev, *k, gx, gy, gz, lx, ly, opencl::StructArg::of(params),
+             opencl::LocalBytes{static_cast<std::size_t>(local)}, args[bwd::q], args[bwd::k], args[bwd::v],
+             args[bwd::out], args[bwd::dout], args[bwd::lse], args[bwd::bias], args[bwd::softmax_aux],
+             args[bwd::cu_seqlens_q], args[bwd::cu_seqlens_k], args[bwd::q_segment_ids], args[bwd::kv_segment_ids],
+             args[bwd::dq], args[bwd::dk], args[bwd::dv], args[bwd::dbias], args[bwd::dsoftmax_aux], *delta, *parts,
+             *scratch);
+    };
+    pass("fa_prep", prep_blocks, p.heads, p.batch, prep_threads, 1, prep_threads * 4);
+    pass("fa_dkdv", ceil_div(p.seq_k, g.bk), p.kv_heads, p.batch, g.rx, g.ry, g.dkdv_local());
+    pass("fa_dq", ceil_div(p.seq_q, g.bq), p.heads, p.batch, g.rx, g.ry, g.dq_local());
+    if (p.has_sinks) pass("fa_finish", 1, 1, 1, prep_threads, 1, prep_threads * 4);
+    if (broadcast) {
+      params.flags |= finish_dbias;
+      const std::int64_t n = p.bias_batch * p.bias_heads * p.seq_q * p.seq_k;
+      pass("fa_finish", std::min<std::int64_t>(ceil_div(n, prep_threads), 4096), 1, 1, prep_threads, 1,
+           prep_threads * 4);
+    }
+  }
+};
+
+}  // namespace
+
+ParamSpace opencl_space(const Invocation& inv, const DeviceInfo& dev, bool backward, bool cpu_family) {
+  const Vars vars = backward ? FlashAttentionBwdKernel().vars(inv) : FlashAttentionKernel().vars(inv);
+  const std::string ds = ds_expr, wd = wd_expr;
+  ParamSpace s;
+  s.param("block_q", {8, 16, 32, 64})
+      .param("block_k", {8, 16, 32, 64})
+      .param("threads_x", {4, 8, 16, 32})
+      .param("threads_y", {2, 4, 8, 16})
+      .constraint("block_q % threads_y == 0 && block_k % threads_x == 0")
+      .constraint("threads_x * threads_y <= max_workgroup_size")
+      .constraint("threads_x <= max_workgroup_x && threads_y <= max_workgroup_y")
+      // Blocks much longer than the sequences only compute padding.
+      .constraint("block_q == 8 || block_q < 2 * seq_q")
+      .constraint("block_k == 8 || block_k < 2 * seq_k")
+      // Score tiles and output rows per work-item stay in registers.
+      .constraint("(block_q / threads_y) * (block_k / threads_x) <= 32")
+      .constraint("(block_q / threads_y) * " + wd + " <= 64");
+  if (cpu_family) {
+    // CPU drivers run a workgroup's work-items as a loop (vectorised along x) and keep what a
+    // work-item holds across a barrier in memory, so larger groups buy no parallelism; past 128
+    // work-items they only grow that memory.
+    s.constraint("threads_x * threads_y >= 8 && threads_x * threads_y <= 128");
+  } else {
+    s.constraint("threads_x * threads_y >= 32 && threads_x * threads_y <= " + std::to_string(gpu_max_threads));
+  }
+  if (backward) {
+    s.constraint("block_k % threads_y == 0")
+        .constraint("2 * (block_k / threads_y) * " + wd + " <= 128")
+        .constraint("4 * max(2 * block_k * " + ds + " + block_q * " + ds + " + 2 * block_q * (block_k + 1) + 2 * block_q, " +
+                    "2 * block_q * " + ds + " + block_k * " + ds + " + block_q * (block_k + 1) + 2 * block_q) <= local_mem");
+  } else {
+    s.constraint("4 * (block_q * " + ds + " + block_k * " + ds + " + block_q * (block_k + 1) + block_q * threads_x) <= local_mem");
+  }
+  s.bind(vars).bind(device_vars(dev)).bind({{"head_dim_class", head_dim_class(std::get<std::int64_t>(vars.at("head_dim")))},
+                                            {"max_workgroup_x", std::int64_t{dev.max_workgroup_dims[0]}},
+                                            {"max_workgroup_y", std::int64_t{dev.max_workgroup_dims[1]}}});
+  return s;
+}
+
+Config opencl_heuristic(const Invocation& inv, const DeviceInfo& dev, bool backward, bool cpu_family) {
+  const ParamSpace space = opencl_space(inv, dev, backward, cpu_family);
+  auto cfg = [&](std::int64_t bq, std::int64_t bk, std::int64_t rx, std::int64_t ry) {
+    return Config{{"block_q", bq}, {"block_k", bk}, {"threads_x", rx}, {"threads_y", ry}};
+  };
+  std::vector<Config> tries;
+  if (cpu_family) {
+    tries = {cfg(32, 32, 8, 4), cfg(16, 32, 8, 4), cfg(16, 16, 8, 4), cfg(8, 16, 8, 4), cfg(8, 8, 8, 4), cfg(8, 8, 4, 8)};
+  } else if (backward) {
+    // With 48 KiB of local memory and head_dim 128 these are the largest that fit.
+    tries = {cfg(16, 32, 16, 8), cfg(16, 16, 16, 8), cfg(8, 16, 16, 8), cfg(8, 8, 8, 8), cfg(8, 8, 4, 8)};
+  } else {
+    tries = {cfg(32, 32, 16, 8), cfg(16, 32, 16, 8), cfg(16, 16, 16, 8), cfg(8, 16, 16, 8), cfg(8, 8, 8, 8), cfg(8, 8, 4, 8)};
+  }
+  for (const auto& c : tries)
+    if (space.admits(c)) return c;
+  auto all = space.enumerate();
+  if (all.empty()) throw SelectionError("flash_attention opencl: no config fits " + dev.id() + " for " + inv.signature());
+  return all.front();
+}
+
+std::shared_ptr<const Implementation> opencl_implementation() { return std::make_shared<OpenCLForward>(); }
+std::shared_ptr<const Implementation> opencl_bwd_implementation() { return std::make_shared<OpenCLBackward>(); }
+
+}  // namespace ejk::kernels::flash_attention

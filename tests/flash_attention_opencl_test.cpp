@@ -1,0 +1,180 @@
+// flash_attention on OpenCL beyond the backend-independent tests: the largest head_dim of each
+// size class (the program's DMAX), bitwise-deterministic gradients, the GPU family's space and
+// heuristics (checked against an NVIDIA-like description and run on whatever OpenCL device is
+// present), and configs that reach run() without the space.
+#include <algorithm>
+
+#include "support.hpp"
+
+#ifdef EJK_HAVE_OPENCL
+#include "flash_attention/flash_attention.hpp"
+#include "flash_attention/opencl.hpp"
+
+namespace ejk {
+namespace {
+
+namespace fa = kernels::flash_attention;
+
+std::vector<std::string> opencl_devices() {
+  std::vector<std::string> out;
+  for (const auto& d : list_devices())
+    if (d.backend == Backend::opencl) out.push_back(d.id());
+  return out;
+}
+
+// What NVIDIA's OpenCL driver reports on an H100 or H200.
+DeviceInfo nvidia_like() {
+  DeviceInfo d;
+  d.backend = Backend::opencl;
+  d.vendor = "NVIDIA Corporation";
+  d.name = "NVIDIA H100";
+  d.compute_units = 132;
+  d.local_mem = 48 * 1024;
+  d.max_workgroup_size = 1024;
+  d.max_workgroup_dims = {1024, 1024, 64};
+  return d;
+}
+
+// Runs `inv` with its implementation on ctx's device, on the kernel's own random inputs; returns
+// the outputs (the arguments after the inputs) as read back.
+HostArrays run(Context& ctx, const Invocation& inv, const HostArrays& in, std::size_t first_output,
+               const std::optional<Config>& config = {}) {
+  const auto& impl = Registry::global().implementation(inv, ctx.device().info());
+  EXPECT_EQ(impl.backend(), Backend::opencl);
+  std::vector<Tensor> args;
+  for (std::size_t i = 0; i < inv.args.size(); ++i) args.push_back(ctx.from(inv.args[i].shape, inv.args[i].dtype, in[i]));
+  impl.run(inv, config ? *config : impl.heuristic(inv, ctx.device().info()), args, ctx.device());
+  HostArrays out;
+  for (std::size_t i = first_output; i < args.size(); ++i) out.push_back(args[i].read());
+  return out;
+}
+
+Invocation invocation(bool backward, std::int64_t dim, DType t, const nlohmann::json& options,
+                      std::map<std::string, std::int64_t> sizes = {}) {
+  sizes.merge(std::map<std::string, std::int64_t>{{"batch", 2}, {"seq_q", 21}, {"seq_k", 37}, {"heads", 4},
+                                                  {"kv_heads", 2}, {"head_dim", dim}});
+  return fa::recipe_invocation(backward, sizes, t, options);
+}
+
+// Forward and backward of `opts` at head_dim `dim`, each output within its tolerance.
+void expect_matches(Context& ctx, std::int64_t dim, DType t, const nlohmann::json& opts, const std::string& label,
+                    const std::optional<Config>& fwd_config = {}, const std::optional<Config>& bwd_config = {}) {
+  const fa::FlashAttentionKernel fk;
+  const fa::FlashAttentionBwdKernel bk;
+  const Invocation f = invocation(false, dim, t, opts);
+  HostArrays in = fk.inputs(f, 5);
+  HostArrays got = run(ctx, f, in, fa::fwd::out, fwd_config);
+  HostArrays want = fk.reference(f, in);
+  EXPECT_LE(test::relative_error(got[0], want[0]), fk.tolerance(f)) << label << ": out";
+  EXPECT_LE(test::relative_error(got[1], want[1]), fk.tolerance(f)) << label << ": lse";
+
+  const Invocation b = invocation(true, dim, t, opts);
+  in = bk.inputs(b, 6);
+  got = run(ctx, b, in, fa::bwd::dq, bwd_config);
+  want = bk.reference(b, in);
+  const char* names[] = {"dq", "dk", "dv", "dbias", "dsoftmax_aux"};
+  for (std::size_t i = 0; i < 5; ++i)
+    EXPECT_LE(test::relative_error(got[i], want[i]), bk.tolerance(b)) << label << ": " << names[i];
+}
+
+class FlashAttentionOpenCL : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FlashAttentionOpenCL, LargestHeadDimOfEachClass) {
+  Context ctx(GetParam());
+  const nlohmann::json opts = {{"causal", true}, {"bias", "heads"}, {"sinks", true}, {"logits_soft_cap", 4.0}};
+  for (auto [dim, t] : {std::pair{256, DType::f32}, {128, DType::f16}, {64, DType::bf16}})
+    expect_matches(ctx, dim, t, opts, std::to_string(dim) + " " + std::string(to_string(t)));
+}
+
+// Broadcast dbias and dsoftmax_aux are sums over many workgroups' results, done in a fixed order.
+TEST_P(FlashAttentionOpenCL, GradientsAreBitwiseRepeatable) {
+  Context ctx(GetParam());
+  const fa::FlashAttentionBwdKernel bk;
+  const Invocation b = invocation(true, 32, DType::f32, {{"bias", "shared"}, {"sinks", true}, {"dropout", 0.2}},
+                                  {{"seq_q", 70}, {"seq_k", 90}});
+  const HostArrays in = bk.inputs(b, 9);
+  const HostArrays first = run(ctx, b, in, fa::bwd::dq);
+  EXPECT_EQ(run(ctx, b, in, fa::bwd::dq), first);
+  const HostArrays want = bk.reference(b, in);
+  EXPECT_LE(test::relative_error(first[3], want[3]), bk.tolerance(b)) << "dbias";
+  EXPECT_LE(test::relative_error(first[4], want[4]), bk.tolerance(b)) << "dsoftmax_aux";
+}
+
+// The GPU family's space on an NVIDIA-like device: never more than 256 work-items or 48 KiB of
+// local memory, something for every head_dim up to 256, and the heuristics inside it.
+TEST_P(FlashAttentionOpenCL, GpuSpaceFitsNvidia) {
+  const DeviceInfo gpu = nvidia_like();
+  for (bool backward : {false, true})
+    for (std::int64_t dim : {1, 64, 128, 256}) {
+      const Invocation inv = invocation(backward, dim, DType::f16, {{"causal", true}}, {{"seq_q", 4096}, {"seq_k", 4096}});
+      const std::string label = (backward ? "backward " : "forward ") + std::to_string(dim);
+      const auto configs = fa::opencl_space(inv, gpu, backward, false).enumerate();
+      ASSERT_FALSE(configs.empty()) << label;
+      for (const auto& c : configs) {
+        const std::int64_t threads = c.get("threads_x") * c.get("threads_y");
+        EXPECT_GE(threads, 32) << label << " " << c.canonical();
+        EXPECT_LE(threads, 256) << label << " " << c.canonical();
+      }
+      const Config h = fa::opencl_heuristic(inv, gpu, backward, false);
+      EXPECT_EQ(fa::opencl_space(inv, gpu, backward, false).mismatch(h), "") << label;
+      if (dim == 128) {
+        // The largest tiles that fit 48 KiB at head_dim 128.
+        EXPECT_EQ(h.get("block_k"), 32) << label;
+        EXPECT_EQ(h.get("threads_x") * h.get("threads_y"), 128) << label;
+      }
+    }
+  // 64 x 64 blocks at head_dim 256 need far more than 48 KiB.
+  const Invocation big = invocation(false, 256, DType::f16, nlohmann::json::object(), {{"seq_q", 4096}, {"seq_k", 4096}});
+  EXPECT_NE(fa::opencl_space(big, gpu, false, false)
+                .mismatch(Config{{"block_q", 64}, {"block_k", 64}, {"threads_x", 16}, {"threads_y", 16}}),
+            "");
+}
+
+// The configs the GPU heuristics pick at head_dim 128 (the largest tiles), run here: their
+// numerics do not depend on the device.
+TEST_P(FlashAttentionOpenCL, GpuHeuristicConfigsMatchTheReference) {
+  Context ctx(GetParam());
+  const DeviceInfo gpu = nvidia_like();
+  const nlohmann::json opts = {{"causal", true}, {"window_left", 20}, {"bias", "full"}, {"sinks", true}, {"dropout", 0.1}};
+  const Config fc = fa::opencl_heuristic(invocation(false, 128, DType::f16, opts, {{"seq_q", 4096}, {"seq_k", 4096}}),
+                                         gpu, false, false);
+  const Config bc = fa::opencl_heuristic(invocation(true, 128, DType::f16, opts, {{"seq_q", 4096}, {"seq_k", 4096}}),
+                                         gpu, true, false);
+  expect_matches(ctx, 80, DType::f16, opts, "gpu configs " + fc.canonical() + " " + bc.canonical(), fc, bc);
+}
+
+TEST_P(FlashAttentionOpenCL, ConfigsOutsideTheSpaceAreRefused) {
+  Context ctx(GetParam());
+  auto expect_refused = [&](const Invocation& inv, std::size_t first_output, const Config& c, const std::string& needle) {
+    const auto& impl = Registry::global().implementation(inv, ctx.device().info());
+    EXPECT_FALSE(impl.space(inv, ctx.device().info()).admits(c)) << c.canonical();
+    const HostArrays in = Registry::global().kernel(inv.kernel).inputs(inv, 1);
+    try {
+      run(ctx, inv, in, first_output, c);
+      ADD_FAILURE() << "expected InvalidArgument for " << c.canonical();
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  auto cfg = [](std::int64_t bq, std::int64_t bk, std::int64_t rx, std::int64_t ry) {
+    return Config{{"block_q", bq}, {"block_k", bk}, {"threads_x", rx}, {"threads_y", ry}};
+  };
+  const Invocation f = invocation(false, 256, DType::f32, nlohmann::json::object());
+  const Invocation b = invocation(true, 16, DType::f32, nlohmann::json::object());
+  const DeviceInfo& info = ctx.device().info();
+  expect_refused(f, fa::fwd::out, cfg(12, 16, 8, 8), "block_q % threads_y == 0");
+  expect_refused(b, fa::bwd::dq, cfg(16, 8, 8, 16), "block_k % threads_y == 0");
+  expect_refused(f, fa::fwd::out, cfg(8, 8, 0, 8), "positive");
+  const std::int64_t wide = static_cast<std::int64_t>(info.max_workgroup_size) * 2;
+  expect_refused(f, fa::fwd::out, cfg(8, wide, wide, 1), "workgroup size");
+  // Rows of 4 KiB: 1024 of them are more local memory than any device has.
+  expect_refused(f, fa::fwd::out, cfg(1024, 8, 8, 8), "bytes of local memory");
+}
+
+INSTANTIATE_TEST_SUITE_P(All, FlashAttentionOpenCL, ::testing::ValuesIn(opencl_devices()),
+                         [](const auto& p) { return test::test_name(p.param); });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FlashAttentionOpenCL);
+
+}  // namespace
+}  // namespace ejk
+#endif
