@@ -1,11 +1,29 @@
 // Every built-in kernel and its implementations.
+#include "decode_attention/impls.hpp"
 #include "ejk/registry.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "flash_attention/impls.hpp"
 #include "matmul/impls.hpp"
 #include "matmul/matmul.hpp"
+#include "page_attention/page_attention.hpp"
 
 namespace ejk {
+
+namespace {
+// A kernel run by the decode engine, with the engine's implementation on every backend.
+void add_decode_kernel(Registry& r, std::shared_ptr<const Kernel> k, kernels::decode_attention::EngineOf engine) {
+  namespace da = kernels::decode_attention;
+  const da::Binding b{std::string(k->name()), k->args(), engine};
+  r.add(std::move(k));
+  r.add(da::cpu_implementation(b));
+#ifdef EJK_HAVE_OPENCL
+  r.add(da::opencl_implementation(b));
+#endif
+#ifdef EJK_HAVE_VULKAN
+  r.add(da::vulkan_implementation(b));
+#endif
+}
+}  // namespace
 
 void register_builtin_kernels(Registry& r) {
   r.add(std::make_shared<kernels::matmul::MatmulKernel>());
@@ -24,6 +42,7 @@ void register_builtin_kernels(Registry& r) {
   r.add(kernels::flash_attention::vulkan_implementation());
   r.add(kernels::flash_attention::vulkan_bwd_implementation());
 #endif
+  add_decode_kernel(r, std::make_shared<kernels::page_attention::PageAttentionKernel>(), kernels::page_attention::engine);
 }
 
 }  // namespace ejk
