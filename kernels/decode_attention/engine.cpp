@@ -246,4 +246,19 @@ std::int64_t heuristic_splits(const Engine& e, std::int64_t block_q, std::int64_
   return s;
 }
 
+std::int64_t query_block(const Engine& e) {
+  if (!e.varlen) return 1;
+  std::int64_t bq = 1;
+  while (bq < 8 && bq < e.max_q_len && e.group() * bq * 2 <= 16) bq *= 2;
+  return bq;
+}
+
+std::int64_t heuristic_threads(const Engine& e, std::int64_t block_q, std::int64_t least) {
+  std::int64_t dm = 32;
+  while (dm < e.head_dim) dm *= 2;
+  std::int64_t t = least;
+  while (t < 256 && rows(e, block_q) * dm > 8 * t) t *= 2;
+  return t;
+}
+
 }  // namespace ejk::kernels::decode_attention

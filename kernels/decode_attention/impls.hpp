@@ -31,4 +31,11 @@ std::shared_ptr<const Implementation> vulkan_implementation(Binding b);
 // fill it twice over, at most one split per 4 tiles of the longest context, a power of two <= 32.
 std::int64_t heuristic_splits(const Engine& e, std::int64_t block_q, std::int64_t block_k, std::int64_t parallel);
 
+// Query tokens per workgroup for ragged queries: enough to cover max_q_len, at most 8, and at
+// most 16 rows (query heads of a kv head times tokens) per workgroup; 1 without ragged queries.
+std::int64_t query_block(const Engine& e);
+// Work-items for a workgroup of `rows` query rows: at least `least`, and enough that each holds
+// at most 8 accumulators (rows x head_dim class / threads), at most 256.
+std::int64_t heuristic_threads(const Engine& e, std::int64_t block_q, std::int64_t least);
+
 }  // namespace ejk::kernels::decode_attention

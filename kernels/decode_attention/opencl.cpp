@@ -26,12 +26,6 @@ std::int64_t dim_class(std::int64_t d) {
 
 int dtype_code(DType t) { return t == DType::f32 ? 0 : t == DType::f16 ? 1 : 2; }
 
-std::int64_t pow2_at_least(std::int64_t x) {
-  std::int64_t p = 1;
-  while (p < x) p *= 2;
-  return p;
-}
-
 // Local memory of pass 1 in bytes (the kernel's __local arrays), for rows R, keys bk, class dm.
 std::string shared_expr(const std::string& rows) {
   return "4 * (" + rows + " * head_dim_class + block_k * (2 * head_dim_class + 1) + " + rows + " * (block_k + 1) + 5 * " +
@@ -57,8 +51,8 @@ class OpenCLDecode final : public Implementation {
         // NVIDIA's driver launches at most 256 work-items of a kernel this size.
         .constraint("threads <= 256")
         .constraint(shared_expr(rows) + " <= local_mem")
-        // Accumulators per work-item stay in registers.
-        .constraint(rows + " * head_dim_class <= 64 * threads")
+        // Accumulators per work-item stay in registers (and CPU drivers compile in seconds).
+        .constraint(rows + " * head_dim_class <= 16 * threads")
         .bind(vars(e))
         .bind(device_vars(dev))
         .bind({{"head_dim_class", dim_class(e.head_dim)}});
@@ -67,11 +61,11 @@ class OpenCLDecode final : public Implementation {
 
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
     const Engine e = b_.engine(inv);
-    const std::int64_t bq = e.varlen ? std::clamp<std::int64_t>(pow2_at_least(e.max_q_len), 1, 4) : 1;
+    const std::int64_t bq = query_block(e);
     const bool cpu = is_cpu(dev);
     // GPUs: 128 work-items and 32-key tiles, enough splits for two groups per compute unit.
     // CPU drivers run a group as a loop on one core: fewer work-items, and a few groups per core.
-    const std::int64_t threads = cpu ? 64 : 128, bk = 32;
+    const std::int64_t threads = heuristic_threads(e, bq, cpu ? 64 : 128), bk = 32;
     const std::int64_t parallel = std::max<std::int64_t>(1, dev.compute_units) * (cpu ? 2 : 2);
     Config c{{"splits", heuristic_splits(e, bq, bk, parallel)}, {"block_k", bk}, {"threads", threads}};
     if (e.varlen) c.set("block_q", bq);

@@ -37,12 +37,6 @@ std::int64_t dim_class(std::int64_t d) {
   return c;
 }
 
-std::int64_t pow2_at_least(std::int64_t x) {
-  std::int64_t p = 1;
-  while (p < x) p *= 2;
-  return p;
-}
-
 // Shared memory of pass 1 (the shader's arrays).
 std::int64_t shared_bytes(std::int64_t R, std::int64_t bk, std::int64_t dm) {
   return 4 * (R * dm + bk * (2 * dm + 1) + R * (bk + 1) + 5 * R + bk);
@@ -80,8 +74,8 @@ class VulkanDecode final : public Implementation {
         .constraint("threads <= max_workgroup_size && threads <= max_workgroup_x")
         .constraint("4 * (" + R + " * head_dim_class + block_k * (2 * head_dim_class + 1) + " + R + " * (block_k + 1) + 5 * " +
                     R + " + block_k) <= local_mem")
-        // Accumulators per invocation stay in registers.
-        .constraint(R + " * head_dim_class <= 64 * threads")
+        // Accumulators per invocation stay in registers (and lavapipe compiles in seconds).
+        .constraint(R + " * head_dim_class <= 16 * threads")
         .bind(vars(e))
         .bind(device_vars(dev))
         .bind({{"head_dim_class", dim_class(e.head_dim)}, {"max_workgroup_x", std::int64_t{lim.maxComputeWorkGroupSize[0]}}});
@@ -91,10 +85,10 @@ class VulkanDecode final : public Implementation {
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
     const Engine e = b_.engine(inv);
     const bool cpu = vulkan::physical_device(dev.index).cpu;
-    const std::int64_t bq = e.varlen ? std::clamp<std::int64_t>(pow2_at_least(e.max_q_len), 1, 4) : 1;
+    const std::int64_t bq = query_block(e);
     // GPUs: 128 invocations and 32-key tiles, enough splits for two workgroups per SM. CPU
     // implementations (lavapipe) run a workgroup as a loop over SIMD lanes: 64 invocations.
-    const std::int64_t threads = cpu ? 64 : 128, bk = 32;
+    const std::int64_t threads = heuristic_threads(e, bq, cpu ? 64 : 128), bk = 32;
     const std::int64_t parallel = 2 * std::max<std::int64_t>(1, dev.compute_units);
     Config c{{"splits", heuristic_splits(e, bq, bk, parallel)}, {"block_k", bk}, {"threads", threads}};
     if (e.varlen) c.set("block_q", bq);
