@@ -1,6 +1,8 @@
-// Decode attention (page_attention) on every device: the native CPU backend and every opencl:N
-// and vulkan:N device present. Default shape: ../PERF.md's decode case, batch 32, 32 heads over
-// 8 kv heads, context 4096, head_dim 128, f16, pages of 16 tokens (the CPU row defaults to batch 8).
+// Decode attention on every device: the native CPU backend and every opencl:N and vulkan:N device
+// present; page_attention, ragged_decode_attention (contiguous cache, every range the whole row)
+// and ragged_page_attention (one query token per sequence: a decode batch). Default shape:
+// ../PERF.md's decode case, batch 32, 32 heads over 8 kv heads, context 4096, head_dim 128, f16,
+// pages of 16 tokens (the CPU rows default to batch 8).
 // Each GPU-backend case runs with the heuristic config and with the config a short model tune
 // picks. Timed on the device's clock. Bandwidth-bound: GB/s counts the bytes that must move
 // once: every cached key and value a context reaches, the query, the output and the index
@@ -21,12 +23,10 @@
 #include <benchmark/benchmark.h>
 
 #include "ejk/ejk.hpp"
-#include "page_attention/page_attention.hpp"
 
 namespace {
 
 using namespace ejk;
-namespace pa = kernels::page_attention;
 
 struct DecodeShape {
   std::int64_t b = 32, h = 32, kvh = 8, ctx = 4096, d = 128, block = 16;
@@ -55,43 +55,46 @@ int tune_evals() {
   return env ? std::atoi(env) : 24;
 }
 
-// Inputs of one device, made once: the kernel's own valid random inputs (every context full,
-// block tables shuffled across the cache).
+const char* const kernels_benched[] = {"page_attention", "ragged_decode_attention", "ragged_page_attention"};
+
+// Inputs of one (device, kernel), made once: the kernel's own valid random inputs (every context
+// full, block tables shuffled across the cache).
 struct Tensors {
   Context ctx;
   DecodeShape s;
   Invocation inv;
   std::vector<Tensor> args;
-  explicit Tensors(const std::string& device) : ctx(device) {
+  double bytes = 0;  // moved once: keys and values of every context, query, out, index arrays
+  Tensors(const std::string& device, const std::string& kernel) : ctx(device) {
     s = shape(ctx.device().info().backend == Backend::cpu);
-    const pa::PageAttentionKernel k;
-    inv = k.from_sizes({{"batch", s.b}, {"heads", s.h}, {"kv_heads", s.kvh}, {"head_dim", s.d}, {"context", s.ctx},
-                        {"block_size", s.block}},
-                       dtype(), {});
+    const Kernel& k = Registry::global().kernel(kernel);
+    std::map<std::string, std::int64_t> sizes{{"heads", s.h}, {"kv_heads", s.kvh}, {"head_dim", s.d}};
+    if (kernel == "page_attention") {
+      sizes.insert({{"batch", s.b}, {"context", s.ctx}, {"block_size", s.block}});
+    } else if (kernel == "ragged_decode_attention") {
+      sizes.insert({{"batch", s.b}, {"seq", s.ctx}});
+    } else {
+      sizes.insert({{"num_seqs", s.b}, {"q_len", 1}, {"context", s.ctx}, {"block_size", s.block}});
+    }
+    inv = k.from_sizes(sizes, dtype(), nlohmann::json::object());
+    bytes = k.bytes(inv);
     const HostArrays a = k.inputs(inv, 1);
     for (std::size_t i = 0; i < inv.args.size(); ++i) {
       args.push_back(ctx.empty(inv.args[i].shape, inv.args[i].dtype));
-      args.back().write(a[i]);
+      if (!a[i].empty()) args.back().write(a[i]);
     }
-  }
-  // Bytes moved once: keys and values of every context, query, out, lengths and tables.
-  double bytes() const {
-    const double e = static_cast<double>(dtype_size(dtype()));
-    const double blocks = static_cast<double>((s.ctx + s.block - 1) / s.block);
-    return e * (2.0 * static_cast<double>(s.b * s.ctx * s.kvh * s.d) + 2.0 * static_cast<double>(s.b * s.h * s.d)) +
-           4.0 * static_cast<double>(s.b) * (1.0 + blocks);
   }
 };
 
-Tensors& tensors(const std::string& device) {
+Tensors& tensors(const std::string& device, const std::string& kernel) {
   static std::map<std::string, std::unique_ptr<Tensors>> all;
-  auto& t = all[device];
-  if (!t) t = std::make_unique<Tensors>(device);
+  auto& t = all[device + "/" + kernel];
+  if (!t) t = std::make_unique<Tensors>(device, kernel);
   return *t;
 }
 
-void run_case(benchmark::State& state, const std::string& device, bool tuned) {
-  Tensors& t = tensors(device);
+void run_case(benchmark::State& state, const std::string& device, const std::string& kernel, bool tuned) {
+  Tensors& t = tensors(device, kernel);
   const DeviceInfo& info = t.ctx.device().info();
   const Implementation& impl = Registry::global().implementation(t.inv, info);
   Config config = impl.heuristic(t.inv, info);
@@ -110,7 +113,7 @@ void run_case(benchmark::State& state, const std::string& device, bool tuned) {
   once();  // compile and warm up outside the timed loop
   t.ctx.device().synchronize();
   for (auto _ : state) state.SetIterationTime(t.ctx.device().time_ns(once) * 1e-9);
-  state.counters["GB/s"] = benchmark::Counter(t.bytes() * static_cast<double>(state.iterations()) / 1e9,
+  state.counters["GB/s"] = benchmark::Counter(t.bytes * static_cast<double>(state.iterations()) / 1e9,
                                               benchmark::Counter::kIsRate);
   state.SetLabel(info.name + ", " + std::string(to_string(dtype())) + ", B" + std::to_string(t.s.b) + " H" +
                  std::to_string(t.s.h) + "/" + std::to_string(t.s.kvh) + " ctx " + std::to_string(t.s.ctx) + " D" +
@@ -126,15 +129,16 @@ const int registered = [] {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "decode_attention_bench: no devices: %s\n", e.what());
   }
-  for (const auto& dev : devices)
-    for (bool tuned : {false, true}) {
-      if (tuned && (tune_evals() <= 0 || dev == "cpu")) continue;
-      const std::string name = "BM_page_attention/" + dev + (tuned ? "/tuned" : "/heuristic");
-      benchmark::RegisterBenchmark(name.c_str(), [dev, tuned](benchmark::State& s) { run_case(s, dev, tuned); })
-          ->UseManualTime()
-          ->Unit(benchmark::kMillisecond)
-          ->MinTime(0.2);
-    }
+  for (const std::string kernel : kernels_benched)
+    for (const auto& dev : devices)
+      for (bool tuned : {false, true}) {
+        if (tuned && (tune_evals() <= 0 || dev == "cpu")) continue;
+        const std::string name = "BM_" + kernel + "/" + dev + (tuned ? "/tuned" : "/heuristic");
+        benchmark::RegisterBenchmark(name.c_str(), [dev, kernel, tuned](benchmark::State& s) { run_case(s, dev, kernel, tuned); })
+            ->UseManualTime()
+            ->Unit(benchmark::kMillisecond)
+            ->MinTime(0.2);
+      }
   return 0;
 }();
 

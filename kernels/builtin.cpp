@@ -6,6 +6,8 @@
 #include "matmul/impls.hpp"
 #include "matmul/matmul.hpp"
 #include "page_attention/page_attention.hpp"
+#include "ragged_decode_attention/ragged_decode_attention.hpp"
+#include "ragged_page_attention/ragged_page_attention.hpp"
 
 namespace ejk {
 
@@ -43,6 +45,10 @@ void register_builtin_kernels(Registry& r) {
   r.add(kernels::flash_attention::vulkan_bwd_implementation());
 #endif
   add_decode_kernel(r, std::make_shared<kernels::page_attention::PageAttentionKernel>(), kernels::page_attention::engine);
+  add_decode_kernel(r, std::make_shared<kernels::ragged_decode_attention::RaggedDecodeAttentionKernel>(),
+                    kernels::ragged_decode_attention::engine);
+  add_decode_kernel(r, std::make_shared<kernels::ragged_page_attention::RaggedPageAttentionKernel>(),
+                    kernels::ragged_page_attention::engine);
 }
 
 }  // namespace ejk
