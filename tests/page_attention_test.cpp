@@ -85,6 +85,8 @@ TEST_P(PageAttention, HeadLayoutsAndOptions) {
   cases.push_back({.name = "mqa", .heads = 8, .kv_heads = 1, .dim = 40, .block_size = 8});
   cases.push_back({.name = "mha", .heads = 3, .kv_heads = 3, .dim = 32, .block_size = 4, .contexts = {5, 1, 64}});
   cases.push_back({.name = "softcap and scale", .softcap = 2.5, .scale = 0.3});
+  // Rows not a multiple of 4 elements: the scalar load path.
+  cases.push_back({.name = "odd head_dim", .heads = 2, .kv_heads = 1, .dim = 37, .block_size = 8, .contexts = {20, 50}});
   // Pages shared between sequences (fewer pages than table entries) and tables longer than needed.
   cases.push_back({.name = "shared pages", .num_blocks = 5, .contexts = {33, 70, 12}, .max_blocks = 6});
   cases.push_back({.name = "long context, many splits", .heads = 2, .kv_heads = 1, .dim = 16, .block_size = 32,

@@ -87,6 +87,7 @@ TEST_P(RaggedDecodeAttention, HeadLayoutsAndOptions) {
   cases.push_back({.name = "window longer than ranges", .window = 30, .sinks = true});
   cases.push_back({.name = "window of 1", .heads = 2, .kv_heads = 2, .dim = 32, .window = 1});
   cases.push_back({.name = "softcap and scale", .softcap = 2.5, .scale = 0.3});
+  cases.push_back({.name = "odd head_dim", .heads = 2, .kv_heads = 1, .dim = 30});
   cases.push_back({.name = "bf16 sinks", .sinks = true, .sinks_dtype = DType::bf16});
   cases.push_back({.name = "long ranges, many splits", .heads = 2, .kv_heads = 1, .dim = 16, .seq = 1200,
                    .ranges = {{0, 1200}, {333, 1100}}});

@@ -30,6 +30,13 @@ float load(__global const uchar* base, int dtype, size_t i) {
   return as_float((uint)((__global const ushort*)base)[i] << 16);
 }
 
+// Four elements from i, a multiple of 4: vload needs only element alignment.
+float4 load4(__global const uchar* base, int dtype, size_t i) {
+  if (dtype == 0) return vload4(i / 4, (__global const float*)base);
+  if (dtype == 1) return vload_half4(i / 4, (__global const half*)base);
+  return as_float4(convert_uint4(vload4(i / 4, (__global const ushort*)base)) << 16);
+}
+
 void store(__global uchar* base, int dtype, size_t i, float x) {
   if (dtype == 0) {
     ((__global float*)base)[i] = x;
@@ -129,12 +136,30 @@ __kernel __attribute__((reqd_work_group_size(T, 1, 1))) void decode_partial(
       key_at[tid] = at;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int e = tid; e < BK * DMAX; e += T) {
-      const int j = e / DMAX, d = e % DMAX;
+    // Four consecutive elements per work-item: vector loads where head_dim is a multiple of 4
+    // (every row then starts at a multiple of 4).
+    for (int e = tid; e < BK * (DMAX / 4); e += T) {
+      const int j = e / (DMAX / 4), d = (e % (DMAX / 4)) * 4;
       const long at = key_at[j];
-      const bool ok = at >= 0 && d < head_dim;
-      ks[j * KS + d] = ok ? load(k, dtype, (size_t)(at + d)) : 0.0f;
-      vs[e] = ok ? load(v, dtype, (size_t)(at + d)) : 0.0f;
+      float4 kx = (float4)(0.0f), vx = (float4)(0.0f);
+      if (at >= 0 && d < head_dim) {
+        if ((head_dim & 3) == 0) {
+          kx = load4(k, dtype, (size_t)(at + d));
+          vx = load4(v, dtype, (size_t)(at + d));
+        } else {
+          kx.x = load(k, dtype, (size_t)(at + d));
+          vx.x = load(v, dtype, (size_t)(at + d));
+          if (d + 1 < head_dim) kx.y = load(k, dtype, (size_t)(at + d + 1)), vx.y = load(v, dtype, (size_t)(at + d + 1));
+          if (d + 2 < head_dim) kx.z = load(k, dtype, (size_t)(at + d + 2)), vx.z = load(v, dtype, (size_t)(at + d + 2));
+          if (d + 3 < head_dim) kx.w = load(k, dtype, (size_t)(at + d + 3)), vx.w = load(v, dtype, (size_t)(at + d + 3));
+        }
+      }
+      __local float* kd = ks + j * KS + d;
+      kd[0] = kx.x;
+      kd[1] = kx.y;
+      kd[2] = kx.z;
+      kd[3] = kx.w;
+      vstore4(vx, 0, vs + j * DMAX + d);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int e = tid; e < R * BK; e += T) {

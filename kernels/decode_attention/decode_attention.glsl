@@ -54,7 +54,12 @@ layout(binding = 7) readonly buffer SinksF { float sinks_f[]; };
 layout(binding = 8) buffer OutF { float out_f[]; };
 layout(binding = 9) buffer PartAcc { float part_acc[]; };
 layout(binding = 10) buffer PartMl { float part_ml[]; };
+// Keys and values four elements at a time (index = element / 4, where head_dim % 4 == 0).
+layout(binding = 1) readonly buffer KF4 { vec4 k_f4[]; };
+layout(binding = 2) readonly buffer VF4 { vec4 v_f4[]; };
 #if ELEM16
+layout(binding = 1) readonly buffer KU2 { uvec2 k_u2[]; };
+layout(binding = 2) readonly buffer VU2 { uvec2 v_u2[]; };
 layout(binding = 0) readonly buffer QH { uint16_t q_h[]; };
 layout(binding = 1) readonly buffer KH { uint16_t k_h[]; };
 layout(binding = 2) readonly buffer VH { uint16_t v_h[]; };
@@ -68,11 +73,19 @@ uint enc(float x, uint dt) {
   return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // round to nearest even
 }
 #define LOAD(name, i, dt) ((dt) == 0u ? name##_f[i] : dec(uint(name##_h[i]), (dt)))
+// Four 16-bit elements in two words, the lower element in the low half (little-endian).
+vec4 dec4(uvec2 u, uint dt) {
+  if (dt == 1u) return vec4(unpackHalf2x16(u.x), unpackHalf2x16(u.y));
+  return vec4(uintBitsToFloat(u.x << 16), uintBitsToFloat(u.x & 0xffff0000u), uintBitsToFloat(u.y << 16),
+              uintBitsToFloat(u.y & 0xffff0000u));
+}
+#define LOAD4(name, i4, dt) ((dt) == 0u ? name##_f4[i4] : dec4(name##_u2[i4], (dt)))
 #define STORE(name, i, dt, x)        \
   if ((dt) == 0u) name##_f[i] = (x); \
   else name##_h[i] = uint16_t(enc((x), (dt)))
 #else
 #define LOAD(name, i, dt) (name##_f[i])
+#define LOAD4(name, i4, dt) (name##_f4[i4])
 #define STORE(name, i, dt, x) name##_f[i] = (x)
 #endif
 
@@ -159,16 +172,28 @@ void main() {
       key_at[tid] = at;
     }
     barrier();
-    for (uint e = tid; e < BK * DMAX; e += T) {
-      const uint j = e / DMAX, d = e % DMAX;
+    // Four consecutive elements per invocation: vector loads where head_dim is a multiple of 4
+    // (every row then starts at a multiple of 4).
+    for (uint e = tid; e < BK * (DMAX / 4u); e += T) {
+      const uint j = e / (DMAX / 4u), d = (e % (DMAX / 4u)) * 4u;
       const int at = key_at[j];
-      float kx = 0.0, vx = 0.0;
+      vec4 kx = vec4(0.0), vx = vec4(0.0);
       if (at >= 0 && d < D) {
-        kx = LOAD(k, uint(at) + d, pc.dtype);
-        vx = LOAD(v, uint(at) + d, pc.dtype);
+        if ((D & 3u) == 0u) {
+          kx = LOAD4(k, (uint(at) + d) / 4u, pc.dtype);
+          vx = LOAD4(v, (uint(at) + d) / 4u, pc.dtype);
+        } else {
+          for (uint i = 0; i < 4u; ++i)
+            if (d + i < D) {
+              kx[i] = LOAD(k, uint(at) + d + i, pc.dtype);
+              vx[i] = LOAD(v, uint(at) + d + i, pc.dtype);
+            }
+        }
       }
-      ks[j * KS + d] = kx;
-      vs[e] = vx;
+      for (uint i = 0; i < 4u; ++i) {
+        ks[j * KS + d + i] = kx[i];
+        vs[j * DMAX + d + i] = vx[i];
+      }
     }
     barrier();
     for (uint e = tid; e < R * BK; e += T) {
