@@ -11,11 +11,13 @@
 // Pass 1 per group (split, kv head, query block): stage the R query rows; for each tile of BK
 // keys of its chunk, resolve the tile's row addresses (through the block table when paged),
 // stage K and V as f32, score R x BK, update each row's running max and sum, and accumulate
-// P V into registers (work-item i owns outputs i, i + T, ... of the R x DMAX block).
+// P V into registers (work-item i owns the four-element groups i, i + T, ... of the R x DMAX
+// block).
 
 #define NEG (-1.0e30f)
-#define ACC ((R * DMAX + T - 1) / T)
-#define KS (DMAX + 1)  // odd stride: work-items scoring different keys hit different banks
+#define D4 (DMAX / 4)
+#define KS4 (D4 + 1)
+#define ACC4 ((R * D4 + T - 1) / T)
 #define SS (BK + 1)
 
 // Flags.
@@ -74,14 +76,28 @@ bool find_block(int blk, int flags, int num_seqs, __global const int* q_loc, int
   return blk >= first && start < end;
 }
 
+// Four consecutive elements of a row from element i (zeros past n): one vector load where n is
+// a multiple of 4 (rows then start at multiples of 4), else element by element.
+float4 load_quad(__global const uchar* base, int dtype, size_t i, int d, int n) {
+  if ((n & 3) == 0) return load4(base, dtype, i);
+  float4 x = (float4)(0.0f);
+  x.x = load(base, dtype, i);
+  if (d + 1 < n) x.y = load(base, dtype, i + 1);
+  if (d + 2 < n) x.z = load(base, dtype, i + 2);
+  if (d + 3 < n) x.w = load(base, dtype, i + 3);
+  return x;
+}
+
 __kernel __attribute__((reqd_work_group_size(T, 1, 1))) void decode_partial(
     __global const uchar* q, __global const uchar* k, __global const uchar* v, __global const int* tables,
     __global const int* kv_begin, __global const int* kv_end, __global const int* q_loc, __global float* part_acc,
     __global float* part_ml, int dtype, int flags, int num_seqs, int heads, int kv_heads, int head_dim,
     int block_size, int max_blocks, int num_blocks, int seq_len, int splits, int window, float qscale, float cap2) {
-  __local float qs[R * DMAX];
-  __local float ks[BK * KS];
-  __local float vs[BK * DMAX];
+  // Rows of four elements: every shared read and write is a float4, and with an odd float4 stride
+  // the eight work-items of a quarter-warp reading eight key rows hit distinct banks.
+  __local float4 qs[R * D4];
+  __local float4 ks[BK * KS4];
+  __local float4 vs[BK * D4];
   __local float ss[R * SS];
   __local float m_row[R], l_row[R], alpha[R];
   __local int lo_row[R], hi_row[R];
@@ -95,6 +111,7 @@ __kernel __attribute__((reqd_work_group_size(T, 1, 1))) void decode_partial(
   const int kve = kv_end[s];
   const int kvb = (flags & HAS_BEGIN) ? kv_begin[s] : 0;
   const int i0 = t0 - ((flags & VARLEN) ? q_loc[s] : s);
+  const int nd4 = (head_dim + 3) / 4;
 
   for (int r = tid; r < R; r += T) {
     const int qi = r / G;
@@ -105,10 +122,13 @@ __kernel __attribute__((reqd_work_group_size(T, 1, 1))) void decode_partial(
     m_row[r] = NEG;
     l_row[r] = 0.0f;
   }
-  for (int e = tid; e < R * DMAX; e += T) {
-    const int r = e / DMAX, d = e % DMAX, qi = r / G;
+  for (int e = tid; e < R * D4; e += T) {
+    const int r = e / D4, d = (e % D4) * 4, qi = r / G;
     const int h = g * G + r % G;
-    qs[e] = (qi < nq && d < head_dim) ? load(q, dtype, ((size_t)(t0 + qi) * heads + h) * head_dim + d) * qscale : 0.0f;
+    float4 x = (float4)(0.0f);
+    if (qi < nq && d < head_dim)
+      x = load_quad(q, dtype, ((size_t)(t0 + qi) * heads + h) * head_dim + d, d, head_dim) * qscale;
+    qs[e] = x;
   }
   barrier(CLK_LOCAL_MEM_FENCE);
   // Keys of the block's rows: lo grows and hi grows with the token, so the first and last rows bound them.
@@ -117,8 +137,8 @@ __kernel __attribute__((reqd_work_group_size(T, 1, 1))) void decode_partial(
   const int chunk = ((span + splits - 1) / splits + BK - 1) / BK * BK;
   const int c0 = u0 + split * chunk, c1 = min(c0 + chunk, u1);
 
-  float acc[ACC];
-  for (int i = 0; i < ACC; ++i) acc[i] = 0.0f;
+  float4 acc[ACC4];
+  for (int i = 0; i < ACC4; ++i) acc[i] = (float4)(0.0f);
 
   for (int base = c0; base < c1; base += BK) {
     if (tid < BK) {
@@ -136,39 +156,26 @@ __kernel __attribute__((reqd_work_group_size(T, 1, 1))) void decode_partial(
       key_at[tid] = at;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    // Four consecutive elements per work-item: vector loads where head_dim is a multiple of 4
-    // (every row then starts at a multiple of 4).
-    for (int e = tid; e < BK * (DMAX / 4); e += T) {
-      const int j = e / (DMAX / 4), d = (e % (DMAX / 4)) * 4;
+    for (int e = tid; e < BK * D4; e += T) {
+      const int j = e / D4, d4 = e % D4, d = d4 * 4;
       const long at = key_at[j];
       float4 kx = (float4)(0.0f), vx = (float4)(0.0f);
       if (at >= 0 && d < head_dim) {
-        if ((head_dim & 3) == 0) {
-          kx = load4(k, dtype, (size_t)(at + d));
-          vx = load4(v, dtype, (size_t)(at + d));
-        } else {
-          kx.x = load(k, dtype, (size_t)(at + d));
-          vx.x = load(v, dtype, (size_t)(at + d));
-          if (d + 1 < head_dim) kx.y = load(k, dtype, (size_t)(at + d + 1)), vx.y = load(v, dtype, (size_t)(at + d + 1));
-          if (d + 2 < head_dim) kx.z = load(k, dtype, (size_t)(at + d + 2)), vx.z = load(v, dtype, (size_t)(at + d + 2));
-          if (d + 3 < head_dim) kx.w = load(k, dtype, (size_t)(at + d + 3)), vx.w = load(v, dtype, (size_t)(at + d + 3));
-        }
+        kx = load_quad(k, dtype, (size_t)(at + d), d, head_dim);
+        vx = load_quad(v, dtype, (size_t)(at + d), d, head_dim);
       }
-      __local float* kd = ks + j * KS + d;
-      kd[0] = kx.x;
-      kd[1] = kx.y;
-      kd[2] = kx.z;
-      kd[3] = kx.w;
-      vstore4(vx, 0, vs + j * DMAX + d);
+      ks[j * KS4 + d4] = kx;
+      vs[e] = vx;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int e = tid; e < R * BK; e += T) {
       const int r = e / BK, j = e % BK, t = base + j;
       float z = NEG;
       if (t >= lo_row[r] && t < hi_row[r]) {
-        float dot = 0.0f;
-        for (int d = 0; d < head_dim; ++d) dot = mad(qs[r * DMAX + d], ks[j * KS + d], dot);
-        z = cap2 > 0.0f ? cap2 * tanh(dot) : dot;
+        float4 x = (float4)(0.0f);
+        for (int d4 = 0; d4 < nd4; ++d4) x = mad(qs[r * D4 + d4], ks[j * KS4 + d4], x);
+        const float u = (x.x + x.y) + (x.z + x.w);
+        z = cap2 > 0.0f ? cap2 * tanh(u) : u;
       }
       ss[r * SS + j] = z;
     }
@@ -190,23 +197,28 @@ __kernel __attribute__((reqd_work_group_size(T, 1, 1))) void decode_partial(
       alpha[r] = a;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int i = 0; i < ACC; ++i) {
+    for (int i = 0; i < ACC4; ++i) {
       const int o = tid + i * T;
-      if (o < R * DMAX) {
-        const int r = o / DMAX, d = o % DMAX;
-        float x = acc[i] * alpha[r];
-        for (int j = 0; j < BK; ++j) x = mad(ss[r * SS + j], vs[j * DMAX + d], x);
+      if (o < R * D4) {
+        const int r = o / D4, d4 = o % D4;
+        float4 x = acc[i] * alpha[r];
+        for (int j = 0; j < BK; ++j) x = mad((float4)(ss[r * SS + j]), vs[j * D4 + d4], x);
         acc[i] = x;
       }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
   }
-  for (int i = 0; i < ACC; ++i) {
+  for (int i = 0; i < ACC4; ++i) {
     const int o = tid + i * T;
-    if (o < R * DMAX) {
-      const int r = o / DMAX, d = o % DMAX, qi = r / G;
-      if (qi < nq && d < head_dim)
-        part_acc[(((size_t)(t0 + qi) * heads + g * G + r % G) * splits + split) * head_dim + d] = acc[i];
+    if (o < R * D4) {
+      const int r = o / D4, d = (o % D4) * 4, qi = r / G;
+      if (qi < nq && d < head_dim) {
+        __global float* dst = part_acc + (((size_t)(t0 + qi) * heads + g * G + r % G) * splits + split) * head_dim + d;
+        dst[0] = acc[i].x;
+        if (d + 1 < head_dim) dst[1] = acc[i].y;
+        if (d + 2 < head_dim) dst[2] = acc[i].z;
+        if (d + 3 < head_dim) dst[3] = acc[i].w;
+      }
     }
   }
   for (int r = tid; r < R; r += T) {

@@ -5,7 +5,8 @@
 // then for each tile of BK keys resolves the rows' addresses (block table or contiguous), stages
 // K and V as f32, scores, updates running max and sum (base 2), and accumulates P V in registers;
 // pass 2 merges the splits by log-sum-exp. Geometry is specialization constants, everything
-// else push constants, so one pipeline serves every dtype and shape of a config.
+// else push constants, so one pipeline serves every dtype and shape of a config. Invocation i
+// owns the four-element output groups i, i + T, ... of the R x DMAX block.
 #extension GL_EXT_control_flow_attributes : require
 #if ELEM16
 #extension GL_EXT_shader_16bit_storage : require
@@ -22,8 +23,9 @@ layout(constant_id = 5) const uint R = 4;      // query rows per workgroup
 layout(constant_id = 6) const uint BQ = 1;     // query tokens per workgroup
 layout(constant_id = 7) const uint DMAX = 128; // head_dim rounded up to 32, 64, 128, 256
 
-const uint ACC = (R * DMAX + T - 1) / T;
-const uint KS = DMAX + 1;  // odd stride: invocations scoring different keys hit different banks
+const uint D4 = DMAX / 4u;
+const uint KS4 = D4 + 1u;
+const uint ACC4 = (R * D4 + T - 1u) / T;  // four-element accumulators per invocation
 const uint SS = BK + 1;
 const float NEG = -1.0e30;
 const float LOG2E = 1.44269504088896340736;
@@ -54,10 +56,12 @@ layout(binding = 7) readonly buffer SinksF { float sinks_f[]; };
 layout(binding = 8) buffer OutF { float out_f[]; };
 layout(binding = 9) buffer PartAcc { float part_acc[]; };
 layout(binding = 10) buffer PartMl { float part_ml[]; };
-// Keys and values four elements at a time (index = element / 4, where head_dim % 4 == 0).
+// Queries, keys and values four elements at a time (index = element / 4, where head_dim % 4 == 0).
+layout(binding = 0) readonly buffer QF4 { vec4 q_f4[]; };
 layout(binding = 1) readonly buffer KF4 { vec4 k_f4[]; };
 layout(binding = 2) readonly buffer VF4 { vec4 v_f4[]; };
 #if ELEM16
+layout(binding = 0) readonly buffer QU2 { uvec2 q_u2[]; };
 layout(binding = 1) readonly buffer KU2 { uvec2 k_u2[]; };
 layout(binding = 2) readonly buffer VU2 { uvec2 v_u2[]; };
 layout(binding = 0) readonly buffer QH { uint16_t q_h[]; };
@@ -91,13 +95,25 @@ vec4 dec4(uvec2 u, uint dt) {
 
 #if PASS == DA_PARTIAL
 
-shared float qs[R * DMAX];
-shared float ks[BK * KS];
-shared float vs[BK * DMAX];
+// Rows of four elements: every shared read and write is a vec4, and with an odd vec4 stride
+// the eight invocations of a quarter-warp reading eight key rows hit distinct banks.
+shared vec4 qs[R * D4];
+shared vec4 ks[BK * KS4];
+shared vec4 vs[BK * D4];
 shared float ss[R * SS];
 shared float m_row[R], l_row[R], alpha[R];
 shared int lo_row[R], hi_row[R];
 shared int key_at[BK];  // first element of each key row of the tile, -1 past the chunk
+
+// Four consecutive elements of a row from element i (zeros past D): one vector load where D is a
+// multiple of 4 (rows then start at multiples of 4), else element by element.
+#define LOAD_QUAD(name, i, d, x)                                              \
+  if ((pc.head_dim & 3u) == 0u) {                                            \
+    x = LOAD4(name, (i) / 4u, pc.dtype);                                     \
+  } else {                                                                   \
+    for (uint c_ = 0u; c_ < 4u; ++c_)                                        \
+      if ((d) + c_ < pc.head_dim) x[c_] = LOAD(name, (i) + c_, pc.dtype);    \
+  }
 
 void main() {
   const uint tid = gl_LocalInvocationID.x;
@@ -129,6 +145,7 @@ void main() {
   const int kve = kv_end[s];
   const int kvb = flag(F_BEGIN) ? kv_begin[s] : 0;
   const int i0 = t0 - (flag(F_VARLEN) ? q_loc[s] : s);
+  const uint nd4 = (D + 3u) / 4u;
 
   for (uint r = tid; r < R; r += T) {
     const int qi = int(r / G);
@@ -139,13 +156,15 @@ void main() {
     m_row[r] = NEG;
     l_row[r] = 0.0;
   }
-  for (uint e = tid; e < R * DMAX; e += T) {
-    const uint r = e / DMAX, d = e % DMAX;
+  for (uint e = tid; e < R * D4; e += T) {
+    const uint r = e / D4, d = (e % D4) * 4u;
     const int qi = int(r / G);
     const uint h = g * G + r % G;
-    float x = 0.0;
-    if (qi < nq && d < D) x = LOAD(q, (uint(t0 + qi) * pc.heads + h) * D + d, pc.dtype) * pc.qscale;
-    qs[e] = x;
+    vec4 x = vec4(0.0);
+    if (qi < nq && d < D) {
+      LOAD_QUAD(q, (uint(t0 + qi) * pc.heads + h) * D + d, d, x)
+    }
+    qs[e] = x * pc.qscale;
   }
   barrier();
   // lo and hi grow with the token, so the first and last rows bound the block's keys.
@@ -154,8 +173,8 @@ void main() {
   const int chunk = ((span + int(pc.splits) - 1) / int(pc.splits) + int(BK) - 1) / int(BK) * int(BK);
   const int c0 = u0 + int(split) * chunk, c1 = min(c0 + chunk, u1);
 
-  float acc[ACC];
-  [[unroll]] for (uint i = 0; i < ACC; ++i) acc[i] = 0.0;
+  vec4 acc[ACC4];
+  [[unroll]] for (uint i = 0; i < ACC4; ++i) acc[i] = vec4(0.0);
 
   for (int base = c0; base < c1; base += int(BK)) {
     if (tid < BK) {
@@ -172,28 +191,16 @@ void main() {
       key_at[tid] = at;
     }
     barrier();
-    // Four consecutive elements per invocation: vector loads where head_dim is a multiple of 4
-    // (every row then starts at a multiple of 4).
-    for (uint e = tid; e < BK * (DMAX / 4u); e += T) {
-      const uint j = e / (DMAX / 4u), d = (e % (DMAX / 4u)) * 4u;
+    for (uint e = tid; e < BK * D4; e += T) {
+      const uint j = e / D4, d4 = e % D4, d = d4 * 4u;
       const int at = key_at[j];
       vec4 kx = vec4(0.0), vx = vec4(0.0);
       if (at >= 0 && d < D) {
-        if ((D & 3u) == 0u) {
-          kx = LOAD4(k, (uint(at) + d) / 4u, pc.dtype);
-          vx = LOAD4(v, (uint(at) + d) / 4u, pc.dtype);
-        } else {
-          for (uint i = 0; i < 4u; ++i)
-            if (d + i < D) {
-              kx[i] = LOAD(k, uint(at) + d + i, pc.dtype);
-              vx[i] = LOAD(v, uint(at) + d + i, pc.dtype);
-            }
-        }
+        LOAD_QUAD(k, uint(at) + d, d, kx)
+        LOAD_QUAD(v, uint(at) + d, d, vx)
       }
-      for (uint i = 0; i < 4u; ++i) {
-        ks[j * KS + d + i] = kx[i];
-        vs[j * DMAX + d + i] = vx[i];
-      }
+      ks[j * KS4 + d4] = kx;
+      vs[e] = vx;
     }
     barrier();
     for (uint e = tid; e < R * BK; e += T) {
@@ -201,9 +208,10 @@ void main() {
       const int t = base + int(j);
       float z = NEG;
       if (t >= lo_row[r] && t < hi_row[r]) {
-        float dot = 0.0;
-        for (uint d = 0; d < D; ++d) dot = fma(qs[r * DMAX + d], ks[j * KS + d], dot);
-        z = pc.cap2 > 0.0 ? pc.cap2 * tanh(dot) : dot;
+        vec4 x = vec4(0.0);
+        for (uint d4 = 0; d4 < nd4; ++d4) x = fma(qs[r * D4 + d4], ks[j * KS4 + d4], x);
+        const float u = (x.x + x.y) + (x.z + x.w);
+        z = pc.cap2 > 0.0 ? pc.cap2 * tanh(u) : u;
       }
       ss[r * SS + j] = z;
     }
@@ -225,23 +233,27 @@ void main() {
       alpha[r] = a;
     }
     barrier();
-    [[unroll]] for (uint i = 0; i < ACC; ++i) {
+    [[unroll]] for (uint i = 0; i < ACC4; ++i) {
       const uint o = tid + i * T;
-      if (o < R * DMAX) {
-        const uint r = o / DMAX, d = o % DMAX;
-        float x = acc[i] * alpha[r];
-        for (uint j = 0; j < BK; ++j) x = fma(ss[r * SS + j], vs[j * DMAX + d], x);
+      if (o < R * D4) {
+        const uint r = o / D4, d4 = o % D4;
+        vec4 x = acc[i] * alpha[r];
+        for (uint j = 0; j < BK; ++j) x = fma(vec4(ss[r * SS + j]), vs[j * D4 + d4], x);
         acc[i] = x;
       }
     }
     barrier();
   }
-  [[unroll]] for (uint i = 0; i < ACC; ++i) {
+  [[unroll]] for (uint i = 0; i < ACC4; ++i) {
     const uint o = tid + i * T;
-    if (o < R * DMAX) {
-      const uint r = o / DMAX, d = o % DMAX;
+    if (o < R * D4) {
+      const uint r = o / D4, d = (o % D4) * 4u;
       const int qi = int(r / G);
-      if (qi < nq && d < D) part_acc[((uint(t0 + qi) * pc.heads + g * G + r % G) * pc.splits + split) * D + d] = acc[i];
+      if (qi < nq && d < D) {
+        const uint dst = ((uint(t0 + qi) * pc.heads + g * G + r % G) * pc.splits + split) * D + d;
+        for (uint c = 0u; c < 4u; ++c)
+          if (d + c < D) part_acc[dst + c] = acc[i][c];
+      }
     }
   }
   for (uint r = tid; r < R; r += T) {

@@ -28,7 +28,7 @@ int dtype_code(DType t) { return t == DType::f32 ? 0 : t == DType::f16 ? 1 : 2; 
 
 // Local memory of pass 1 in bytes (the kernel's __local arrays), for rows R, keys bk, class dm.
 std::string shared_expr(const std::string& rows) {
-  return "4 * (" + rows + " * head_dim_class + block_k * (2 * head_dim_class + 1) + " + rows + " * (block_k + 1) + 5 * " +
+  return "4 * (" + rows + " * head_dim_class + block_k * (2 * head_dim_class + 4) + " + rows + " * (block_k + 1) + 5 * " +
          rows + ") + 8 * block_k";
 }
 
@@ -53,6 +53,8 @@ class OpenCLDecode final : public Implementation {
         .constraint(shared_expr(rows) + " <= local_mem")
         // Accumulators per work-item stay in registers (and CPU drivers compile in seconds).
         .constraint(rows + " * head_dim_class <= 16 * threads")
+        // Every work-item takes part in staging a key tile's addresses.
+        .constraint("block_k <= threads")
         .bind(vars(e))
         .bind(device_vars(dev))
         .bind({{"head_dim_class", dim_class(e.head_dim)}});

@@ -39,7 +39,7 @@ std::int64_t dim_class(std::int64_t d) {
 
 // Shared memory of pass 1 (the shader's arrays).
 std::int64_t shared_bytes(std::int64_t R, std::int64_t bk, std::int64_t dm) {
-  return 4 * (R * dm + bk * (2 * dm + 1) + R * (bk + 1) + 5 * R + bk);
+  return 4 * (R * dm + bk * (2 * dm + 4) + R * (bk + 1) + 5 * R + bk);
 }
 
 bool needs16(const Engine& e, std::span<const TensorSpec> args) {
@@ -72,8 +72,10 @@ class VulkanDecode final : public Implementation {
     if (e.varlen) s.param("block_q", {1, 2, 4, 8});
     s.constraint("splits == 1 || splits * block_k <= max_keys")
         .constraint("threads <= max_workgroup_size && threads <= max_workgroup_x")
-        .constraint("4 * (" + R + " * head_dim_class + block_k * (2 * head_dim_class + 1) + " + R + " * (block_k + 1) + 5 * " +
+        .constraint("4 * (" + R + " * head_dim_class + block_k * (2 * head_dim_class + 4) + " + R + " * (block_k + 1) + 5 * " +
                     R + " + block_k) <= local_mem")
+        // Every invocation takes part in staging a key tile's addresses.
+        .constraint("block_k <= threads")
         // Accumulators per invocation stay in registers (and lavapipe compiles in seconds).
         .constraint(R + " * head_dim_class <= 16 * threads")
         .bind(vars(e))
