@@ -84,16 +84,17 @@ void store(void* base, DType t, std::int64_t at, float x) {
   }
 }
 
-// The two inner loops, built for AVX-512, AVX2+FMA and plain x86-64 and picked at load time.
-// Eight partial sums let the compiler keep the dot product in vector registers without
-// reassociating on its own.
+// The tile loops, built for AVX-512 (which brings FMA), AVX2 and plain x86-64 and picked at load
+// time by CPU features (not by model: "arch=" clones never match AMD parts). Eight
+// partial sums let the compiler keep a dot product in vector registers without reassociating
+// on its own.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define EJK_DECODE_CLONES __attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
+#define EJK_DECODE_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define EJK_DECODE_CLONES
 #endif
 
-EJK_DECODE_CLONES float dot(const float* a, const float* b, std::int64_t n) {
+inline float dot(const float* a, const float* b, std::int64_t n) {
   float s[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   std::int64_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -103,9 +104,27 @@ EJK_DECODE_CLONES float dot(const float* a, const float* b, std::int64_t n) {
   return t;
 }
 
-// y = y * scale + p * x
-EJK_DECODE_CLONES void scale_add(float* y, float scale, float p, const float* x, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) y[i] = y[i] * scale + p * x[i];
+// S[r][j] = Q[r] . K[j] for R rows and n keys of D elements.
+EJK_DECODE_CLONES void tile_scores(const float* Q, std::int64_t R, const float* K, std::int64_t n, std::int64_t D, float* S,
+                                   std::int64_t ld) {
+  for (std::int64_t r = 0; r < R; ++r)
+    for (std::int64_t j = 0; j < n; ++j) S[r * ld + j] = dot(Q + r * D, K + j * D, D);
+}
+
+// acc[r] = acc[r] * alpha[r] + sum_j P[r][j] V[j].
+EJK_DECODE_CLONES void tile_pv(float* acc, const float* alpha, std::int64_t R, const float* P, std::int64_t ld,
+                               const float* V, std::int64_t n, std::int64_t D) {
+  for (std::int64_t r = 0; r < R; ++r) {
+    float* a = acc + r * D;
+    const float s = alpha[r];
+    for (std::int64_t d = 0; d < D; ++d) a[d] *= s;
+    for (std::int64_t j = 0; j < n; ++j) {
+      const float p = P[r * ld + j];
+      if (p == 0.f) continue;
+      const float* v = V + j * D;
+      for (std::int64_t d = 0; d < D; ++d) a[d] += p * v[d];
+    }
+  }
 }
 
 const void* data(const Tensor& t) { return ejk::cpu::cpu_buffer(t.buffer()).data(); }
@@ -155,6 +174,8 @@ void partial(Plan& P, const Block& b, std::int64_t g, std::int64_t c, std::vecto
   const std::int64_t c0 = u0 + c * chunk, c1 = std::min(c0 + chunk, u1);
 
   scratch.resize(static_cast<std::size_t>(R * D * 2 + 2 * bk * D + R * bk + 3 * R));
+  // Q: the rows' queries (scaled); acc: their accumulators; K, V: a tile converted to f32;
+  // S: the tile's scores, then probabilities.
   float* Q = scratch.data();
   float* acc = Q + R * D;
   float* K = acc + R * D;
@@ -172,17 +193,19 @@ void partial(Plan& P, const Block& b, std::int64_t g, std::int64_t c, std::vecto
   std::fill(acc, acc + R * D, 0.f);
   for (std::int64_t base = c0; base < c1; base += bk) {
     const std::int64_t n = std::min(bk, c1 - base);
-    for (std::int64_t j = 0; j < n; ++j) load_row(P.k, e.dtype, P.key_row(b.seq, g, base + j), D, K + j * D);
+    for (std::int64_t j = 0; j < n; ++j) {
+      const std::int64_t at = P.key_row(b.seq, g, base + j);
+      load_row(P.k, e.dtype, at, D, K + j * D);
+      load_row(P.v, e.dtype, at, D, V + j * D);
+    }
+    tile_scores(Q, R, K, n, D, S, bk);
     for (std::int64_t r = 0; r < R; ++r) {
       const auto qi = static_cast<std::size_t>(r / G);
       float mx = NEG;
       for (std::int64_t j = 0; j < n; ++j) {
         const std::int64_t t = base + j;
         float z = NEG;
-        if (t >= lo[qi] && t < hi[qi]) {
-          const float u = dot(Q + r * D, K + j * D, D);
-          z = P.cap2 > 0.f ? P.cap2 * std::tanh(u) : u;
-        }
+        if (t >= lo[qi] && t < hi[qi]) z = P.cap2 > 0.f ? P.cap2 * std::tanh(S[r * bk + j]) : S[r * bk + j];
         S[r * bk + j] = z;
         mx = std::max(mx, z);
       }
@@ -197,17 +220,8 @@ void partial(Plan& P, const Block& b, std::int64_t g, std::int64_t c, std::vecto
       }
       l[r] = l[r] * alpha[r] + sum;
       m[r] = mn;
-      if (alpha[r] != 1.f) scale_add(acc + r * D, alpha[r], 0.f, acc + r * D, D);
     }
-    for (std::int64_t j = 0; j < n; ++j) {
-      float* vr = V;
-      load_row(P.v, e.dtype, P.key_row(b.seq, g, base + j), D, vr);
-      for (std::int64_t r = 0; r < R; ++r) {
-        const float p = S[r * bk + j];
-        if (p == 0.f) continue;
-        scale_add(acc + r * D, 1.f, p, vr, D);
-      }
-    }
+    tile_pv(acc, alpha, R, S, bk, V, n, D);
   }
   for (std::int64_t r = 0; r < R; ++r) {
     const std::int64_t tok = b.t0 + r / G, h = g * G + r % G;
