@@ -142,6 +142,16 @@ TEST_P(PageAttention, BadInputNamesTheArgument) {
                      "block_tables[0, 1] = " + std::to_string(nb) + " is not a block of key_cache");
   t[1] = -2;
   test::expect_error([&] { call(b.q, b.kc, b.vc, b.lens, i32(b.tables.shape(), t)); }, "block_tables[0, 1] = -2");
+  // Unchecked, device kernels clamp page numbers into the cache (the CPU checks regardless).
+  t[1] = 1e6;
+  const Tensor wild = i32(b.tables.shape(), t);
+  const PageAttentionOptions unchecked{.check_indices = false};
+  if (ctx.device().info().backend == Backend::cpu) {
+    test::expect_error([&] { call(b.q, b.kc, b.vc, b.lens, wild, unchecked); }, "block_tables[0, 1] = 1000000");
+  } else {
+    const Tensor out = page_attention(ctx, b.q, b.kc, b.vc, b.lens, wild, unchecked);
+    for (double x : out.read()) ASSERT_TRUE(std::isfinite(x));
+  }
   test::expect_error([&] { call(b.q, b.kc, b.vc, b.lens, i32({batch - 1, mb}, std::vector<double>(static_cast<std::size_t>((batch - 1) * mb), 0))); },
                      "block_tables [3, " + std::to_string(mb) + "] i32 must be i32 [4, max_blocks_per_seq >= 1]");
   test::expect_error([&] { call(b.q, b.kc, b.vc, i32({batch + 1}, std::vector<double>(static_cast<std::size_t>(batch + 1), 1)), b.tables); },
