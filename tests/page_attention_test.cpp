@@ -151,6 +151,10 @@ TEST_P(PageAttention, BadInputNamesTheArgument) {
   } else {
     const Tensor out = page_attention(ctx, b.q, b.kc, b.vc, b.lens, wild, unchecked);
     for (double x : out.read()) ASSERT_TRUE(std::isfinite(x));
+    // A context past its table reads the table's last entry again, never past the table.
+    const Tensor long_lens = i32({batch}, {37, 0, 16, static_cast<double>(mb * 16 + 100)});
+    const Tensor out2 = page_attention(ctx, b.q, b.kc, b.vc, long_lens, b.tables, unchecked);
+    for (double x : out2.read()) ASSERT_TRUE(std::isfinite(x));
   }
   test::expect_error([&] { call(b.q, b.kc, b.vc, b.lens, i32({batch - 1, mb}, std::vector<double>(static_cast<std::size_t>((batch - 1) * mb), 0))); },
                      "block_tables [3, " + std::to_string(mb) + "] i32 must be i32 [4, max_blocks_per_seq >= 1]");

@@ -145,12 +145,13 @@ __kernel __attribute__((reqd_work_group_size(T, 1, 1))) void decode_partial(
       const int t = base + tid;
       long at = -1;
       if (t < c1) {
+        // Unchecked index arrays (the API's check_indices off) stay inside the table and the cache.
+        const int tc = clamp(t, 0, ((flags & PAGED) ? max_blocks * block_size : seq_len) - 1);
         if (flags & PAGED) {
-          int page = tables[(size_t)s * max_blocks + t / block_size];
-          page = clamp(page, 0, num_blocks - 1);  // unchecked tables stay inside the cache
-          at = (((long)page * kv_heads + g) * block_size + t % block_size) * head_dim;
+          const int page = clamp(tables[(size_t)s * max_blocks + tc / block_size], 0, num_blocks - 1);
+          at = (((long)page * kv_heads + g) * block_size + tc % block_size) * head_dim;
         } else {
-          at = (((long)s * seq_len + t) * kv_heads + g) * head_dim;
+          at = (((long)s * seq_len + tc) * kv_heads + g) * head_dim;
         }
       }
       key_at[tid] = at;

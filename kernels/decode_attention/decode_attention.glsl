@@ -181,11 +181,13 @@ void main() {
       const int t = base + int(tid);
       int at = -1;
       if (t < c1) {
+        // Unchecked index arrays (the API's check_indices off) stay inside the table and the cache.
+        const uint tc = uint(clamp(t, 0, int(flag(F_PAGED) ? pc.max_blocks * pc.block_size : pc.seq_len) - 1));
         if (flag(F_PAGED)) {
-          const int page = clamp(tables[uint(s) * pc.max_blocks + uint(t) / pc.block_size], 0, int(pc.num_blocks) - 1);
-          at = int(((uint(page) * pc.kv_heads + g) * pc.block_size + uint(t) % pc.block_size) * D);
+          const int page = clamp(tables[uint(s) * pc.max_blocks + tc / pc.block_size], 0, int(pc.num_blocks) - 1);
+          at = int(((uint(page) * pc.kv_heads + g) * pc.block_size + tc % pc.block_size) * D);
         } else {
-          at = int(((uint(s) * pc.seq_len + uint(t)) * pc.kv_heads + g) * D);
+          at = int(((uint(s) * pc.seq_len + tc) * pc.kv_heads + g) * D);
         }
       }
       key_at[tid] = at;
