@@ -28,7 +28,8 @@ std::shared_ptr<const Implementation> vulkan_implementation(Binding b);
 #endif
 
 // Splits for a device with `parallel` concurrent workgroups (or threads): enough workgroups to
-// fill it twice over, at most one split per 4 tiles of the longest context, a power of two <= 32.
+// fill it twice over (two waves), at most one split per 4 tiles of the longest context, a power
+// of two <= 32.
 std::int64_t heuristic_splits(const Engine& e, std::int64_t block_q, std::int64_t block_k, std::int64_t parallel);
 
 // Query tokens per workgroup for ragged queries: enough to cover max_q_len, at most 8, and at

@@ -65,10 +65,12 @@ class OpenCLDecode final : public Implementation {
     const Engine e = b_.engine(inv);
     const std::int64_t bq = query_block(e);
     const bool cpu = is_cpu(dev);
-    // GPUs: 128 work-items and 32-key tiles, enough splits for two groups per compute unit.
-    // CPU drivers run a group as a loop on one core: fewer work-items, and a few groups per core.
+    // GPUs: 128 work-items and 32-key tiles; about 6 such groups (36 KB of local memory each at
+    // head_dim 128) are resident per compute unit, and splits give two waves of them, so that
+    // the last wave's tail costs little. CPU drivers run a group as a loop on one core: fewer
+    // work-items, and two groups per core.
     const std::int64_t threads = heuristic_threads(e, bq, cpu ? 64 : 128), bk = 32;
-    const std::int64_t parallel = std::max<std::int64_t>(1, dev.compute_units) * (cpu ? 2 : 2);
+    const std::int64_t parallel = std::max<std::int64_t>(1, dev.compute_units) * (cpu ? 1 : 6);
     Config c{{"splits", heuristic_splits(e, bq, bk, parallel)}, {"block_k", bk}, {"threads", threads}};
     if (e.varlen) c.set("block_q", bq);
     ParamSpace space = this->space(inv, dev);

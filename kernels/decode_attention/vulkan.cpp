@@ -88,10 +88,12 @@ class VulkanDecode final : public Implementation {
     const Engine e = b_.engine(inv);
     const bool cpu = vulkan::physical_device(dev.index).cpu;
     const std::int64_t bq = query_block(e);
-    // GPUs: 128 invocations and 32-key tiles, enough splits for two workgroups per SM. CPU
-    // implementations (lavapipe) run a workgroup as a loop over SIMD lanes: 64 invocations.
+    // GPUs: 128 invocations and 32-key tiles; about 6 such workgroups (36 KB of shared memory
+    // each at head_dim 128) are resident per SM, and splits give two waves of them, so that the
+    // last wave's tail costs little. CPU implementations (lavapipe) run a workgroup as a loop
+    // over SIMD lanes: 64 invocations, two workgroups per core.
     const std::int64_t threads = heuristic_threads(e, bq, cpu ? 64 : 128), bk = 32;
-    const std::int64_t parallel = 2 * std::max<std::int64_t>(1, dev.compute_units);
+    const std::int64_t parallel = std::max<std::int64_t>(1, dev.compute_units) * (cpu ? 1 : 6);
     Config c{{"splits", heuristic_splits(e, bq, bk, parallel)}, {"block_k", bk}, {"threads", threads}};
     if (e.varlen) c.set("block_q", bq);
     ParamSpace space = this->space(inv, dev);
