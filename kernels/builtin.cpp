@@ -1,4 +1,5 @@
 // Every built-in kernel and its implementations.
+#include "decode_attention/impls.hpp"
 #include "ejk/registry.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "flash_attention/impls.hpp"
@@ -6,8 +7,27 @@
 #include "matmul/matmul.hpp"
 #include "mla_attention/impls.hpp"
 #include "mla_attention/mla_attention.hpp"
+#include "page_attention/page_attention.hpp"
+#include "ragged_decode_attention/ragged_decode_attention.hpp"
+#include "ragged_page_attention/ragged_page_attention.hpp"
 
 namespace ejk {
+
+namespace {
+// A kernel run by the decode engine, with the engine's implementation on every backend.
+void add_decode_kernel(Registry& r, std::shared_ptr<const Kernel> k, kernels::decode_attention::EngineOf engine) {
+  namespace da = kernels::decode_attention;
+  const da::Binding b{std::string(k->name()), k->args(), engine};
+  r.add(std::move(k));
+  r.add(da::cpu_implementation(b));
+#ifdef EJK_HAVE_OPENCL
+  r.add(da::opencl_implementation(b));
+#endif
+#ifdef EJK_HAVE_VULKAN
+  r.add(da::vulkan_implementation(b));
+#endif
+}
+}  // namespace
 
 void register_builtin_kernels(Registry& r) {
   r.add(std::make_shared<kernels::matmul::MatmulKernel>());
@@ -38,6 +58,11 @@ void register_builtin_kernels(Registry& r) {
 #ifdef EJK_HAVE_VULKAN
   r.add(kernels::mla_attention::vulkan_implementation());
 #endif
+  add_decode_kernel(r, std::make_shared<kernels::page_attention::PageAttentionKernel>(), kernels::page_attention::engine);
+  add_decode_kernel(r, std::make_shared<kernels::ragged_decode_attention::RaggedDecodeAttentionKernel>(),
+                    kernels::ragged_decode_attention::engine);
+  add_decode_kernel(r, std::make_shared<kernels::ragged_page_attention::RaggedPageAttentionKernel>(),
+                    kernels::ragged_page_attention::engine);
 }
 
 }  // namespace ejk

@@ -5,6 +5,7 @@
 #include "ejk/cache.hpp"
 #include "ejk/config.hpp"
 #include "ejk/context.hpp"
+#include "ejk/decode_attention.hpp"
 #include "ejk/device.hpp"
 #include "ejk/dtype.hpp"
 #include "ejk/error.hpp"

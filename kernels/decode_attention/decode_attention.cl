@@ -1,0 +1,257 @@
+// The decode engine on OpenCL (decode_attention/engine.hpp has the semantics): pass 1
+// decode_partial, pass 2 decode_reduce. OpenCL C 1.2 without cl_khr_fp16: 16-bit arrays are
+// read with vload_half / bit shifts and written with vstore_half_rte / rounding by hand; all
+// math is f32 with logits in base 2 (log2 e folded into the query scale).
+//
+// Compile-time (-D): T work-items per group, BK keys per tile, R query rows per group (query
+// heads of one kv head times query tokens), BQ query tokens per group, DMAX head_dim rounded up
+// to 32, 64, 128 or 256. Everything else (dtype, layout, sizes, options) is a kernel argument, so
+// one program serves every dtype and shape of a config: PoCL takes seconds per program.
+//
+// Pass 1 per group (split, kv head, query block): stage the R query rows; for each tile of BK
+// keys of its chunk, resolve the tile's row addresses (through the block table when paged),
+// stage K and V as f32, score R x BK, update each row's running max and sum, and accumulate
+// P V into registers (work-item i owns the four-element groups i, i + T, ... of the R x DMAX
+// block).
+
+#define NEG (-1.0e30f)
+#define D4 (DMAX / 4)
+#define KS4 (D4 + 1)
+#define ACC4 ((R * D4 + T - 1) / T)
+#define SS (BK + 1)
+
+// Flags.
+#define PAGED 1
+#define HAS_BEGIN 2
+#define VARLEN 4
+#define SINKS 8
+
+float load(__global const uchar* base, int dtype, size_t i) {
+  if (dtype == 0) return ((__global const float*)base)[i];
+  if (dtype == 1) return vload_half(i, (__global const half*)base);
+  return as_float((uint)((__global const ushort*)base)[i] << 16);
+}
+
+// Four elements from i, a multiple of 4: vload needs only element alignment.
+float4 load4(__global const uchar* base, int dtype, size_t i) {
+  if (dtype == 0) return vload4(i / 4, (__global const float*)base);
+  if (dtype == 1) return vload_half4(i / 4, (__global const half*)base);
+  return as_float4(convert_uint4(vload4(i / 4, (__global const ushort*)base)) << 16);
+}
+
+void store(__global uchar* base, int dtype, size_t i, float x) {
+  if (dtype == 0) {
+    ((__global float*)base)[i] = x;
+  } else if (dtype == 1) {
+    vstore_half_rte(x, i, (__global half*)base);
+  } else {
+    uint u = as_uint(x);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    ((__global ushort*)base)[i] = (ushort)(u >> 16);
+  }
+}
+
+// The query block `blk`: its sequence, first token and token count; false when it holds none.
+bool find_block(int blk, int flags, int num_seqs, __global const int* q_loc, int* seq, int* t0, int* nq, int* qlen) {
+  if (!(flags & VARLEN)) {
+    *seq = blk;
+    *t0 = blk;
+    *nq = 1;
+    *qlen = 1;
+    return blk < num_seqs;
+  }
+  // Sequence s owns the blocks from q_loc[s] / BQ + s on: the largest s whose first is <= blk.
+  int lo = 0, hi = num_seqs - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (q_loc[mid] / BQ + mid <= blk) lo = mid;
+    else hi = mid - 1;
+  }
+  const int s = lo, first = q_loc[s] / BQ + s;
+  const int start = q_loc[s] + (blk - first) * BQ, end = q_loc[s + 1];
+  *seq = s;
+  *t0 = start;
+  *nq = min(BQ, end - start);
+  *qlen = end - q_loc[s];
+  return blk >= first && start < end;
+}
+
+// Four consecutive elements of a row from element i (zeros past n): one vector load where n is
+// a multiple of 4 (rows then start at multiples of 4), else element by element.
+float4 load_quad(__global const uchar* base, int dtype, size_t i, int d, int n) {
+  if ((n & 3) == 0) return load4(base, dtype, i);
+  float4 x = (float4)(0.0f);
+  x.x = load(base, dtype, i);
+  if (d + 1 < n) x.y = load(base, dtype, i + 1);
+  if (d + 2 < n) x.z = load(base, dtype, i + 2);
+  if (d + 3 < n) x.w = load(base, dtype, i + 3);
+  return x;
+}
+
+__kernel __attribute__((reqd_work_group_size(T, 1, 1))) void decode_partial(
+    __global const uchar* q, __global const uchar* k, __global const uchar* v, __global const int* tables,
+    __global const int* kv_begin, __global const int* kv_end, __global const int* q_loc, __global float* part_acc,
+    __global float* part_ml, int dtype, int flags, int num_seqs, int heads, int kv_heads, int head_dim,
+    int block_size, int max_blocks, int num_blocks, int seq_len, int splits, int window, float qscale, float cap2) {
+  // Rows of four elements: every shared read and write is a float4, and with an odd float4 stride
+  // the eight work-items of a quarter-warp reading eight key rows hit distinct banks.
+  __local float4 qs[R * D4];
+  __local float4 ks[BK * KS4];
+  __local float4 vs[BK * D4];
+  __local float ss[R * SS];
+  __local float m_row[R], l_row[R], alpha[R];
+  __local int lo_row[R], hi_row[R];
+  __local long key_at[BK];
+
+  const int split = get_group_id(0), g = get_group_id(1), blk = get_group_id(2);
+  const int tid = get_local_id(0);
+  const int G = heads / kv_heads;
+  int s, t0, nq, qlen;
+  if (!find_block(blk, flags, num_seqs, q_loc, &s, &t0, &nq, &qlen)) return;
+  const int kve = kv_end[s];
+  const int kvb = (flags & HAS_BEGIN) ? kv_begin[s] : 0;
+  const int i0 = t0 - ((flags & VARLEN) ? q_loc[s] : s);
+  const int nd4 = (head_dim + 3) / 4;
+
+  for (int r = tid; r < R; r += T) {
+    const int qi = r / G;
+    const int pos = kve - qlen + i0 + qi;
+    const bool valid = qi < nq;
+    lo_row[r] = valid ? (window > 0 ? max(kvb, pos - window + 1) : kvb) : 0;
+    hi_row[r] = valid ? pos + 1 : 0;
+    m_row[r] = NEG;
+    l_row[r] = 0.0f;
+  }
+  for (int e = tid; e < R * D4; e += T) {
+    const int r = e / D4, d = (e % D4) * 4, qi = r / G;
+    const int h = g * G + r % G;
+    float4 x = (float4)(0.0f);
+    if (qi < nq && d < head_dim)
+      x = load_quad(q, dtype, ((size_t)(t0 + qi) * heads + h) * head_dim + d, d, head_dim) * qscale;
+    qs[e] = x;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  // Keys of the block's rows: lo grows and hi grows with the token, so the first and last rows bound them.
+  const int u0 = lo_row[0], u1 = hi_row[(nq - 1) * G];
+  const int span = max(0, u1 - u0);
+  const int chunk = ((span + splits - 1) / splits + BK - 1) / BK * BK;
+  const int c0 = u0 + split * chunk, c1 = min(c0 + chunk, u1);
+
+  float4 acc[ACC4];
+  for (int i = 0; i < ACC4; ++i) acc[i] = (float4)(0.0f);
+
+  for (int base = c0; base < c1; base += BK) {
+    if (tid < BK) {
+      const int t = base + tid;
+      long at = -1;
+      if (t < c1) {
+        // Unchecked index arrays (the API's check_indices off) stay inside the table and the cache.
+        const int tc = clamp(t, 0, ((flags & PAGED) ? max_blocks * block_size : seq_len) - 1);
+        if (flags & PAGED) {
+          const int page = clamp(tables[(size_t)s * max_blocks + tc / block_size], 0, num_blocks - 1);
+          at = (((long)page * kv_heads + g) * block_size + tc % block_size) * head_dim;
+        } else {
+          at = (((long)s * seq_len + tc) * kv_heads + g) * head_dim;
+        }
+      }
+      key_at[tid] = at;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int e = tid; e < BK * D4; e += T) {
+      const int j = e / D4, d4 = e % D4, d = d4 * 4;
+      const long at = key_at[j];
+      float4 kx = (float4)(0.0f), vx = (float4)(0.0f);
+      if (at >= 0 && d < head_dim) {
+        kx = load_quad(k, dtype, (size_t)(at + d), d, head_dim);
+        vx = load_quad(v, dtype, (size_t)(at + d), d, head_dim);
+      }
+      ks[j * KS4 + d4] = kx;
+      vs[e] = vx;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int e = tid; e < R * BK; e += T) {
+      const int r = e / BK, j = e % BK, t = base + j;
+      float z = NEG;
+      if (t >= lo_row[r] && t < hi_row[r]) {
+        float4 x = (float4)(0.0f);
+        for (int d4 = 0; d4 < nd4; ++d4) x = mad(qs[r * D4 + d4], ks[j * KS4 + d4], x);
+        const float u = (x.x + x.y) + (x.z + x.w);
+        z = cap2 > 0.0f ? cap2 * tanh(u) : u;
+      }
+      ss[r * SS + j] = z;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int r = tid; r < R; r += T) {
+      float mx = NEG;
+      for (int j = 0; j < BK; ++j) mx = fmax(mx, ss[r * SS + j]);
+      const float mn = fmax(m_row[r], mx);
+      const float a = exp2(m_row[r] - mn);
+      float sum = 0.0f;
+      for (int j = 0; j < BK; ++j) {
+        const float z = ss[r * SS + j];
+        const float p = z <= NEG * 0.5f ? 0.0f : exp2(z - mn);
+        ss[r * SS + j] = p;
+        sum += p;
+      }
+      l_row[r] = l_row[r] * a + sum;
+      m_row[r] = mn;
+      alpha[r] = a;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int i = 0; i < ACC4; ++i) {
+      const int o = tid + i * T;
+      if (o < R * D4) {
+        const int r = o / D4, d4 = o % D4;
+        float4 x = acc[i] * alpha[r];
+        for (int j = 0; j < BK; ++j) x = mad((float4)(ss[r * SS + j]), vs[j * D4 + d4], x);
+        acc[i] = x;
+      }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  for (int i = 0; i < ACC4; ++i) {
+    const int o = tid + i * T;
+    if (o < R * D4) {
+      const int r = o / D4, d = (o % D4) * 4, qi = r / G;
+      if (qi < nq && d < head_dim) {
+        __global float* dst = part_acc + (((size_t)(t0 + qi) * heads + g * G + r % G) * splits + split) * head_dim + d;
+        dst[0] = acc[i].x;
+        if (d + 1 < head_dim) dst[1] = acc[i].y;
+        if (d + 2 < head_dim) dst[2] = acc[i].z;
+        if (d + 3 < head_dim) dst[3] = acc[i].w;
+      }
+    }
+  }
+  for (int r = tid; r < R; r += T) {
+    const int qi = r / G;
+    if (qi < nq) {
+      const size_t at = ((size_t)(t0 + qi) * heads + g * G + r % G) * splits + split;
+      part_ml[2 * at] = m_row[r];
+      part_ml[2 * at + 1] = l_row[r];
+    }
+  }
+}
+
+// One work-item per (row = token * heads + head, d): merge the splits by log-sum-exp.
+__kernel void decode_reduce(__global const float* part_acc, __global const float* part_ml, __global const uchar* sinks,
+                            __global uchar* out, __global const int* q_loc, int dtype, int sinks_dtype, int flags,
+                            int num_seqs, int tokens, int heads, int head_dim, int splits) {
+  const int d = get_global_id(0);
+  const size_t row = get_global_id(1);
+  if (d >= head_dim) return;
+  const int owned = (flags & VARLEN) ? q_loc[num_seqs] : tokens;
+  if (row >= (size_t)owned * heads) return;
+  const int h = row % heads;
+  __global const float* ml = part_ml + row * splits * 2;
+  const float sink = (flags & SINKS) ? load(sinks, sinks_dtype, h) * 1.44269504088896340736f : NEG;
+  float M = sink;
+  for (int c = 0; c < splits; ++c) M = fmax(M, ml[2 * c]);
+  float L = (flags & SINKS) ? exp2(sink - M) : 0.0f, a = 0.0f;
+  for (int c = 0; c < splits; ++c) {
+    const float w = exp2(ml[2 * c] - M);
+    L += ml[2 * c + 1] * w;
+    a += part_acc[(row * splits + c) * head_dim + d] * w;
+  }
+  // No key seen: a is 0 whatever L holds (a sink alone).
+  store(out, dtype, row * head_dim + d, L > 0.0f ? a / L : 0.0f);
+}

@@ -1,0 +1,264 @@
+#include "decode_attention/engine.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include "ejk/error.hpp"
+
+namespace ejk::kernels::decode_attention {
+
+namespace {
+
+std::vector<std::int64_t> as_int(const std::vector<double>& v) {
+  std::vector<std::int64_t> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = static_cast<std::int64_t>(v[i]);
+  return out;
+}
+
+std::string list(std::span<const std::int64_t> c) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < c.size() && i < 12; ++i) s += (i ? ", " : "") + std::to_string(c[i]);
+  return s + (c.size() > 12 ? ", ...]" : "]");
+}
+
+}  // namespace
+
+std::string describe(const std::string& name, const TensorSpec& s) {
+  return name + " " + to_string(s.shape) + " " + std::string(to_string(s.dtype));
+}
+
+void expect_index(const Engine& e, int slot, const TensorSpec& s, const Shape& shape, const std::string& what) {
+  if (s.shape != shape || s.dtype != DType::i32)
+    throw InvalidArgument(e.kernel + ": " + describe(e.name(slot), s) + " must be i32 " + to_string(shape) + " (" +
+                          what + ")");
+}
+
+void expect_float(const Engine& e, int slot, const TensorSpec& s) {
+  if (s.dtype != DType::f32 && s.dtype != DType::f16 && s.dtype != DType::bf16)
+    throw InvalidArgument(e.kernel + ": " + describe(e.name(slot), s) + ": dtype " + std::string(to_string(s.dtype)) +
+                          " is not supported (f32, f16, bf16)");
+}
+
+double number_option(const std::string& kernel, const nlohmann::json& from, const char* name, double fallback) {
+  if (!from.contains(name)) return fallback;
+  const auto& v = from.at(name);
+  if (!v.is_number()) throw InvalidArgument(kernel + " option '" + name + "' must be a number, got " + v.dump());
+  const double d = v.get<double>();
+  if (!std::isfinite(d)) throw InvalidArgument(kernel + " option '" + name + "' must be finite, got " + v.dump());
+  return d;
+}
+
+std::int64_t integer_option(const std::string& kernel, const nlohmann::json& from, const char* name,
+                            std::int64_t fallback) {
+  if (!from.contains(name)) return fallback;
+  const auto& v = from.at(name);
+  if (!v.is_number_integer()) throw InvalidArgument(kernel + " option '" + name + "' must be an integer, got " + v.dump());
+  return v.get<std::int64_t>();
+}
+
+void known_keys(const std::string& kernel, const nlohmann::json& from, const char* kind,
+                std::initializer_list<const char*> allowed) {
+  for (const auto& [key, _] : from.items()) {
+    if (std::any_of(allowed.begin(), allowed.end(), [&](const char* a) { return key == a; })) continue;
+    std::string names;
+    for (const char* a : allowed) names += (names.empty() ? "" : ", ") + std::string(a);
+    throw InvalidArgument(kernel + " has no " + kind + " '" + key + "' (" + kind + "s: " + (names.empty() ? "none" : names) +
+                          ")");
+  }
+}
+
+Ranges ranges(const Engine& e, std::span<const std::int64_t> kv_begin, std::span<const std::int64_t> kv_end,
+              std::span<const std::int64_t> q_loc, std::span<const std::int64_t> block_tables) {
+  const auto n = static_cast<std::size_t>(e.num_seqs);
+  auto fail = [&](const std::string& what) { throw InvalidArgument(e.kernel + ": " + what); };
+  Ranges r;
+  r.q_start.resize(n);
+  r.q_len.resize(n);
+  r.kv_begin.assign(n, 0);
+  r.kv_end.resize(n);
+  if (e.varlen) {
+    const std::string qn = e.name(e.at.q_loc);
+    if (q_loc.empty() || q_loc[0] != 0) fail(qn + " " + list(q_loc) + " must start at 0");
+    for (std::size_t s = 1; s <= n; ++s)
+      if (q_loc[s] < q_loc[s - 1])
+        fail(qn + " " + list(q_loc) + " decreases at index " + std::to_string(s) + " (" + std::to_string(q_loc[s - 1]) +
+             " then " + std::to_string(q_loc[s]) + ")");
+    if (q_loc[n] > e.tokens)
+      fail(qn + " " + list(q_loc) + " ends at " + std::to_string(q_loc[n]) + " for " + std::to_string(e.num_seqs) +
+           " sequences, beyond the " + std::to_string(e.tokens) + " query tokens of " + e.name(e.at.q));
+  }
+  const std::int64_t cap = e.capacity();
+  for (std::size_t s = 0; s < n; ++s) {
+    const std::string seq = "sequence " + std::to_string(s);
+    r.q_start[s] = e.varlen ? q_loc[s] : static_cast<std::int64_t>(s);
+    r.q_len[s] = e.varlen ? q_loc[s + 1] - q_loc[s] : 1;
+    if (e.varlen && r.q_len[s] > e.max_q_len)
+      fail(seq + " has " + std::to_string(r.q_len[s]) + " query tokens, more than max_q_len " +
+           std::to_string(e.max_q_len));
+    const std::int64_t end = kv_end[s];
+    const std::int64_t begin = e.at.kv_begin >= 0 ? kv_begin[s] : 0;
+    const std::string en = e.name(e.at.kv_end);
+    if (end < 0) fail(en + "[" + std::to_string(s) + "] = " + std::to_string(end) + " is negative");
+    if (end > cap)
+      fail(en + "[" + std::to_string(s) + "] = " + std::to_string(end) + " is longer than the " + std::to_string(cap) +
+           " keys " +
+           (e.layout == Layout::paged ? e.name(e.at.block_tables) + " covers (" + std::to_string(e.max_blocks) +
+                                            " blocks of " + std::to_string(e.block_size) + ")"
+                                      : e.name(e.at.k) + " holds per sequence"));
+    if (e.at.kv_begin >= 0 && (begin < 0 || begin > end))
+      fail(e.name(e.at.kv_begin) + "[" + std::to_string(s) + "] = " + std::to_string(begin) + " is outside [0, " + en +
+           "[" + std::to_string(s) + "] = " + std::to_string(end) + "]");
+    // One query per sequence (decoding) may have no key: it gives 0.
+    if (e.varlen && r.q_len[s] > end - begin)
+      fail(seq + " has " + std::to_string(r.q_len[s]) + " query tokens (" + e.name(e.at.q_loc) + ") but only " +
+           std::to_string(end - begin) + " keys (" + en + "): its queries must be the last of its context");
+    if (e.layout == Layout::paged) {
+      for (std::int64_t b = 0; b * e.block_size < end; ++b) {
+        const std::int64_t page = block_tables[s * static_cast<std::size_t>(e.max_blocks) + static_cast<std::size_t>(b)];
+        if (page < 0 || page >= e.num_blocks)
+          fail(e.name(e.at.block_tables) + "[" + std::to_string(s) + ", " + std::to_string(b) + "] = " +
+               std::to_string(page) + " is not a block of " + e.name(e.at.k) + " (0 to " + std::to_string(e.num_blocks - 1) +
+               ")");
+      }
+    }
+    r.kv_begin[s] = begin;
+    r.kv_end[s] = end;
+  }
+  return r;
+}
+
+Ranges ranges(const Engine& e, const HostArrays& a) {
+  auto get = [&](int slot) { return slot >= 0 ? as_int(a[static_cast<std::size_t>(slot)]) : std::vector<std::int64_t>{}; };
+  const auto b = get(e.at.kv_begin), en = get(e.at.kv_end), q = get(e.at.q_loc), t = get(e.at.block_tables);
+  return ranges(e, b, en, q, t);
+}
+
+std::vector<double> reference(const Engine& e, const HostArrays& a) {
+  const Ranges r = ranges(e, a);
+  const auto& q = a[static_cast<std::size_t>(e.at.q)];
+  const auto& k = a[static_cast<std::size_t>(e.at.k)];
+  const auto& v = a[static_cast<std::size_t>(e.at.v)];
+  const auto& tables = e.layout == Layout::paged ? a[static_cast<std::size_t>(e.at.block_tables)] : q;
+  std::vector<double> out = a[static_cast<std::size_t>(e.at.out)];
+  const std::int64_t D = e.head_dim;
+  auto key_row = [&](std::int64_t s, std::int64_t g, std::int64_t t) -> std::size_t {
+    if (e.layout == Layout::contiguous) return static_cast<std::size_t>(((s * e.seq_len + t) * e.kv_heads + g) * D);
+    const auto page = static_cast<std::int64_t>(tables[static_cast<std::size_t>(s * e.max_blocks + t / e.block_size)]);
+    return static_cast<std::size_t>(((page * e.kv_heads + g) * e.block_size + t % e.block_size) * D);
+  };
+  std::vector<double> z, acc(static_cast<std::size_t>(D));
+  for (std::int64_t s = 0; s < e.num_seqs; ++s) {
+    const auto si = static_cast<std::size_t>(s);
+    for (std::int64_t i = 0; i < r.q_len[si]; ++i) {
+      const std::int64_t tok = r.q_start[si] + i, pos = r.kv_end[si] - r.q_len[si] + i;
+      const std::int64_t lo = e.window > 0 ? std::max(r.kv_begin[si], pos - e.window + 1) : r.kv_begin[si];
+      for (std::int64_t h = 0; h < e.heads; ++h) {
+        const std::int64_t g = h / e.group();
+        const std::size_t qrow = static_cast<std::size_t>((tok * e.heads + h) * D);
+        double m = e.sinks ? a[static_cast<std::size_t>(e.at.sinks)][static_cast<std::size_t>(h)]
+                           : -std::numeric_limits<double>::infinity();
+        z.clear();
+        for (std::int64_t t = lo; t <= pos; ++t) {
+          const std::size_t kr = key_row(s, g, t);
+          double dot = 0;
+          for (std::int64_t d = 0; d < D; ++d) dot += q[qrow + static_cast<std::size_t>(d)] * k[kr + static_cast<std::size_t>(d)];
+          double u = e.scale * dot;
+          if (e.softcap > 0) u = e.softcap * std::tanh(u / e.softcap);
+          z.push_back(u);
+          m = std::max(m, u);
+        }
+        std::fill(acc.begin(), acc.end(), 0.0);
+        double sum = e.sinks ? std::exp(a[static_cast<std::size_t>(e.at.sinks)][static_cast<std::size_t>(h)] - m) : 0.0;
+        for (std::int64_t t = lo; t <= pos; ++t) {
+          const double p = std::exp(z[static_cast<std::size_t>(t - lo)] - m);
+          sum += p;
+          const std::size_t vr = key_row(s, g, t);
+          for (std::int64_t d = 0; d < D; ++d) acc[static_cast<std::size_t>(d)] += p * v[vr + static_cast<std::size_t>(d)];
+        }
+        for (std::int64_t d = 0; d < D; ++d)
+          out[qrow + static_cast<std::size_t>(d)] = pos >= lo ? acc[static_cast<std::size_t>(d)] / sum : 0.0;
+      }
+    }
+  }
+  return out;
+}
+
+double tolerance(const Engine& e, std::int64_t keys) {
+  const double growth = std::sqrt(static_cast<double>(std::max(keys, e.head_dim)) / 256.0);
+  return default_tolerance(e.dtype) * std::max(1.0, growth);
+}
+
+Vars vars(const Engine& e) {
+  return {{"num_seqs", e.num_seqs},
+          {"tokens", e.tokens},
+          {"heads", e.heads},
+          {"kv_heads", e.kv_heads},
+          {"group", e.group()},
+          {"head_dim", e.head_dim},
+          {"max_keys", e.capacity()},
+          {"max_q_len", e.max_q_len},
+          {"block_size", e.block_size},
+          {"paged", std::int64_t{e.layout == Layout::paged}},
+          {"window", e.window},
+          {"sinks", std::int64_t{e.sinks}},
+          {"softcap", std::int64_t{e.softcap > 0}},
+          {"dtype", std::string(to_string(e.dtype))},
+          {"dtype_size", static_cast<std::int64_t>(dtype_size(e.dtype))}};
+}
+
+std::vector<double> uniform(const TensorSpec& s, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> d(-1.0, 1.0);
+  std::vector<double> v(static_cast<std::size_t>(numel(s.shape)));
+  if (!is_float(s.dtype)) return v;  // index arrays: the kernel's inputs() fills them
+  for (auto& x : v) {
+    do x = round_to(s.dtype, d(rng));
+    while (x == 0.0);
+  }
+  return v;
+}
+
+std::vector<double> shuffled_tables(std::int64_t num_seqs, std::int64_t max_blocks, std::int64_t num_blocks,
+                                    std::uint64_t seed) {
+  std::vector<std::int64_t> pages(static_cast<std::size_t>(num_blocks));
+  std::iota(pages.begin(), pages.end(), 0);
+  std::mt19937_64 rng(seed);
+  std::shuffle(pages.begin(), pages.end(), rng);
+  std::vector<double> t(static_cast<std::size_t>(num_seqs * max_blocks));
+  for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<double>(pages[i % pages.size()]);
+  return t;
+}
+
+}  // namespace ejk::kernels::decode_attention
+
+#include "decode_attention/impls.hpp"
+
+namespace ejk::kernels::decode_attention {
+
+std::int64_t heuristic_splits(const Engine& e, std::int64_t block_q, std::int64_t block_k, std::int64_t parallel) {
+  const std::int64_t groups = std::max<std::int64_t>(1, query_blocks(e, block_q) * e.kv_heads);
+  const std::int64_t most = std::max<std::int64_t>(1, e.capacity() / (4 * block_k));
+  std::int64_t s = 1;
+  while (s < 32 && s * 2 <= most && groups * s < 2 * parallel) s *= 2;
+  return s;
+}
+
+std::int64_t query_block(const Engine& e) {
+  if (!e.varlen) return 1;
+  std::int64_t bq = 1;
+  while (bq < 8 && bq < e.max_q_len && e.group() * bq * 2 <= 16) bq *= 2;
+  return bq;
+}
+
+std::int64_t heuristic_threads(const Engine& e, std::int64_t block_q, std::int64_t least) {
+  std::int64_t dm = 32;
+  while (dm < e.head_dim) dm *= 2;
+  std::int64_t t = least;
+  while (t < 256 && rows(e, block_q) * dm > 8 * t) t *= 2;
+  return t;
+}
+
+}  // namespace ejk::kernels::decode_attention

@@ -1,0 +1,153 @@
+// The decode engine on OpenCL: decode_attention.cl's two passes, one program per (threads,
+// block_k, rows, head_dim class); everything else is a kernel argument.
+#include <algorithm>
+#include <climits>
+#include <memory>
+#include <string>
+
+#include "backends/opencl/opencl_device.hpp"
+#include "decode_attention/engine.hpp"
+#include "decode_attention/impls.hpp"
+#include "ejk/error.hpp"
+
+namespace ejk::kernels::decode_attention {
+namespace {
+
+constexpr const char* source_key = "decode_attention/decode_attention.cl";
+constexpr double log2e = 1.4426950408889634;
+
+bool is_cpu(const DeviceInfo& dev) { return (opencl::device_type(dev) & CL_DEVICE_TYPE_CPU) != 0; }
+
+std::int64_t dim_class(std::int64_t d) {
+  std::int64_t c = 32;
+  while (c < d) c *= 2;
+  return c;
+}
+
+int dtype_code(DType t) { return t == DType::f32 ? 0 : t == DType::f16 ? 1 : 2; }
+
+// Local memory of pass 1 in bytes (the kernel's __local arrays), for rows R, keys bk, class dm.
+std::string shared_expr(const std::string& rows) {
+  return "4 * (" + rows + " * head_dim_class + block_k * (2 * head_dim_class + 4) + " + rows + " * (block_k + 1) + 5 * " +
+         rows + ") + 8 * block_k";
+}
+
+class OpenCLDecode final : public Implementation {
+ public:
+  explicit OpenCLDecode(Binding b) : b_(std::move(b)) {}
+  std::string_view kernel() const override { return b_.kernel; }
+  Backend backend() const override { return Backend::opencl; }
+  std::vector<ArgDef> args() const override { return b_.args; }
+  std::vector<std::string> sources() const override { return {source_key}; }
+
+  ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
+    const Engine e = b_.engine(inv);
+    const std::string rows = e.varlen ? "(group * block_q)" : "group";
+    ParamSpace s;
+    s.param("splits", {1, 2, 4, 8, 16, 32}).param("block_k", {16, 32, 64}).param("threads", {64, 128, 256});
+    if (e.varlen) s.param("block_q", {1, 2, 4, 8});
+    s.constraint("splits == 1 || splits * block_k <= max_keys")
+        .constraint("threads <= max_workgroup_size")
+        // NVIDIA's driver launches at most 256 work-items of a kernel this size.
+        .constraint("threads <= 256")
+        .constraint(shared_expr(rows) + " <= local_mem")
+        // Accumulators per work-item stay in registers (and CPU drivers compile in seconds).
+        .constraint(rows + " * head_dim_class <= 16 * threads")
+        // Every work-item takes part in staging a key tile's addresses.
+        .constraint("block_k <= threads")
+        .bind(vars(e))
+        .bind(device_vars(dev))
+        .bind({{"head_dim_class", dim_class(e.head_dim)}});
+    return s;
+  }
+
+  Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
+    const Engine e = b_.engine(inv);
+    const std::int64_t bq = query_block(e);
+    const bool cpu = is_cpu(dev);
+    // GPUs: 128 work-items and 32-key tiles; about 6 such groups (36 KB of local memory each at
+    // head_dim 128) are resident per compute unit, and splits give two waves of them, so that
+    // the last wave's tail costs little. CPU drivers run a group as a loop on one core: fewer
+    // work-items, and two groups per core.
+    const std::int64_t threads = heuristic_threads(e, bq, cpu ? 64 : 128), bk = 32;
+    const std::int64_t parallel = std::max<std::int64_t>(1, dev.compute_units) * (cpu ? 1 : 6);
+    Config c{{"splits", heuristic_splits(e, bq, bk, parallel)}, {"block_k", bk}, {"threads", threads}};
+    if (e.varlen) c.set("block_q", bq);
+    ParamSpace space = this->space(inv, dev);
+    if (space.admits(c)) return c;
+    for (std::int64_t k : {16, 32, 64})
+      for (std::int64_t t : {128, 64, 256}) {
+        Config d = c;
+        d.set("block_k", k).set("threads", t);
+        if (space.admits(d)) return d;
+      }
+    auto all = space.enumerate();
+    if (all.empty()) throw SelectionError(b_.kernel + " opencl: no config fits " + dev.id() + " for " + inv.signature());
+    return all.front();
+  }
+
+  void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
+    const Engine e = b_.engine(inv);
+    auto& dev = opencl::opencl_device(device);
+    const std::int64_t splits = config.get("splits"), bk = config.get("block_k"), threads = config.get("threads");
+    const std::int64_t bq = e.varlen ? config.get("block_q") : 1;
+    if (splits <= 0 || bk <= 0 || threads <= 0 || bq <= 0)
+      throw InvalidArgument(b_.kernel + " opencl: config " + config.canonical() + " needs positive values");
+    if (threads < bk)
+      throw InvalidArgument(b_.kernel + " opencl: config " + config.canonical() + " needs threads >= block_k");
+    const double elems = static_cast<double>(std::max(e.tokens * e.heads, e.num_blocks * e.block_size * e.kv_heads)) *
+                         static_cast<double>(e.head_dim) * static_cast<double>(splits);
+    if (elems > static_cast<double>(INT_MAX) * 4.0 || e.tokens + e.num_seqs > INT_MAX / 2)
+      throw InvalidArgument(b_.kernel + " opencl: arrays too large for 32-bit work-item indices");
+    const std::int64_t R = rows(e, bq), dm = dim_class(e.head_dim);
+    std::string options = " -DT=" + std::to_string(threads) + " -DBK=" + std::to_string(bk) + " -DR=" + std::to_string(R) +
+                          " -DBQ=" + std::to_string(bq) + " -DDMAX=" + std::to_string(dm);
+    auto partial = dev.kernel(source_key, options, "decode_partial");
+    auto reduce = dev.kernel(source_key, options, "decode_reduce");
+
+    const std::int64_t parts = std::max<std::int64_t>(1, e.tokens * e.heads * splits);
+    auto acc = dev.allocate(static_cast<std::size_t>(parts * e.head_dim) * 4);
+    auto ml = dev.allocate(static_cast<std::size_t>(parts) * 8);
+    auto arg = [&](int slot) -> const Tensor& {
+      return args[static_cast<std::size_t>(slot >= 0 ? slot : e.at.kv_end)];  // absent: any buffer, never read
+    };
+    const int flags = (e.layout == Layout::paged ? 1 : 0) | (e.at.kv_begin >= 0 ? 2 : 0) | (e.varlen ? 4 : 0) |
+                      (e.sinks ? 8 : 0);
+    float qscale = static_cast<float>(e.scale * log2e), cap2 = 0.f;
+    if (e.softcap > 0) {
+      qscale = static_cast<float>(e.scale / e.softcap);
+      cap2 = static_cast<float>(e.softcap * log2e);
+    }
+    auto i32 = [](std::int64_t x) { return static_cast<int>(x); };
+    const std::int64_t blocks = query_blocks(e, bq);
+    if (blocks > 0 && e.num_seqs > 0)
+      dev.launch(*partial,
+                 opencl::Range(static_cast<std::size_t>(splits * threads), static_cast<std::size_t>(e.kv_heads),
+                               static_cast<std::size_t>(blocks)),
+                 opencl::Range(static_cast<std::size_t>(threads), 1, 1), arg(e.at.q), arg(e.at.k), arg(e.at.v),
+                 arg(e.at.block_tables), arg(e.at.kv_begin), arg(e.at.kv_end), arg(e.at.q_loc), *acc, *ml,
+                 dtype_code(e.dtype), flags, i32(e.num_seqs), i32(e.heads), i32(e.kv_heads), i32(e.head_dim),
+                 i32(e.block_size), i32(e.max_blocks), i32(e.num_blocks), i32(e.seq_len), i32(splits), i32(e.window),
+                 qscale, cap2);
+    const std::int64_t dlocal = std::min<std::int64_t>(dm, 64);
+    const DType sinks_dtype = e.sinks ? args[static_cast<std::size_t>(e.at.sinks)].dtype() : DType::f32;
+    if (e.tokens > 0)
+      dev.launch(*reduce,
+                 opencl::Range(static_cast<std::size_t>((e.head_dim + dlocal - 1) / dlocal * dlocal),
+                               static_cast<std::size_t>(e.tokens * e.heads)),
+                 opencl::Range(static_cast<std::size_t>(dlocal), 1), *acc, *ml, arg(e.at.sinks), arg(e.at.out),
+                 arg(e.at.q_loc), dtype_code(e.dtype), dtype_code(sinks_dtype), flags, i32(e.num_seqs), i32(e.tokens),
+                 i32(e.heads), i32(e.head_dim), i32(splits));
+  }
+
+ private:
+  Binding b_;
+};
+
+}  // namespace
+
+std::shared_ptr<const Implementation> opencl_implementation(Binding b) {
+  return std::make_shared<OpenCLDecode>(std::move(b));
+}
+
+}  // namespace ejk::kernels::decode_attention
