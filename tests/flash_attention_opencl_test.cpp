@@ -1,7 +1,8 @@
 // flash_attention on OpenCL beyond the backend-independent tests: the largest head_dim of each
 // size class (the program's DMAX), bitwise-deterministic gradients, the GPU family's space and
 // heuristics (checked against an NVIDIA-like description and run on whatever OpenCL device is
-// present), and configs that reach run() without the space.
+// present), configs that reach run() without the space, and the tensor-core variant where the
+// device offers it.
 #include <algorithm>
 
 #include "support.hpp"
@@ -58,17 +59,18 @@ Invocation invocation(bool backward, std::int64_t dim, DType t, const nlohmann::
 
 // Forward and backward of `opts` at head_dim `dim`, each output within its tolerance.
 void expect_matches(Context& ctx, std::int64_t dim, DType t, const nlohmann::json& opts, const std::string& label,
-                    const std::optional<Config>& fwd_config = {}, const std::optional<Config>& bwd_config = {}) {
+                    const std::optional<Config>& fwd_config = {}, const std::optional<Config>& bwd_config = {},
+                    const std::map<std::string, std::int64_t>& sizes = {}) {
   const fa::FlashAttentionKernel fk;
   const fa::FlashAttentionBwdKernel bk;
-  const Invocation f = invocation(false, dim, t, opts);
+  const Invocation f = invocation(false, dim, t, opts, sizes);
   HostArrays in = fk.inputs(f, 5);
   HostArrays got = run(ctx, f, in, fa::fwd::out, fwd_config);
   HostArrays want = fk.reference(f, in);
   EXPECT_LE(test::relative_error(got[0], want[0]), fk.tolerance(f)) << label << ": out";
   EXPECT_LE(test::relative_error(got[1], want[1]), fk.tolerance(f)) << label << ": lse";
 
-  const Invocation b = invocation(true, dim, t, opts);
+  const Invocation b = invocation(true, dim, t, opts, sizes);
   in = bk.inputs(b, 6);
   got = run(ctx, b, in, fa::bwd::dq, bwd_config);
   want = bk.reference(b, in);
@@ -167,8 +169,71 @@ TEST_P(FlashAttentionOpenCL, ConfigsOutsideTheSpaceAreRefused) {
   expect_refused(f, fa::fwd::out, cfg(8, 8, 0, 8), "positive");
   const std::int64_t wide = static_cast<std::int64_t>(info.max_workgroup_size) * 2;
   expect_refused(f, fa::fwd::out, cfg(8, wide, wide, 1), "workgroup size");
-  // Rows of 4 KiB: 1024 of them are more local memory than any device has.
-  expect_refused(f, fa::fwd::out, cfg(1024, 8, 8, 8), "bytes of local memory");
+  // Staged rows of about 1 KiB (head_dim 256 in f32): local_mem / 256 of them need four times the
+  // device's local memory.
+  const std::int64_t rows = std::max<std::int64_t>(1024, static_cast<std::int64_t>(info.local_mem) / 256 / 8 * 8);
+  expect_refused(f, fa::fwd::out, cfg(rows, 8, 8, 8), "bytes of local memory");
+}
+
+// The tensor-core variant is offered exactly where the device lists m16n8k16 fragments of the
+// storage type and head_dim fits its registers, and its heuristics come first there.
+TEST_P(FlashAttentionOpenCL, TensorCoreVariantNeedsFragments) {
+  DeviceInfo gpu = nvidia_like();
+  auto offered = [&](std::int64_t dim, DType t, bool backward) {
+    const Invocation inv = invocation(backward, dim, t, nlohmann::json::object(), {{"seq_q", 4096}, {"seq_k", 4096}});
+    const auto configs = fa::opencl_space(inv, gpu, backward, false).enumerate();
+    return std::any_of(configs.begin(), configs.end(), [](const Config& c) { return c.text("variant") == "mma"; });
+  };
+  EXPECT_FALSE(offered(128, DType::f16, false)) << "no fragments listed";
+  gpu.coopmat = {CoopMatShape{16, 8, 16, DType::f16, DType::f32}};
+  for (bool backward : {false, true}) {
+    EXPECT_TRUE(offered(128, DType::f16, backward));
+    EXPECT_TRUE(offered(16, DType::f16, backward));
+    EXPECT_FALSE(offered(128, DType::bf16, backward)) << "only f16 fragments listed";
+    EXPECT_FALSE(offered(128, DType::f32, backward));
+    EXPECT_FALSE(offered(72, DType::f16, backward)) << "head_dim not a multiple of 16";
+    EXPECT_FALSE(offered(256, DType::f16, backward)) << "head_dim beyond the registers";
+    const Invocation inv = invocation(backward, 128, DType::f16, nlohmann::json::object(), {{"seq_q", 4096}, {"seq_k", 4096}});
+    EXPECT_EQ(fa::opencl_heuristic(inv, gpu, backward, false).text("variant"), "mma");
+  }
+}
+
+// Every config of the tensor-core variant, forward and backward, f16 and bf16, with the options
+// alone and together, against the double reference. Runs where the device offers the variant
+// (NVIDIA GPUs from sm_80); elsewhere it says why it skips.
+TEST_P(FlashAttentionOpenCL, TensorCoreVariantMatchesTheReference) {
+  Context ctx(GetParam());
+  const DeviceInfo& info = ctx.device().info();
+  const std::map<std::string, std::int64_t> sizes{{"seq_q", 150}, {"seq_k", 170}};
+  auto mma_configs = [&](bool backward, std::int64_t dim, DType t) {
+    const Invocation inv = invocation(backward, dim, t, nlohmann::json::object(), sizes);
+    std::vector<Config> out;
+    for (const Config& c : Registry::global().implementation(inv, info).space(inv, info).enumerate())
+      if (c.text("variant") == "mma") out.push_back(c);
+    return out;
+  };
+  if (mma_configs(false, 64, DType::f16).empty())
+    GTEST_SKIP() << info.id() << " (" << info.name << ") lists no 16x8x16 f16 tensor-core fragments";
+  const std::vector<nlohmann::json> option_sets = {
+      nlohmann::json::object(),
+      {{"causal", true}, {"sinks", true}},
+      {{"window_left", 40}, {"window_right", 8}, {"logits_soft_cap", 20.0}, {"dropout", 0.1}, {"segments", true}},
+      {{"causal", true}, {"bias", "heads"}},
+  };
+  for (DType t : {DType::f16, DType::bf16})
+    for (std::int64_t dim : {64, 128}) {
+      const auto fwd = mma_configs(false, dim, t), bwd = mma_configs(true, dim, t);
+      ASSERT_FALSE(fwd.empty());
+      ASSERT_FALSE(bwd.empty());
+      for (std::size_t i = 0; i < std::max(fwd.size(), bwd.size()); ++i) {
+        const Config& fc = fwd[i % fwd.size()];
+        const Config& bc = bwd[i % bwd.size()];
+        const auto& opts = option_sets[i % option_sets.size()];
+        expect_matches(ctx, dim, t, opts, std::string(to_string(t)) + " " + std::to_string(dim) + " " + opts.dump() + " " +
+                                              fc.canonical() + " " + bc.canonical(),
+                       fc, bc, sizes);
+      }
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(All, FlashAttentionOpenCL, ::testing::ValuesIn(opencl_devices()),

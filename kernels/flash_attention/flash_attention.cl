@@ -24,7 +24,7 @@
 // Storage: q, k, v, out, dout, dq, dk, dv, bias, softmax_aux and their gradients are f32, f16
 // (vload_half / vstore_half_rte: no cl_khr_fp16 needed) or bf16 (ushort bits), chosen at run
 // time by Params.dtype / Params.dtypes; the buffers are declared float and reinterpreted.
-#include "philox.h"
+#include "flash_attention_common.cl"
 
 #define NT (RX * RY)
 #define WQ (BQ / RY)               // score / output rows per work-item
@@ -34,10 +34,6 @@
 #define DS (WD * RX + 1)           // local row stride of staged operands (odd)
 #define KS (BK + 1)                // local row stride of score tiles
 #define PREP_NT 64                 // work-items of the prep and finish passes
-
-#define NEG (-3.0e38f)  // a masked logit; exp2(NEG - m) is 0 for every finite m
-#define LOG2E 1.44269504088896340736f
-#define LN2 0.69314718055994530942f
 
 #if UNROLL_LOOPS
 #define UNROLL _Pragma("unroll")
@@ -50,129 +46,6 @@
 #else
 #define MAC(a, b, c) mad(a, b, c)
 #endif
-
-#define F_CAUSAL 1u
-#define F_VARLEN 2u
-#define F_BIAS 4u
-#define F_SINKS 8u
-#define F_SEGMENTS 16u
-#define F_DROPOUT 32u
-#define F_SOFTCAP 64u
-#define F_DBIAS_SCRATCH 128u
-#define F_FINISH_DBIAS 256u
-
-// Mirrors the host's Params (every member 4 bytes, so both sides lay it out alike).
-typedef struct {
-  uint batch, seq_q, seq_k, total_q;
-  uint heads, kv_heads, group, flags;
-  int window_left, window_right;
-  float qscale;      // q is multiplied by this when staged
-  float bias_scale;  // the bias by this before the cap
-  float cap2;        // logits_soft_cap * log2 e (with F_SOFTCAP): z = cap2 * tanh(t)
-  float softmax_scale, grad_scale, keep_scale;
-  uint threshold, seed_lo, seed_hi;
-  uint bias_batch, bias_heads;
-  uint dtypes;    // bias dtype | sinks dtype << 4 (0 f32, 1 f16, 2 bf16)
-  uint extra;     // prep and finish: query blocks of the prep pass per (sequence, head)
-  uint head_dim;  // D <= DMAX
-  uint dtype;     // q, k, v, out, dout, dq, dk, dv: 0 f32, 1 f16, 2 bf16
-} Params;
-
-// Where a workgroup is: its work-item, sequence, and that sequence's token ranges.
-typedef struct {
-  uint tx, ty, tid, seq;
-  int q_start, q_len, k_start, k_len;
-} Ctx;
-
-#define HAS(f) ((pc->flags & (f)) != 0u)
-#define BIAS_DT (pc->dtypes & 15u)
-#define SINKS_DT ((pc->dtypes >> 4) & 15u)
-
-// ---- storage -------------------------------------------------------------------------------
-
-float ld(__global const float* p, uint i, uint dt) {
-  if (dt == 0u) return p[i];
-  if (dt == 1u) return vload_half(i, (__global const half*)p);
-  return as_float((uint)((__global const ushort*)p)[i] << 16);
-}
-
-void st(__global float* p, uint i, uint dt, float x) {
-  if (dt == 0u) {
-    p[i] = x;
-  } else if (dt == 1u) {
-    vstore_half_rte(x, i, (__global half*)p);
-  } else {
-    uint u = as_uint(x);
-    // bf16, round to nearest even; NaN stays a (quiet) NaN.
-    ((__global ushort*)p)[i] = isnan(x) ? (ushort)0x7fc0u : (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  }
-}
-
-// ---- problem geometry ----------------------------------------------------------------------
-
-Ctx make_ctx(const Params* pc, uint seq, __global const int* cu_q, __global const int* cu_k) {
-  Ctx c;
-  c.tx = get_local_id(0);
-  c.ty = get_local_id(1);
-  c.tid = c.ty * get_local_size(0) + c.tx;
-  c.seq = seq;
-  if (HAS(F_VARLEN)) {
-    c.q_start = cu_q[seq];
-    c.q_len = cu_q[seq + 1u] - c.q_start;
-    c.k_start = cu_k[seq];
-    c.k_len = cu_k[seq + 1u] - c.k_start;
-  } else {
-    c.q_start = (int)(seq * pc->seq_q);
-    c.q_len = (int)pc->seq_q;
-    c.k_start = (int)(seq * pc->seq_k);
-    c.k_len = (int)pc->seq_k;
-  }
-  return c;
-}
-
-// Keys query i may see before segment ids: [key_lo(i), key_hi(i)] (flash_attention.hpp).
-int key_lo(const Params* pc, const Ctx* c, int i) {
-  return pc->window_left < 0 ? -0x3fffffff : i + (c->k_len - c->q_len) - pc->window_left;
-}
-int key_hi(const Params* pc, const Ctx* c, int i) {
-  int hi = pc->window_right < 0 ? 0x3fffffff : i + (c->k_len - c->q_len) + pc->window_right;
-  return HAS(F_CAUSAL) ? min(hi, i + (c->k_len - c->q_len)) : hi;
-}
-
-bool allowed(const Params* pc, const Ctx* c, int i, int j, __global const int* q_seg, __global const int* k_seg) {
-  if (i >= c->q_len || j < 0 || j >= c->k_len || j < key_lo(pc, c, i) || j > key_hi(pc, c, i)) return false;
-  return !HAS(F_SEGMENTS) || q_seg[c->q_start + i] == k_seg[c->k_start + j];
-}
-
-uint bias_index(const Params* pc, const Ctx* c, uint h, int i, int j) {
-  uint bb = pc->bias_batch == 1u ? 0u : c->seq, hh = pc->bias_heads == 1u ? 0u : h;
-  return ((bb * pc->bias_heads + hh) * pc->seq_q + (uint)i) * pc->seq_k + (uint)j;
-}
-
-// The transformed logit in base 2 from x = (q * qscale) . k, or NEG where (i, j) is not allowed.
-float logit(const Params* pc, const Ctx* c, float x, uint h, int i, int j, __global const float* bias,
-            __global const int* q_seg, __global const int* k_seg) {
-  if (!allowed(pc, c, i, j, q_seg, k_seg)) return NEG;
-  float t = x;
-  if (HAS(F_BIAS)) t += ld(bias, bias_index(pc, c, h, i, j), BIAS_DT) * pc->bias_scale;
-  if (HAS(F_SOFTCAP)) {
-    // tanh from exp2 so its accuracy does not depend on the driver's tanh.
-    float e = exp2(fabs(t) * (-2.0f * LOG2E));
-    float th = (1.0f - e) / (1.0f + e);
-    t = pc->cap2 * (t < 0.0f ? -th : th);
-  }
-  return t;
-}
-
-float keep(const Params* pc, const Ctx* c, uint h, int i, int j) {
-  return ejk_dropout_keep(c->seq, h, (uint)i, (uint)j, pc->seed_lo, pc->seed_hi, pc->threshold) != 0u
-             ? pc->keep_scale
-             : 0.0f;
-}
-
-uint lse_index(const Params* pc, const Ctx* c, uint h, int i) {
-  return HAS(F_VARLEN) ? h * pc->total_q + (uint)(c->q_start + i) : (c->seq * pc->heads + h) * pc->seq_q + (uint)i;
-}
 
 // ---- staging -------------------------------------------------------------------------------
 
@@ -213,20 +86,6 @@ void dots(__local const float* sh, uint a, uint b, uint D, const Ctx* c, float t
       for (uint j = 0; j < WK; ++j) tile[i][j] = MAC(x[i], y[j], tile[i][j]);
   }
 }
-
-// The argument lists: every backward pass takes the same one.
-#define FWD_ARGS                                                                                              \
-  Params P, __local float *sh, __global const float *q, __global const float *k, __global const float *v,    \
-      __global const float *bias, __global const float *sinks, __global const int *cu_q,                      \
-      __global const int *cu_k, __global const int *q_seg, __global const int *k_seg, __global float *out,    \
-      __global float *lse
-#define BWD_ARGS                                                                                              \
-  Params P, __local float *sh, __global const float *q, __global const float *k, __global const float *v,    \
-      __global const float *out, __global const float *dout, __global const float *lse,                      \
-      __global const float *bias, __global const float *sinks, __global const int *cu_q,                      \
-      __global const int *cu_k, __global const int *q_seg, __global const int *k_seg, __global float *dq,     \
-      __global float *dk, __global float *dv, __global float *dbias, __global float *dsinks,                  \
-      __global float *delta, __global float *part, __global float *dbscr
 
 // ---- forward -------------------------------------------------------------------------------
 // Local memory: BQ*DS (q) + BK*DS (k, then v) + BQ*KS (P) + BQ*RX (row partials) floats.

@@ -6,10 +6,14 @@
 // for dsoftmax_aux. Options, head_dim and the storage dtypes are kernel arguments; only the tile
 // geometry and a head_dim size class are build options, so one program (all five passes) serves
 // every invocation of a geometry: CPU drivers such as PoCL take seconds to build each.
+// On devices with tensor-core fragments (NVIDIA from sm_80) the `mma` variant runs the forward,
+// dk/dv and dq passes of flash_attention_mma.cl instead: f16/bf16 operands on mma.sync through
+// inline PTX, the scores in registers.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "backends/opencl/opencl_device.hpp"
 #include "ejk/error.hpp"
@@ -21,6 +25,8 @@ namespace ejk::kernels::flash_attention {
 namespace {
 
 constexpr const char* source_key = "flash_attention/flash_attention.cl";
+constexpr const char* mma_key = "flash_attention/flash_attention_mma.cl";
+constexpr const char* common_key = "flash_attention/flash_attention_common.cl";
 constexpr const char* philox_key = "flash_attention/philox.h";
 
 // Mirrors the program's Params (kernel argument passed by value; every member 4 bytes).
@@ -151,6 +157,54 @@ void check_indices(const Problem& p) {
                           std::to_string(k) + ", bias planes " + std::to_string(b) + ") are not supported");
 }
 
+// The tensor-core passes (flash_attention_mma.cl) take f16 or bf16 q, k, v with head_dim a
+// multiple of 16 up to 128 (the accumulators of a 16-row tile stay in registers), on devices that
+// list m16n8k16 fragments of that type with f32 accumulation (NVIDIA from sm_80, inline PTX).
+bool mma_offered(const Problem& p, const DeviceInfo& dev) {
+  if ((p.dtype != DType::f16 && p.dtype != DType::bf16) || p.head_dim % 16 != 0 || p.head_dim > 128) return false;
+  return std::any_of(dev.coopmat.begin(), dev.coopmat.end(), [&](const CoopMatShape& c) {
+    return c.m == 16 && c.n == 8 && c.k == 16 && c.a == p.dtype && c.c == DType::f32;
+  });
+}
+
+// An mma config's geometry and its passes' local memory in bytes (flash_attention_mma.cl's
+// layouts): warps per workgroup, 16-row tiles per warp (forward), keys per block (forward, dq),
+// query rows per block (dk/dv).
+struct MmaGeometry {
+  std::int64_t warps, tiles, bk, bq, d;
+  std::int64_t row_words() const { return d / 2 + 4; }
+  std::int64_t forward_local() const { return 4 * (bk * row_words() + d * (bk / 2 + 4)); }
+  std::int64_t dq_local() const { return 4 * (2 * bk * row_words() + d * (bk / 2 + 4)); }
+  std::int64_t dkdv_local() const { return 4 * (2 * bq * row_words() + 2 * d * (bq / 2 + 4) + 2 * bq); }
+};
+
+MmaGeometry mma_geometry(const Config& c, const Problem& p, const DeviceInfo& info) {
+  MmaGeometry g{c.get("mma_warps"), p.backward ? 1 : c.get("mma_tiles"), c.get("mma_block_k"),
+                p.backward ? c.get("mma_block_q") : 16, p.head_dim};
+  const std::string text = std::string(p.backward ? "flash_attention_bwd" : "flash_attention") + " opencl: config " +
+                           c.canonical() + " ";
+  if (!mma_offered(p, info))
+    throw InvalidArgument(text + "needs f16 or bf16 q, k, v with head_dim a multiple of 16 up to 128 on a device with "
+                          "16x8x16 " + std::string(to_string(p.dtype)) + " tensor-core fragments (" + info.id() + ": " +
+                          info.name + ")");
+  if (g.warps <= 0 || 32 * g.warps > gpu_max_threads || (g.tiles != 1 && g.tiles != 2) || (g.bk != 32 && g.bk != 64) ||
+      (g.bq != 16 && g.bq != 32))
+    throw InvalidArgument(text + "needs 1 to 8 mma_warps, mma_tiles 1 or 2, mma_block_k 32 or 64, mma_block_q 16 or 32");
+  const std::int64_t local = p.backward ? std::max(g.dq_local(), g.dkdv_local()) : g.forward_local();
+  if (local > static_cast<std::int64_t>(info.local_mem))
+    throw InvalidArgument(text + "needs " + std::to_string(local) + " bytes of local memory for head_dim " +
+                          std::to_string(p.head_dim) + ", the device has " + std::to_string(info.local_mem));
+  return g;
+}
+
+// Kernel `name` of the mma geometry's program.
+std::shared_ptr<opencl::ClKernel> mma_kernel(opencl::OpenCLDevice& dev, const MmaGeometry& g, DType t, const char* name) {
+  const std::string options = "-DD=" + std::to_string(g.d) + " -DNW=" + std::to_string(g.warps) +
+                              " -DRT=" + std::to_string(g.tiles) + " -DBK=" + std::to_string(g.bk) +
+                              " -DBQ=" + std::to_string(g.bq) + " -DBF16=" + (t == DType::bf16 ? "1" : "0");
+  return dev.kernel(mma_key, options, name);
+}
+
 // Kernel `name` of the geometry's program.
 std::shared_ptr<opencl::ClKernel> program_kernel(opencl::OpenCLDevice& dev, const Geometry& g, const char* name) {
   const std::string options = "-DBQ=" + std::to_string(g.bq) + " -DBK=" + std::to_string(g.bk) +
@@ -176,6 +230,18 @@ void launch(opencl::OpenCLDevice& dev, opencl::ClKernel& k, std::int64_t gx, std
 const char* const ds_expr = "(((head_dim_class + threads_x - 1) / threads_x) * threads_x + 1)";
 const char* const wd_expr = "((head_dim_class + threads_x - 1) / threads_x)";
 
+const char* const scalar_v = "variant == \"scalar\"";
+const char* const mma_v = "variant == \"mma\"";
+
+// A config's variant; configs from before variants existed are scalar.
+std::string variant_of(const Config& c, const Problem& p) {
+  const std::string v = c.has("variant") ? c.text("variant") : "scalar";
+  if (v != "scalar" && v != "mma")
+    throw InvalidArgument(std::string(p.backward ? "flash_attention_bwd" : "flash_attention") + " opencl: unknown variant '" +
+                          v + "' (scalar, mma)");
+  return v;
+}
+
 class OpenCLBase : public Implementation {
  public:
   Backend backend() const override { return Backend::opencl; }
@@ -191,7 +257,7 @@ class OpenCLForward final : public OpenCLBase {
  public:
   std::string_view kernel() const override { return "flash_attention"; }
   std::vector<ArgDef> args() const override { return forward_args(); }
-  std::vector<std::string> sources() const override { return {source_key, philox_key}; }
+  std::vector<std::string> sources() const override { return {source_key, mma_key, common_key, philox_key}; }
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
     return opencl_space(inv, dev, false, is_cpu(dev));
   }
@@ -202,13 +268,21 @@ class OpenCLForward final : public OpenCLBase {
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
     auto& dev = prepare(p, device);
-    const Geometry g = geometry(config, p, dev.info());
-    auto k = program_kernel(dev, g, "fa_fwd");
     const Params params = make_params(p);
-    launch(dev, *k, ceil_div(p.seq_q, g.bq), p.heads, p.batch, g.rx, g.ry, opencl::StructArg::of(params),
-           opencl::LocalBytes{static_cast<std::size_t>(g.forward_local())}, args[fwd::q], args[fwd::k], args[fwd::v],
-           args[fwd::bias], args[fwd::softmax_aux], args[fwd::cu_seqlens_q], args[fwd::cu_seqlens_k],
-           args[fwd::q_segment_ids], args[fwd::kv_segment_ids], args[fwd::out], args[fwd::lse]);
+    auto go = [&](opencl::ClKernel& k, std::int64_t groups, std::int64_t lx, std::int64_t ly, std::int64_t local) {
+      launch(dev, k, groups, p.heads, p.batch, lx, ly, opencl::StructArg::of(params),
+             opencl::LocalBytes{static_cast<std::size_t>(local)}, args[fwd::q], args[fwd::k], args[fwd::v],
+             args[fwd::bias], args[fwd::softmax_aux], args[fwd::cu_seqlens_q], args[fwd::cu_seqlens_k],
+             args[fwd::q_segment_ids], args[fwd::kv_segment_ids], args[fwd::out], args[fwd::lse]);
+    };
+    if (variant_of(config, p) == "mma") {
+      const MmaGeometry g = mma_geometry(config, p, dev.info());
+      go(*mma_kernel(dev, g, p.dtype, "fa_fwd_mma"), ceil_div(p.seq_q, 16 * g.warps * g.tiles), 32 * g.warps, 1,
+         g.forward_local());
+      return;
+    }
+    const Geometry g = geometry(config, p, dev.info());
+    go(*program_kernel(dev, g, "fa_fwd"), ceil_div(p.seq_q, g.bq), g.rx, g.ry, g.forward_local());
   }
 };
 
@@ -216,7 +290,7 @@ class OpenCLBackward final : public OpenCLBase {
  public:
   std::string_view kernel() const override { return "flash_attention_bwd"; }
   std::vector<ArgDef> args() const override { return backward_args(); }
-  std::vector<std::string> sources() const override { return {source_key, philox_key}; }
+  std::vector<std::string> sources() const override { return {source_key, mma_key, common_key, philox_key}; }
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
     return opencl_space(inv, dev, true, is_cpu(dev));
   }
@@ -227,7 +301,10 @@ class OpenCLBackward final : public OpenCLBase {
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
     auto& dev = prepare(p, device);
-    const Geometry g = geometry(config, p, dev.info());
+    const bool mma = variant_of(config, p) == "mma";
+    // The mma variant takes its prep and finish passes from a small scalar geometry's program.
+    const Geometry g = mma ? Geometry{16, 16, 8, 4, head_dim_class(p.head_dim)} : geometry(config, p, dev.info());
+    const MmaGeometry mg = mma ? mma_geometry(config, p, dev.info()) : MmaGeometry{};
 
     // Scratch: delta per row, the prep pass's dsoftmax_aux shares, and where the bias is
     // broadcast, dbias unbroadcast in f32 (summed by the finish pass instead of atomically).
@@ -243,7 +320,8 @@ class OpenCLBackward final : public OpenCLBase {
     // Every pass takes the same arguments after the parameters and its local memory.
     auto pass = [&](const char* name, std::int64_t gx, std::int64_t gy, std::int64_t gz, std::int64_t lx,
                     std::int64_t ly, std::int64_t local) {
-      auto k = program_kernel(dev, g, name);
+      const bool tensor_cores = std::string_view(name).ends_with("_mma");
+      auto k = tensor_cores ? mma_kernel(dev, mg, p.dtype, name) : program_kernel(dev, g, name);
       launch(dev, *k, gx, gy, gz, lx, ly, opencl::StructArg::of(params),
              opencl::LocalBytes{static_cast<std::size_t>(local)}, args[bwd::q], args[bwd::k], args[bwd::v],
              args[bwd::out], args[bwd::dout], args[bwd::lse], args[bwd::bias], args[bwd::softmax_aux],
@@ -252,8 +330,13 @@ class OpenCLBackward final : public OpenCLBase {
              *scratch);
     };
     pass("fa_prep", prep_blocks, p.heads, p.batch, prep_threads, 1, prep_threads * 4);
-    pass("fa_dkdv", ceil_div(p.seq_k, g.bk), p.kv_heads, p.batch, g.rx, g.ry, g.dkdv_local());
-    pass("fa_dq", ceil_div(p.seq_q, g.bq), p.heads, p.batch, g.rx, g.ry, g.dq_local());
+    if (mma) {
+      pass("fa_dkdv_mma", ceil_div(p.seq_k, 16 * mg.warps), p.kv_heads, p.batch, 32 * mg.warps, 1, mg.dkdv_local());
+      pass("fa_dq_mma", ceil_div(p.seq_q, 16 * mg.warps), p.heads, p.batch, 32 * mg.warps, 1, mg.dq_local());
+    } else {
+      pass("fa_dkdv", ceil_div(p.seq_k, g.bk), p.kv_heads, p.batch, g.rx, g.ry, g.dkdv_local());
+      pass("fa_dq", ceil_div(p.seq_q, g.bq), p.heads, p.batch, g.rx, g.ry, g.dq_local());
+    }
     if (p.has_sinks) pass("fa_finish", 1, 1, 1, prep_threads, 1, prep_threads * 4);
     if (broadcast) {
       params.flags |= finish_dbias;
@@ -269,11 +352,15 @@ class OpenCLBackward final : public OpenCLBase {
 ParamSpace opencl_space(const Invocation& inv, const DeviceInfo& dev, bool backward, bool cpu_family) {
   const Vars vars = backward ? FlashAttentionBwdKernel().vars(inv) : FlashAttentionKernel().vars(inv);
   const std::string ds = ds_expr, wd = wd_expr;
+  const bool mma = !cpu_family && mma_offered(Problem::of(inv), dev);
+  std::vector<Value> variants{std::string("scalar")};
+  if (mma) variants.push_back(std::string("mma"));
   ParamSpace s;
-  s.param("block_q", {8, 16, 32, 64})
-      .param("block_k", {8, 16, 32, 64})
-      .param("threads_x", {4, 8, 16, 32})
-      .param("threads_y", {2, 4, 8, 16})
+  s.param("variant", variants)
+      .param("block_q", {8, 16, 32, 64}, scalar_v)
+      .param("block_k", {8, 16, 32, 64}, scalar_v)
+      .param("threads_x", {4, 8, 16, 32}, scalar_v)
+      .param("threads_y", {2, 4, 8, 16}, scalar_v)
       .constraint("block_q % threads_y == 0 && block_k % threads_x == 0")
       .constraint("threads_x * threads_y <= max_workgroup_size")
       .constraint("threads_x <= max_workgroup_x && threads_y <= max_workgroup_y")
@@ -299,6 +386,27 @@ ParamSpace opencl_space(const Invocation& inv, const DeviceInfo& dev, bool backw
   } else {
     s.constraint("4 * (block_q * " + ds + " + block_k * " + ds + " + block_q * (block_k + 1) + block_q * threads_x) <= local_mem");
   }
+  if (mma) {
+    // Warps of 16-row tiles; every parameter is a build option of flash_attention_mma.cl.
+    s.param("mma_warps", {2, 4, 8}, mma_v)
+        .param("mma_block_k", {32, 64}, mma_v)
+        .constraint("32 * mma_warps <= " + std::to_string(gpu_max_threads) + " && 32 * mma_warps <= max_workgroup_size")
+        .constraint("mma_block_k == 32 || mma_block_k < 2 * seq_k");
+    if (backward) {
+      s.param("mma_block_q", {16, 32}, mma_v)
+          // Two 16-row score tiles per warp on top of k, v, dk and dv fragments exceed the registers.
+          .constraint("mma_block_q == 16 || head_dim <= 64")
+          .constraint("16 * mma_warps <= 32 || 16 * mma_warps < 2 * seq_k")
+          .constraint("4 * max(2 * mma_block_k * (head_dim / 2 + 4) + head_dim * (mma_block_k / 2 + 4), "
+                      "2 * mma_block_q * (head_dim / 2 + 4) + 2 * head_dim * (mma_block_q / 2 + 4) + 2 * mma_block_q) <= local_mem");
+    } else {
+      s.param("mma_tiles", {1, 2}, mma_v)
+          // Two tiles' q fragments and outputs exceed the registers at head_dim 128.
+          .constraint("mma_tiles == 1 || head_dim <= 64")
+          .constraint("16 * mma_warps * mma_tiles <= 32 || 16 * mma_warps * mma_tiles < 2 * seq_q")
+          .constraint("4 * (mma_block_k * (head_dim / 2 + 4) + head_dim * (mma_block_k / 2 + 4)) <= local_mem");
+    }
+  }
   s.bind(vars).bind(device_vars(dev)).bind({{"head_dim_class", head_dim_class(std::get<std::int64_t>(vars.at("head_dim")))},
                                             {"max_workgroup_x", std::int64_t{dev.max_workgroup_dims[0]}},
                                             {"max_workgroup_y", std::int64_t{dev.max_workgroup_dims[1]}}});
@@ -308,16 +416,25 @@ ParamSpace opencl_space(const Invocation& inv, const DeviceInfo& dev, bool backw
 Config opencl_heuristic(const Invocation& inv, const DeviceInfo& dev, bool backward, bool cpu_family) {
   const ParamSpace space = opencl_space(inv, dev, backward, cpu_family);
   auto cfg = [&](std::int64_t bq, std::int64_t bk, std::int64_t rx, std::int64_t ry) {
-    return Config{{"block_q", bq}, {"block_k", bk}, {"threads_x", rx}, {"threads_y", ry}};
+    return Config{{"variant", std::string("scalar")}, {"block_q", bq}, {"block_k", bk}, {"threads_x", rx}, {"threads_y", ry}};
   };
+  auto mma = [&](std::int64_t warps, std::int64_t bk, std::int64_t x) {
+    return Config{{"variant", std::string("mma")}, {"mma_warps", warps}, {"mma_block_k", bk}, {backward ? "mma_block_q" : "mma_tiles", x}};
+  };
+  // Tensor cores first where the space offers them: the H100's best of a sweep at B4 H16 S4096
+  // f16 (head_dim 128: 8 warps of one tile over 64-key blocks; 64: 4 warps of two tiles over
+  // 32-key blocks).
   std::vector<Config> tries;
+  if (!cpu_family)
+    tries = backward ? std::vector<Config>{mma(4, 32, 16), mma(2, 32, 16)}
+                     : std::vector<Config>{mma(8, 64, 1), mma(4, 32, 2), mma(4, 32, 1), mma(2, 32, 1)};
   if (cpu_family) {
     tries = {cfg(32, 32, 8, 4), cfg(16, 32, 8, 4), cfg(16, 16, 8, 4), cfg(8, 16, 8, 4), cfg(8, 8, 8, 4), cfg(8, 8, 4, 8)};
   } else if (backward) {
     // With 48 KiB of local memory and head_dim 128 these are the largest that fit.
-    tries = {cfg(16, 32, 16, 8), cfg(16, 16, 16, 8), cfg(8, 16, 16, 8), cfg(8, 8, 8, 8), cfg(8, 8, 4, 8)};
+    tries.insert(tries.end(), {cfg(16, 32, 16, 8), cfg(16, 16, 16, 8), cfg(8, 16, 16, 8), cfg(8, 8, 8, 8), cfg(8, 8, 4, 8)});
   } else {
-    tries = {cfg(32, 32, 16, 8), cfg(16, 32, 16, 8), cfg(16, 16, 16, 8), cfg(8, 16, 16, 8), cfg(8, 8, 8, 8), cfg(8, 8, 4, 8)};
+    tries.insert(tries.end(), {cfg(32, 32, 16, 8), cfg(16, 32, 16, 8), cfg(16, 16, 16, 8), cfg(8, 16, 16, 8), cfg(8, 8, 8, 8), cfg(8, 8, 4, 8)});
   }
   for (const auto& c : tries)
     if (space.admits(c)) return c;

@@ -122,6 +122,12 @@ DeviceInfo describe(cl_device_id dev, int index) {
         "clGetDeviceInfo(CL_DEVICE_MAX_WORK_ITEM_SIZES)");
   for (std::size_t i = 0; i < 3; ++i)
     info.max_workgroup_dims[i] = static_cast<std::uint32_t>(std::min<std::size_t>(sizes[i], UINT32_MAX));
+  // NVIDIA from sm_80 on runs mma.sync.m16n8k16 with f16 or bf16 operands and f32 accumulation,
+  // which OpenCL C reaches through inline PTX even without cl_khr_fp16.
+  if (has_extension(extensions, "cl_nv_device_attribute_query")) {
+    if (optional_value<cl_uint>(dev, compute_capability_major_nv) >= 8)
+      for (DType t : {DType::f16, DType::bf16}) info.coopmat.push_back(CoopMatShape{16, 8, 16, t, DType::f32});
+  }
   info.fp16 = has_extension(extensions, "cl_khr_fp16");
   info.bf16 = false;  // no OpenCL extension offers bf16 arithmetic; kernels convert through f32
   info.subgroups = has_extension(extensions, "cl_khr_subgroups") || has_extension(extensions, "cl_intel_subgroups");

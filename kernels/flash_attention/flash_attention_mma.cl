@@ -1,0 +1,514 @@
+// flash_attention forward on NVIDIA tensor cores through inline PTX: mma.sync.m16n8k16 with f16
+// or bf16 operands and f32 accumulation, for f16/bf16 q, k, v, out and head_dim D (a multiple of
+// 16, at most 128). It includes flash_attention_common.cl, whose Params, masks, logit transform,
+// dropout and index helpers it shares with the scalar passes: the same semantics, option by
+// option.
+//
+// A workgroup of NW warps owns 16 RT NW query rows of one (sequence, head); warp w owns RT tiles
+// of 16 rows, its q fragments in registers. Per block of BK keys, k is staged in local memory as
+// it is and v transposed, so both B fragments are 32-bit loads with no bank conflicts (row
+// strides of 4 mod 32 words); the next block's k and v travel through registers while this one
+// is computed. Scores stay in registers in the accumulator layout of m16n8k16 (thread (g, t) =
+// (lane / 4, lane % 4) holds rows g and g + 8, columns 2t and 2t + 1 of each 8-column tile),
+// which is also the layout of P's A fragments, so the online softmax needs only shuffles within
+// a quad and P never leaves registers. Blocks the mask allows whole, with no bias, cap or
+// segments, take the scaled scores as they are; others go through logit() element by element.
+//
+// Defines: D, NW (warps a workgroup), RT (16-row tiles a warp, forward), BK (keys a block:
+// forward and dq), BQ (query rows a block: dk/dv), BF16 (0: f16 operands, 1: bf16).
+#include "flash_attention_common.cl"
+
+#define MMA_ROWS (16 * RT * NW)
+#define DW (D / 2)              // words (operand pairs) per row
+#define KSTR (DW + 4)           // local row stride of k in words
+#define VSTR (BK / 2 + 4)       // local row stride of v^T in words
+#define STILES (BK / 8)         // score tiles of 8 keys
+#define OTILES (D / 8)          // output tiles of 8 columns
+#define KSTEPS (D / 16)         // k-steps of q k^T
+#define KTASKS (BK * (DW / 4))  // uint4 copies of k per block
+#define VTASKS ((BK / 2) * (D / 8))  // pairs of uint4 of v per block
+#define KPT ((KTASKS + 32 * NW - 1) / (32 * NW))
+#define VPT ((VTASKS + 32 * NW - 1) / (32 * NW))
+
+#if BF16
+#define MMA_TYPE "bf16"
+#else
+#define MMA_TYPE "f16"
+#endif
+
+void mma(float* c, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." MMA_TYPE "." MMA_TYPE ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+float shfl_xor(float x, int m) {
+  float y;
+  asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(y) : "f"(x), "r"(m));
+  return y;
+}
+
+// Two floats as one operand word, lo in the low half, rounded to nearest even.
+uint pack2(float lo, float hi) {
+  uint r;
+  asm("cvt.rn." MMA_TYPE "x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+float max_quad(float x) {
+  x = fmax(x, shfl_xor(x, 1));
+  return fmax(x, shfl_xor(x, 2));
+}
+float sum_quad(float x) {
+  x += shfl_xor(x, 1);
+  return x + shfl_xor(x, 2);
+}
+
+__kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FWD_ARGS) {
+  const Params* pc = &P;
+  const Ctx cx = make_ctx(pc, get_group_id(2), cu_q, cu_k);
+  const Ctx* c = &cx;
+  const int tid = get_local_id(0), lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const uint head = get_group_id(1), hk = head / pc->group;
+  const int i0 = (int)get_group_id(0) * MMA_ROWS;
+  if (i0 >= c->q_len) return;  // packed input: this sequence is shorter than max_seqlen_q
+  const int rows = min(MMA_ROWS, c->q_len - i0);
+  const int w0 = i0 + warp * 16 * RT;  // this warp's first row; thread rows w0 + 16 r + g (+ 8)
+  __local uint* ks = (__local uint*)sh;
+  __local uint* vt = ks + BK * KSTR;
+  __global const uint* qw = (__global const uint*)q;
+  __global const uint4* k4 = (__global const uint4*)k;
+  __global const uint4* v4 = (__global const uint4*)v;
+
+  // q fragments: a0 (row g, word 8s + t), a1 (row g + 8), a2 (row g, word 8s + 4 + t), a3.
+  uint qf[RT][KSTEPS][4];
+#pragma unroll
+  for (int r = 0; r < RT; ++r) {
+    const int ia = min(w0 + 16 * r + g, c->q_len - 1), ib = min(w0 + 16 * r + g + 8, c->q_len - 1);
+    __global const uint* pa = qw + ((size_t)(c->q_start + ia) * pc->heads + head) * DW;
+    __global const uint* pb = qw + ((size_t)(c->q_start + ib) * pc->heads + head) * DW;
+#pragma unroll
+    for (int s = 0; s < KSTEPS; ++s) {
+      qf[r][s][0] = pa[8 * s + t];
+      qf[r][s][1] = pb[8 * s + t];
+      qf[r][s][2] = pa[8 * s + 4 + t];
+      qf[r][s][3] = pb[8 * s + 4 + t];
+    }
+  }
+  float o[RT][OTILES][4], m[RT][2], l[RT][2];
+  // A sink is one more logit with no value: the running maximum starts at it and its weight
+  // starts the row sum (held by one thread of the quad, as the sums are per thread until the end).
+  const float sink = HAS(F_SINKS) ? ld(sinks, head, SINKS_DT) * LOG2E : NEG;
+#pragma unroll
+  for (int r = 0; r < RT; ++r) {
+#pragma unroll
+    for (int n = 0; n < OTILES; ++n) o[r][n][0] = o[r][n][1] = o[r][n][2] = o[r][n][3] = 0.0f;
+    m[r][0] = m[r][1] = sink;
+    l[r][0] = l[r][1] = HAS(F_SINKS) && t == 0 ? 1.0f : 0.0f;
+  }
+
+  const int jlo = max(0, key_lo(pc, c, i0)), jhi = min(c->k_len - 1, key_hi(pc, c, i0 + rows - 1));
+  const int kb_first = jlo / BK, kb_last = jlo <= jhi ? jhi / BK : kb_first - 1;
+  const bool plain_options = (pc->flags & (F_BIAS | F_SOFTCAP | F_SEGMENTS)) == 0u;
+  uint4 pk[KPT], pv[VPT][2];
+#define FETCH(J0)                                                                                            \
+  {                                                                                                          \
+    _Pragma("unroll") for (int x = 0; x < KPT; ++x) {                                                      \
+      const int u = tid + x * 32 * NW, r = u / (DW / 4), cc = u - r * (DW / 4);                             \
+      pk[x] = (uint4)(0);                                                                                    \
+      if (u < KTASKS && (J0) + r < c->k_len)                                                                 \
+        pk[x] = k4[((size_t)(c->k_start + (J0) + r) * pc->kv_heads + hk) * (DW / 4) + cc];                   \
+    }                                                                                                        \
+    _Pragma("unroll") for (int x = 0; x < VPT; ++x) {                                                      \
+      const int u = tid + x * 32 * NW, cc = u / (BK / 2), p = u - cc * (BK / 2), j = (J0) + 2 * p;           \
+      pv[x][0] = pv[x][1] = (uint4)(0);                                                                      \
+      if (u < VTASKS && j < c->k_len) pv[x][0] = v4[((size_t)(c->k_start + j) * pc->kv_heads + hk) * (D / 8) + cc]; \
+      if (u < VTASKS && j + 1 < c->k_len)                                                                    \
+        pv[x][1] = v4[((size_t)(c->k_start + j + 1) * pc->kv_heads + hk) * (D / 8) + cc];                    \
+    }                                                                                                        \
+  }
+  if (kb_first <= kb_last) FETCH(kb_first * BK)
+  for (int kb = kb_first; kb <= kb_last; ++kb) {
+    const int j0 = kb * BK;
+    barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+    for (int x = 0; x < KPT; ++x) {
+      const int u = tid + x * 32 * NW, r = u / (DW / 4), cc = u - r * (DW / 4);
+      if (u < KTASKS) vstore4(pk[x], 0, ks + r * KSTR + 4 * cc);
+    }
+    // v transposed: keys 2p and 2p + 1, columns 8cc .. 8cc + 7 -> words vt[8cc + e][p].
+#pragma unroll
+    for (int x = 0; x < VPT; ++x) {
+      const int u = tid + x * 32 * NW, cc = u / (BK / 2), p = u - cc * (BK / 2);
+      if (u < VTASKS) {
+        const uint4 a = pv[x][0], b = pv[x][1];
+        __local uint* dst = vt + 8 * cc * VSTR + p;
+        dst[0 * VSTR] = (a.s0 & 0xffffu) | (b.s0 << 16);
+        dst[1 * VSTR] = (a.s0 >> 16) | (b.s0 & 0xffff0000u);
+        dst[2 * VSTR] = (a.s1 & 0xffffu) | (b.s1 << 16);
+        dst[3 * VSTR] = (a.s1 >> 16) | (b.s1 & 0xffff0000u);
+        dst[4 * VSTR] = (a.s2 & 0xffffu) | (b.s2 << 16);
+        dst[5 * VSTR] = (a.s2 >> 16) | (b.s2 & 0xffff0000u);
+        dst[6 * VSTR] = (a.s3 & 0xffffu) | (b.s3 << 16);
+        dst[7 * VSTR] = (a.s3 >> 16) | (b.s3 & 0xffff0000u);
+      }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (kb < kb_last) FETCH(j0 + BK)
+
+    // s = q k^T for this warp's rows and the block's keys.
+    float s[RT][STILES][4];
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+      for (int n = 0; n < STILES; ++n) s[r][n][0] = s[r][n][1] = s[r][n][2] = s[r][n][3] = 0.0f;
+#pragma unroll
+    for (int st = 0; st < KSTEPS; ++st)
+#pragma unroll
+      for (int n = 0; n < STILES; ++n) {
+        __local const uint* kr = ks + (8 * n + g) * KSTR + 8 * st + t;
+        const uint b0 = kr[0], b1 = kr[4];
+#pragma unroll
+        for (int r = 0; r < RT; ++r) mma(s[r][n], qf[r][st][0], qf[r][st][1], qf[r][st][2], qf[r][st][3], b0, b1);
+      }
+
+    // Online softmax in base 2; P replaces the scores (times the dropout mask, after the row
+    // sums: lse does not see dropout).
+    const bool whole = plain_options && i0 + MMA_ROWS <= c->q_len && j0 + BK <= c->k_len &&
+                       j0 >= key_lo(pc, c, i0 + MMA_ROWS - 1) && j0 + BK - 1 <= key_hi(pc, c, i0);
+#pragma unroll
+    for (int r = 0; r < RT; ++r) {
+      float mx[2] = {NEG, NEG};
+#pragma unroll
+      for (int n = 0; n < STILES; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float z = s[r][n][e] * pc->qscale;
+          if (!whole) z = logit(pc, c, z, head, w0 + 16 * r + g + 8 * (e >> 1), j0 + 8 * n + 2 * t + (e & 1), bias, q_seg, k_seg);
+          s[r][n][e] = z;
+          mx[e >> 1] = fmax(mx[e >> 1], z);
+        }
+      float alpha[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float top = fmax(m[r][h], max_quad(mx[h]));
+        alpha[h] = top == NEG ? 1.0f : native_exp2(m[r][h] - top);
+        m[r][h] = top;
+      }
+#pragma unroll
+      for (int n = 0; n < STILES; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float top = m[r][e >> 1];
+          float p = top == NEG ? 0.0f : native_exp2(s[r][n][e] - top);
+          sum[e >> 1] += p;
+          if (HAS(F_DROPOUT) && p != 0.0f)
+            p *= keep(pc, c, head, w0 + 16 * r + g + 8 * (e >> 1), j0 + 8 * n + 2 * t + (e & 1));
+          s[r][n][e] = p;
+        }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) l[r][h] = l[r][h] * alpha[h] + sum[h];
+#pragma unroll
+      for (int n = 0; n < OTILES; ++n) {
+        o[r][n][0] *= alpha[0];
+        o[r][n][1] *= alpha[0];
+        o[r][n][2] *= alpha[1];
+        o[r][n][3] *= alpha[1];
+      }
+    }
+
+    // o += p v: p's A fragments are the score tiles 2 st and 2 st + 1 as they lie.
+#pragma unroll
+    for (int st = 0; st < BK / 16; ++st) {
+      uint a[RT][4];
+#pragma unroll
+      for (int r = 0; r < RT; ++r) {
+        a[r][0] = pack2(s[r][2 * st][0], s[r][2 * st][1]);
+        a[r][1] = pack2(s[r][2 * st][2], s[r][2 * st][3]);
+        a[r][2] = pack2(s[r][2 * st + 1][0], s[r][2 * st + 1][1]);
+        a[r][3] = pack2(s[r][2 * st + 1][2], s[r][2 * st + 1][3]);
+      }
+      __local const uint* vr = vt + g * VSTR + 8 * st + t;
+#pragma unroll
+      for (int n = 0; n < OTILES; ++n) {
+        const uint b0 = vr[8 * n * VSTR], b1 = vr[8 * n * VSTR + 4];
+#pragma unroll
+        for (int r = 0; r < RT; ++r) mma(o[r][n], a[r][0], a[r][1], a[r][2], a[r][3], b0, b1);
+      }
+    }
+  }
+#undef FETCH
+
+  __global uint* ow = (__global uint*)out;
+#pragma unroll
+  for (int r = 0; r < RT; ++r)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float total = sum_quad(l[r][h]);
+      const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+      const int i = w0 + 16 * r + g + 8 * h;
+      if (i < c->q_len) {
+        __global uint* po = ow + ((size_t)(c->q_start + i) * pc->heads + head) * DW;
+#pragma unroll
+        for (int n = 0; n < OTILES; ++n) po[4 * n + t] = pack2(o[r][n][2 * h] * inv, o[r][n][2 * h + 1] * inv);
+        if (t == 0) lse[lse_index(pc, c, head, i)] = total > 0.0f ? (m[r][h] + log2(total)) * LN2 : -INFINITY;
+      }
+    }
+}
+
+// ---- backward --------------------------------------------------------------------------------
+// FlashAttention-2 without atomics on the same fragments, after the scalar program's prep pass
+// (delta = dout . out per row) and before its finish pass (fixed-order dsoftmax_aux and
+// broadcast dbias sums). P is recomputed from the saved lse; dU = P (dP - delta) (times the
+// cap's derivative) enters the tensor cores in the operand type, as FlashAttention-2 does.
+
+// Rows [0, n) of `dst` (stride KSTR words) = tokens tok0.. of head h of src (nh heads); zero
+// from `valid` on.
+void stage_rows(__local uint* dst, int n, int tok0, int valid, uint nh, uint h, __global const uint4* src, int tid) {
+  for (int u = tid; u < n * (DW / 4); u += 32 * NW) {
+    const int r = u / (DW / 4), cc = u - r * (DW / 4);
+    uint4 x = (uint4)(0);
+    if (r < valid) x = src[((size_t)(tok0 + r) * nh + h) * (DW / 4) + cc];
+    vstore4(x, 0, dst + r * KSTR + 4 * cc);
+  }
+}
+
+// The same rows transposed: dst[d][pair p] (stride `stride` words) holds elements d of rows 2p
+// and 2p + 1, so B fragments that reduce over rows are 32-bit loads.
+void stage_cols(__local uint* dst, int stride, int n, int tok0, int valid, uint nh, uint h, __global const uint4* src,
+                int tid) {
+  for (int u = tid; u < (n / 2) * (D / 8); u += 32 * NW) {
+    const int cc = u / (n / 2), p = u - cc * (n / 2);
+    uint4 a = (uint4)(0), b = (uint4)(0);
+    if (2 * p < valid) a = src[((size_t)(tok0 + 2 * p) * nh + h) * (D / 8) + cc];
+    if (2 * p + 1 < valid) b = src[((size_t)(tok0 + 2 * p + 1) * nh + h) * (D / 8) + cc];
+    __local uint* o = dst + 8 * cc * stride + p;
+    o[0 * stride] = (a.s0 & 0xffffu) | (b.s0 << 16);
+    o[1 * stride] = (a.s0 >> 16) | (b.s0 & 0xffff0000u);
+    o[2 * stride] = (a.s1 & 0xffffu) | (b.s1 << 16);
+    o[3 * stride] = (a.s1 >> 16) | (b.s1 & 0xffff0000u);
+    o[4 * stride] = (a.s2 & 0xffffu) | (b.s2 << 16);
+    o[5 * stride] = (a.s2 >> 16) | (b.s2 & 0xffff0000u);
+    o[6 * stride] = (a.s3 & 0xffffu) | (b.s3 << 16);
+    o[7 * stride] = (a.s3 >> 16) | (b.s3 & 0xffff0000u);
+  }
+}
+
+// A fragments of rows r0 .. r0 + 15 (clamped to `last`) of tokens tok0.. of head h.
+void load_a(uint f[KSTEPS][4], int r0, int last, int tok0, uint nh, uint h, __global const uint* src, int g, int t) {
+  __global const uint* pa = src + ((size_t)(tok0 + min(r0 + g, last)) * nh + h) * DW;
+  __global const uint* pb = src + ((size_t)(tok0 + min(r0 + g + 8, last)) * nh + h) * DW;
+#pragma unroll
+  for (int s = 0; s < KSTEPS; ++s) {
+    f[s][0] = pa[8 * s + t];
+    f[s][1] = pb[8 * s + t];
+    f[s][2] = pa[8 * s + 4 + t];
+    f[s][3] = pb[8 * s + 4 + t];
+  }
+}
+
+// acc[n] (16 x 8 tiles over `tiles` columns) += a b^T, b's rows (stride KSTR words) in local memory.
+#define GEMM_ROWS(acc, a, rows_at, tiles)                                                             \
+  _Pragma("unroll") for (int st_ = 0; st_ < KSTEPS; ++st_) _Pragma("unroll") for (int n_ = 0; n_ < (tiles); ++n_) { \
+    __local const uint* br_ = (rows_at) + (8 * n_ + g) * KSTR + 8 * st_ + t;                           \
+    mma(acc[n_], a[st_][0], a[st_][1], a[st_][2], a[st_][3], br_[0], br_[4]);                         \
+  }
+
+// acc[n] (16 x 8 tiles over D) += x y, x's A fragments from score tiles xs (16 x `cols`), y's
+// transposed rows at cols_at (stride `stride` words).
+#define GEMM_COLS(acc, xs, cols, cols_at, stride)                                                     \
+  _Pragma("unroll") for (int st_ = 0; st_ < (cols) / 16; ++st_) {                                     \
+    const uint a0_ = pack2(xs[2 * st_][0], xs[2 * st_][1]), a1_ = pack2(xs[2 * st_][2], xs[2 * st_][3]); \
+    const uint a2_ = pack2(xs[2 * st_ + 1][0], xs[2 * st_ + 1][1]);                                   \
+    const uint a3_ = pack2(xs[2 * st_ + 1][2], xs[2 * st_ + 1][3]);                                   \
+    __local const uint* cr_ = (cols_at) + g * (stride) + 8 * st_ + t;                                 \
+    _Pragma("unroll") for (int n_ = 0; n_ < OTILES; ++n_)                                             \
+      mma(acc[n_], a0_, a1_, a2_, a3_, cr_[8 * n_ * (stride)], cr_[8 * n_ * (stride) + 4]);           \
+  }
+
+// Stores rows r0 + g and r0 + g + 8 (those below `valid`) of a 16 x D accumulator times `scale`.
+void store_rows(float acc[OTILES][4], int r0, int valid, int tok0, uint nh, uint h, __global uint* dst, float scale,
+                int g, int t) {
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int r = r0 + g + 8 * hh;
+    if (r < valid) {
+      __global uint* p = dst + ((size_t)(tok0 + r) * nh + h) * DW;
+#pragma unroll
+      for (int n = 0; n < OTILES; ++n) p[4 * n + t] = pack2(acc[n][2 * hh] * scale, acc[n][2 * hh + 1] * scale);
+    }
+  }
+}
+
+// du (in place of the scores s, dp the dout . v products) for rows i(e) and keys j(e) of a tile;
+// pd (if not null) gets P with the dropout mask applied. Returns through the arrays.
+#define GRADIENT(h_, i_, j_, x_, dpv_, lse2_, dlt_, whole_, du_out, pd_out)                          \
+  {                                                                                                   \
+    const float z_ = (whole_) ? (x_) : logit(pc, c, (x_), (h_), (i_), (j_), bias, q_seg, k_seg);      \
+    const float p_ = z_ == NEG || isinf(lse2_) ? 0.0f : native_exp2(z_ - (lse2_));                    \
+    float dp_ = (dpv_), pd_ = p_;                                                                     \
+    if (HAS(F_DROPOUT) && p_ != 0.0f) {                                                               \
+      const float kp_ = keep(pc, c, (h_), (i_), (j_));                                                \
+      dp_ *= kp_;                                                                                     \
+      pd_ *= kp_;                                                                                     \
+    }                                                                                                 \
+    float du_ = p_ * (dp_ - (dlt_));                                                                  \
+    if (HAS(F_SOFTCAP) && p_ != 0.0f) {                                                               \
+      const float th_ = z_ / pc->cap2;                                                                \
+      du_ *= 1.0f - th_ * th_;                                                                        \
+    }                                                                                                 \
+    du_out = du_;                                                                                     \
+    pd_out = pd_;                                                                                     \
+  }
+
+// dq for 16 NW query rows of one head: keys in blocks of BK, k staged as rows (for q k^T) and
+// transposed (for dU k), v as rows (for dout v^T). Local memory: 2 BK KSTR + D (BK / 2 + 4) words.
+__kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dq_mma(BWD_ARGS) {
+  const Params* pc = &P;
+  const Ctx cx = make_ctx(pc, get_group_id(2), cu_q, cu_k);
+  const Ctx* c = &cx;
+  const int tid = get_local_id(0), lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const uint head = get_group_id(1), hk = head / pc->group;
+  const int i0 = (int)get_group_id(0) * 16 * NW;
+  if (i0 >= c->q_len) return;
+  const int rows = min(16 * NW, c->q_len - i0), w0 = i0 + 16 * warp;
+  const int KTS = BK / 2 + 4;
+  __local uint* ks = (__local uint*)sh;
+  __local uint* vs = ks + BK * KSTR;
+  __local uint* kt = vs + BK * KSTR;
+
+  uint qf[KSTEPS][4], of[KSTEPS][4];
+  load_a(qf, w0, c->q_len - 1, c->q_start, pc->heads, head, (__global const uint*)q, g, t);
+  load_a(of, w0, c->q_len - 1, c->q_start, pc->heads, head, (__global const uint*)dout, g, t);
+  float lse2[2], dlt[2];
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int i = min(w0 + g + 8 * hh, c->q_len - 1);
+    lse2[hh] = lse[lse_index(pc, c, head, i)] * LOG2E;
+    dlt[hh] = delta[head * pc->total_q + (uint)(c->q_start + i)];
+  }
+  float acc[OTILES][4];
+#pragma unroll
+  for (int n = 0; n < OTILES; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  const bool plain_options = (pc->flags & (F_BIAS | F_SOFTCAP | F_SEGMENTS)) == 0u;
+
+  const int jlo = max(0, key_lo(pc, c, i0)), jhi = min(c->k_len - 1, key_hi(pc, c, i0 + rows - 1));
+  for (int kb = jlo / BK; jlo <= jhi && kb <= jhi / BK; ++kb) {
+    const int j0 = kb * BK, n = min(BK, c->k_len - j0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    stage_rows(ks, BK, c->k_start + j0, n, pc->kv_heads, hk, (__global const uint4*)k, tid);
+    stage_rows(vs, BK, c->k_start + j0, n, pc->kv_heads, hk, (__global const uint4*)v, tid);
+    stage_cols(kt, KTS, BK, c->k_start + j0, n, pc->kv_heads, hk, (__global const uint4*)k, tid);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float s[STILES][4], dp[STILES][4];
+#pragma unroll
+    for (int x = 0; x < STILES; ++x) s[x][0] = s[x][1] = s[x][2] = s[x][3] = dp[x][0] = dp[x][1] = dp[x][2] = dp[x][3] = 0.0f;
+    GEMM_ROWS(s, qf, ks, STILES)
+    GEMM_ROWS(dp, of, vs, STILES)
+    const bool whole = plain_options && i0 + 16 * NW <= c->q_len && j0 + BK <= c->k_len &&
+                       j0 >= key_lo(pc, c, i0 + 16 * NW - 1) && j0 + BK - 1 <= key_hi(pc, c, i0);
+#pragma unroll
+    for (int x = 0; x < STILES; ++x)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int hh = e >> 1;
+        float du, pd;
+        GRADIENT(head, w0 + g + 8 * hh, j0 + 8 * x + 2 * t + (e & 1), s[x][e] * pc->qscale, dp[x][e], lse2[hh], dlt[hh],
+                 whole, du, pd)
+        (void)pd;
+        s[x][e] = du;
+      }
+    GEMM_COLS(acc, s, BK, kt, KTS)
+  }
+  store_rows(acc, w0, c->q_len, c->q_start, pc->heads, head, (__global uint*)dq, pc->softmax_scale, g, t);
+}
+
+// dk and dv for 16 NW keys of one kv head, iterating the query heads of its group and every
+// query block of BQ rows that can see them: q and dout staged as rows (for k q^T, v dout^T) and
+// transposed (for dU^T q, P^T dout). Writes dbias (or its f32 scratch) where a bias is given,
+// zeros included for blocks the mask skips. Local memory: 2 BQ KSTR + 2 D (BQ / 2 + 4) + 2 BQ words.
+__kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dkdv_mma(BWD_ARGS) {
+  const Params* pc = &P;
+  const Ctx cx = make_ctx(pc, get_group_id(2), cu_q, cu_k);
+  const Ctx* c = &cx;
+  const int tid = get_local_id(0), lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const uint hk = get_group_id(1);
+  const int j0 = (int)get_group_id(0) * 16 * NW;
+  if (j0 >= c->k_len) return;
+  const int n = min(16 * NW, c->k_len - j0), w0 = j0 + 16 * warp;
+  const int QTS = BQ / 2 + 4;
+  __local uint* qs = (__local uint*)sh;
+  __local uint* ds = qs + BQ * KSTR;
+  __local uint* qt = ds + BQ * KSTR;
+  __local uint* dt = qt + D * QTS;
+  __local float* ls = (__local float*)(dt + D * QTS);
+  __local float* dl = ls + BQ;
+
+  uint kf[KSTEPS][4], vf[KSTEPS][4];
+  load_a(kf, w0, c->k_len - 1, c->k_start, pc->kv_heads, hk, (__global const uint*)k, g, t);
+  load_a(vf, w0, c->k_len - 1, c->k_start, pc->kv_heads, hk, (__global const uint*)v, g, t);
+  float dka[OTILES][4], dva[OTILES][4];
+#pragma unroll
+  for (int x = 0; x < OTILES; ++x) dka[x][0] = dka[x][1] = dka[x][2] = dka[x][3] = dva[x][0] = dva[x][1] = dva[x][2] = dva[x][3] = 0.0f;
+  const bool plain_options = (pc->flags & (F_BIAS | F_SOFTCAP | F_SEGMENTS)) == 0u;
+  const bool scratch = HAS(F_DBIAS_SCRATCH);
+
+  for (uint h = hk * pc->group; h < (hk + 1u) * pc->group; ++h) {
+    for (int i0 = 0; i0 < c->q_len; i0 += BQ) {
+      const int rows = min(BQ, c->q_len - i0);
+      if (key_hi(pc, c, i0 + rows - 1) < j0 || key_lo(pc, c, i0) > j0 + n - 1) {
+        // No query of the block sees these keys: their dbias entries are zero.
+        if (HAS(F_BIAS))
+          for (int e = tid; e < rows * n; e += 32 * NW) {
+            const int r = e / n, cc = e - r * n;
+            const uint at = ((c->seq * pc->heads + h) * pc->seq_q + (uint)(i0 + r)) * pc->seq_k + (uint)(j0 + cc);
+            if (scratch)
+              dbscr[at] = 0.0f;
+            else
+              st(dbias, at, BIAS_DT, 0.0f);
+          }
+        continue;
+      }
+      barrier(CLK_LOCAL_MEM_FENCE);
+      stage_rows(qs, BQ, c->q_start + i0, rows, pc->heads, h, (__global const uint4*)q, tid);
+      stage_rows(ds, BQ, c->q_start + i0, rows, pc->heads, h, (__global const uint4*)dout, tid);
+      stage_cols(qt, QTS, BQ, c->q_start + i0, rows, pc->heads, h, (__global const uint4*)q, tid);
+      stage_cols(dt, QTS, BQ, c->q_start + i0, rows, pc->heads, h, (__global const uint4*)dout, tid);
+      for (int r = tid; r < BQ; r += 32 * NW) {
+        const bool inr = r < rows;
+        ls[r] = inr ? lse[lse_index(pc, c, h, i0 + r)] * LOG2E : 0.0f;
+        dl[r] = inr ? delta[h * pc->total_q + (uint)(c->q_start + i0 + r)] : 0.0f;
+      }
+      barrier(CLK_LOCAL_MEM_FENCE);
+      // Transposed tiles: this thread holds keys w0 + g (+ 8) and queries i0 + 8 x + 2 t (+ 1).
+      float s[BQ / 8][4], dp[BQ / 8][4];  // then dU^T and P^T (dropout applied) in their place
+#pragma unroll
+      for (int x = 0; x < BQ / 8; ++x) s[x][0] = s[x][1] = s[x][2] = s[x][3] = dp[x][0] = dp[x][1] = dp[x][2] = dp[x][3] = 0.0f;
+      GEMM_ROWS(s, kf, qs, BQ / 8)
+      GEMM_ROWS(dp, vf, ds, BQ / 8)
+      const bool whole = plain_options && i0 + BQ <= c->q_len && j0 + 16 * NW <= c->k_len &&
+                         j0 >= key_lo(pc, c, i0 + BQ - 1) && j0 + 16 * NW - 1 <= key_hi(pc, c, i0);
+#pragma unroll
+      for (int x = 0; x < BQ / 8; ++x)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int qr = 8 * x + 2 * t + (e & 1), i = i0 + qr, j = w0 + g + 8 * (e >> 1);
+          float du, p;
+          GRADIENT(h, i, j, s[x][e] * pc->qscale, dp[x][e], ls[qr], dl[qr], whole, du, p)
+          if (HAS(F_BIAS) && qr < rows && j < c->k_len) {
+            const uint at = ((c->seq * pc->heads + h) * pc->seq_q + (uint)i) * pc->seq_k + (uint)j;
+            if (scratch)
+              dbscr[at] = du;
+            else
+              st(dbias, at, BIAS_DT, du);
+          }
+          s[x][e] = du;
+          dp[x][e] = p;
+        }
+      GEMM_COLS(dva, dp, BQ, dt, QTS)
+      GEMM_COLS(dka, s, BQ, qt, QTS)
+    }
+  }
+  store_rows(dka, w0, c->k_len, c->k_start, pc->kv_heads, hk, (__global uint*)dk, pc->qscale * pc->grad_scale, g, t);
+  store_rows(dva, w0, c->k_len, c->k_start, pc->kv_heads, hk, (__global uint*)dv, 1.0f, g, t);
+}
