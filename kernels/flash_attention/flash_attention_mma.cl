@@ -55,6 +55,13 @@ uint pack2(float lo, float hi) {
   return r;
 }
 
+// 2^x to about 2 ulp, subnormal results flushed: the hardware instruction itself.
+float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 float max_quad(float x) {
   x = fmax(x, shfl_xor(x, 1));
   return fmax(x, shfl_xor(x, 2));
@@ -173,26 +180,38 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
       }
 
     // Online softmax in base 2; P replaces the scores (times the dropout mask, after the row
-    // sums: lse does not see dropout).
+    // sums: lse does not see dropout). What the options add runs in loops of its own, so the
+    // unrolled common path stays compact in the instruction cache.
     const bool whole = plain_options && i0 + MMA_ROWS <= c->q_len && j0 + BK <= c->k_len &&
                        j0 >= key_lo(pc, c, i0 + MMA_ROWS - 1) && j0 + BK - 1 <= key_hi(pc, c, i0);
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+      for (int n = 0; n < STILES; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[r][n][e] *= pc->qscale;
+    if (!whole) {
+#pragma unroll
+      for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int n = 0; n < STILES; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            s[r][n][e] = logit(pc, c, s[r][n][e], head, w0 + 16 * r + g + 8 * (e >> 1), j0 + 8 * n + 2 * t + (e & 1), bias,
+                               q_seg, k_seg);
+    }
 #pragma unroll
     for (int r = 0; r < RT; ++r) {
       float mx[2] = {NEG, NEG};
 #pragma unroll
       for (int n = 0; n < STILES; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float z = s[r][n][e] * pc->qscale;
-          if (!whole) z = logit(pc, c, z, head, w0 + 16 * r + g + 8 * (e >> 1), j0 + 8 * n + 2 * t + (e & 1), bias, q_seg, k_seg);
-          s[r][n][e] = z;
-          mx[e >> 1] = fmax(mx[e >> 1], z);
-        }
+        for (int e = 0; e < 4; ++e) mx[e >> 1] = fmax(mx[e >> 1], s[r][n][e]);
       float alpha[2], sum[2] = {0.0f, 0.0f};
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float top = fmax(m[r][h], max_quad(mx[h]));
-        alpha[h] = top == NEG ? 1.0f : native_exp2(m[r][h] - top);
+        alpha[h] = top == NEG ? 1.0f : ex2(m[r][h] - top);
         m[r][h] = top;
       }
 #pragma unroll
@@ -200,11 +219,8 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const float top = m[r][e >> 1];
-          float p = top == NEG ? 0.0f : native_exp2(s[r][n][e] - top);
-          sum[e >> 1] += p;
-          if (HAS(F_DROPOUT) && p != 0.0f)
-            p *= keep(pc, c, head, w0 + 16 * r + g + 8 * (e >> 1), j0 + 8 * n + 2 * t + (e & 1));
-          s[r][n][e] = p;
+          s[r][n][e] = top == NEG ? 0.0f : ex2(s[r][n][e] - top);
+          sum[e >> 1] += s[r][n][e];
         }
 #pragma unroll
       for (int h = 0; h < 2; ++h) l[r][h] = l[r][h] * alpha[h] + sum[h];
@@ -215,6 +231,16 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
         o[r][n][2] *= alpha[1];
         o[r][n][3] *= alpha[1];
       }
+    }
+    if (HAS(F_DROPOUT)) {
+#pragma unroll
+      for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int n = 0; n < STILES; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (s[r][n][e] != 0.0f)
+              s[r][n][e] *= keep(pc, c, head, w0 + 16 * r + g + 8 * (e >> 1), j0 + 8 * n + 2 * t + (e & 1));
     }
 
     // o += p v: p's A fragments are the score tiles 2 st and 2 st + 1 as they lie.
@@ -340,26 +366,34 @@ void store_rows(float acc[OTILES][4], int r0, int valid, int tok0, uint nh, uint
   }
 }
 
-// du (in place of the scores s, dp the dout . v products) for rows i(e) and keys j(e) of a tile;
-// pd (if not null) gets P with the dropout mask applied. Returns through the arrays.
-#define GRADIENT(h_, i_, j_, x_, dpv_, lse2_, dlt_, whole_, du_out, pd_out)                          \
+// The scaled scores s (16 x 8 tiles) become logits z in place: the common unmasked block as it is,
+// others through logit() in a loop of its own (see the forward). Tile x, element e is at row
+// row0 + g + 8 (e >> 1) and column col0 + 8 x + 2 t + (e & 1), or transposed (rows as columns).
+#define TO_LOGITS(s, tiles, whole, h, row0, col0, transposed)                                           \
   {                                                                                                   \
-    const float z_ = (whole_) ? (x_) : logit(pc, c, (x_), (h_), (i_), (j_), bias, q_seg, k_seg);      \
-    const float p_ = z_ == NEG || isinf(lse2_) ? 0.0f : native_exp2(z_ - (lse2_));                    \
-    float dp_ = (dpv_), pd_ = p_;                                                                     \
-    if (HAS(F_DROPOUT) && p_ != 0.0f) {                                                               \
-      const float kp_ = keep(pc, c, (h_), (i_), (j_));                                                \
-      dp_ *= kp_;                                                                                     \
-      pd_ *= kp_;                                                                                     \
+    _Pragma("unroll") for (int x_ = 0; x_ < (tiles); ++x_) _Pragma("unroll") for (int e_ = 0; e_ < 4; ++e_) \
+      s[x_][e_] *= pc->qscale;                                                                        \
+    if (!(whole)) {                                                                                   \
+      _Pragma("unroll") for (int x_ = 0; x_ < (tiles); ++x_) _Pragma("unroll") for (int e_ = 0; e_ < 4; ++e_) { \
+        const int r_ = (row0) + g + 8 * (e_ >> 1), c_ = (col0) + 8 * x_ + 2 * t + (e_ & 1);            \
+        s[x_][e_] = transposed ? logit(pc, c, s[x_][e_], (h), c_, r_, bias, q_seg, k_seg)              \
+                               : logit(pc, c, s[x_][e_], (h), r_, c_, bias, q_seg, k_seg);             \
+      }                                                                                               \
     }                                                                                                 \
-    float du_ = p_ * (dp_ - (dlt_));                                                                  \
-    if (HAS(F_SOFTCAP) && p_ != 0.0f) {                                                               \
-      const float th_ = z_ / pc->cap2;                                                                \
-      du_ *= 1.0f - th_ * th_;                                                                        \
-    }                                                                                                 \
-    du_out = du_;                                                                                     \
-    pd_out = pd_;                                                                                     \
   }
+
+// dU = P (dP - delta) from the logit z, dP (dout . v, dropout applied) and the row's lse (base 2)
+// and delta, with the cap's derivative 1 - tanh^2 where a cap is set.
+float grad_logit(const Params* pc, float z, float dp, float lse2, float dlt, float* p_out) {
+  const float p = z == NEG || isinf(lse2) ? 0.0f : ex2(z - lse2);
+  float du = p * (dp - dlt);
+  if (HAS(F_SOFTCAP) && p != 0.0f) {
+    const float th = z / pc->cap2;
+    du *= 1.0f - th * th;
+  }
+  *p_out = p;
+  return du;
+}
 
 // dq for 16 NW query rows of one head: keys in blocks of BK, k staged as rows (for q k^T) and
 // transposed (for dU k), v as rows (for dout v^T). Local memory: 2 BK KSTR + D (BK / 2 + 4) words.
@@ -407,16 +441,19 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dq_mma(BWD
     GEMM_ROWS(dp, of, vs, STILES)
     const bool whole = plain_options && i0 + 16 * NW <= c->q_len && j0 + BK <= c->k_len &&
                        j0 >= key_lo(pc, c, i0 + 16 * NW - 1) && j0 + BK - 1 <= key_hi(pc, c, i0);
+    TO_LOGITS(s, STILES, whole, head, w0, j0, false)
+    if (HAS(F_DROPOUT)) {
+#pragma unroll
+      for (int x = 0; x < STILES; ++x)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dp[x][e] *= keep(pc, c, head, w0 + g + 8 * (e >> 1), j0 + 8 * x + 2 * t + (e & 1));
+    }
 #pragma unroll
     for (int x = 0; x < STILES; ++x)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int hh = e >> 1;
-        float du, pd;
-        GRADIENT(head, w0 + g + 8 * hh, j0 + 8 * x + 2 * t + (e & 1), s[x][e] * pc->qscale, dp[x][e], lse2[hh], dlt[hh],
-                 whole, du, pd)
-        (void)pd;
-        s[x][e] = du;
+        float p;
+        s[x][e] = grad_logit(pc, s[x][e], dp[x][e], lse2[e >> 1], dlt[e >> 1], &p);
       }
     GEMM_COLS(acc, s, BK, kt, KTS)
   }
@@ -488,23 +525,44 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dkdv_mma(B
       GEMM_ROWS(dp, vf, ds, BQ / 8)
       const bool whole = plain_options && i0 + BQ <= c->q_len && j0 + 16 * NW <= c->k_len &&
                          j0 >= key_lo(pc, c, i0 + BQ - 1) && j0 + 16 * NW - 1 <= key_hi(pc, c, i0);
+      TO_LOGITS(s, BQ / 8, whole, h, w0, i0, true)
+      if (HAS(F_DROPOUT)) {
+#pragma unroll
+        for (int x = 0; x < BQ / 8; ++x)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) dp[x][e] *= keep(pc, c, h, i0 + 8 * x + 2 * t + (e & 1), w0 + g + 8 * (e >> 1));
+      }
 #pragma unroll
       for (int x = 0; x < BQ / 8; ++x)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int qr = 8 * x + 2 * t + (e & 1), i = i0 + qr, j = w0 + g + 8 * (e >> 1);
-          float du, p;
-          GRADIENT(h, i, j, s[x][e] * pc->qscale, dp[x][e], ls[qr], dl[qr], whole, du, p)
-          if (HAS(F_BIAS) && qr < rows && j < c->k_len) {
-            const uint at = ((c->seq * pc->heads + h) * pc->seq_q + (uint)i) * pc->seq_k + (uint)j;
-            if (scratch)
-              dbscr[at] = du;
-            else
-              st(dbias, at, BIAS_DT, du);
-          }
-          s[x][e] = du;
+          const int qr = 8 * x + 2 * t + (e & 1);
+          float p;
+          s[x][e] = grad_logit(pc, s[x][e], dp[x][e], ls[qr], dl[qr], &p);
           dp[x][e] = p;
         }
+      if (HAS(F_DROPOUT)) {
+#pragma unroll
+        for (int x = 0; x < BQ / 8; ++x)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (dp[x][e] != 0.0f) dp[x][e] *= keep(pc, c, h, i0 + 8 * x + 2 * t + (e & 1), w0 + g + 8 * (e >> 1));
+      }
+      if (HAS(F_BIAS)) {
+#pragma unroll
+        for (int x = 0; x < BQ / 8; ++x)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int qr = 8 * x + 2 * t + (e & 1), i = i0 + qr, j = w0 + g + 8 * (e >> 1);
+            if (qr < rows && j < c->k_len) {
+              const uint at = ((c->seq * pc->heads + h) * pc->seq_q + (uint)i) * pc->seq_k + (uint)j;
+              if (scratch)
+                dbscr[at] = s[x][e];
+              else
+                st(dbias, at, BIAS_DT, s[x][e]);
+            }
+          }
+      }
       GEMM_COLS(dva, dp, BQ, dt, QTS)
       GEMM_COLS(dka, s, BQ, qt, QTS)
     }
