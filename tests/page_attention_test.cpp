@@ -178,7 +178,7 @@ TEST_P(PageAttention, BadInputNamesTheArgument) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, PageAttention, ::testing::ValuesIn(test::devices()),
-                         [](const auto& info) { return test::test_name(info.param); });
+                         [](const auto& p) { return test::test_name(p.param); });
 
 TEST(PageAttentionWorkloads, RecipeSizesGiveValidInputs) {
   const pa::PageAttentionKernel k;

@@ -80,7 +80,9 @@ TEST(Profiles, ShippedBundlesArePickedUpByTheProfileTier) {
       }
     }
   }
-  if (test::in_ci()) EXPECT_GE(matched, 1) << "lavapipe's shipped bundle should match lavapipe";
+  if (test::in_ci()) {
+    EXPECT_GE(matched, 1) << "lavapipe's shipped bundle should match lavapipe";
+  }
 }
 
 }  // namespace

@@ -140,7 +140,7 @@ TEST_P(RaggedDecodeAttention, BadInputNamesTheArgument) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, RaggedDecodeAttention, ::testing::ValuesIn(test::devices()),
-                         [](const auto& info) { return test::test_name(info.param); });
+                         [](const auto& p) { return test::test_name(p.param); });
 
 TEST(RaggedDecodeAttentionWorkloads, RecipeSizesGiveValidInputs) {
   const rd::RaggedDecodeAttentionKernel k;

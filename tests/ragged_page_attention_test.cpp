@@ -164,7 +164,7 @@ TEST_P(RaggedPageAttention, BadInputNamesTheArgument) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, RaggedPageAttention, ::testing::ValuesIn(test::devices()),
-                         [](const auto& info) { return test::test_name(info.param); });
+                         [](const auto& p) { return test::test_name(p.param); });
 
 TEST(RaggedPageAttentionWorkloads, RecipeSizesGiveValidInputs) {
   const rp::RaggedPageAttentionKernel k;

@@ -181,7 +181,9 @@ TEST_F(Chain, ProfileFallsBackFromDeviceToArchitectureToNearestWorkload) {
     Selection s = ex->select(probe(n));
     EXPECT_EQ(s.tier, tier) << "n=" << n << ": " << s.reason;
     EXPECT_EQ(s.config, c) << "n=" << n << ": " << s.reason;
-    if (!reason.empty()) EXPECT_EQ(s.reason, reason) << "n=" << n;
+    if (!reason.empty()) {
+      EXPECT_EQ(s.reason, reason) << "n=" << n;
+    }
   };
   check(64, Tier::profile, cfg(8, 1), "profile: exact device (family.json)");
   check(128, Tier::profile, cfg(16, 1), "profile: same vendor and architecture, Probe Two acme-gen1 (family.json)");
