@@ -58,10 +58,11 @@ layout(push_constant) uniform Push {
   uint threshold, seed_lo, seed_hi;
   uint bias_batch, bias_heads;
   uint dtypes;       // bias dtype | sinks dtype << 4 (0 f32, 1 f16, 2 bf16)
-  uint group_x, group_y, group_z;  // first workgroup of this dispatch (large grids are split)
   uint extra;        // prep and finish: query blocks of the prep pass per (sequence, head)
   uint head_dim;     // D <= DMAX
   uint dtype;        // q, k, v, out, dout, dq, dk, dv: 0 f32, 1 f16, 2 bf16 (f32 only without ELEM16)
+  // The words before are the programs' options (program.hpp), as OpenCL's Params.
+  uint group_x, group_y, group_z;  // first workgroup of this dispatch (large grids are split)
 } pc;
 
 // Runtime rather than specialization constants: one pipeline serves every head_dim of a size

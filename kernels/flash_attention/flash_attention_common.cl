@@ -19,7 +19,8 @@
 #define F_DBIAS_SCRATCH 128u
 #define F_FINISH_DBIAS 256u
 
-// Mirrors the host's Params (every member 4 bytes, so both sides lay it out alike).
+// Mirrors the host's ProgramOptions (program.hpp): every member 4 bytes, so both sides lay it
+// out alike.
 typedef struct {
   uint batch, seq_q, seq_k, total_q;
   uint heads, kv_heads, group, flags;

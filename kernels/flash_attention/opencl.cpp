@@ -20,6 +20,7 @@
 #include "flash_attention/flash_attention.hpp"
 #include "flash_attention/impls.hpp"
 #include "flash_attention/opencl.hpp"
+#include "flash_attention/program.hpp"
 
 namespace ejk::kernels::flash_attention {
 namespace {
@@ -28,22 +29,6 @@ constexpr const char* source_key = "flash_attention/flash_attention.cl";
 constexpr const char* mma_key = "flash_attention/flash_attention_mma.cl";
 constexpr const char* common_key = "flash_attention/flash_attention_common.cl";
 constexpr const char* philox_key = "flash_attention/philox.h";
-
-// Mirrors the program's Params (kernel argument passed by value; every member 4 bytes).
-struct Params {
-  std::uint32_t batch, seq_q, seq_k, total_q;
-  std::uint32_t heads, kv_heads, group, flags;
-  std::int32_t window_left, window_right;
-  float qscale, bias_scale, cap2, softmax_scale, grad_scale, keep_scale;
-  std::uint32_t threshold, seed_lo, seed_hi;
-  std::uint32_t bias_batch, bias_heads, dtypes;
-  std::uint32_t extra, head_dim, dtype;
-};
-static_assert(sizeof(Params) == 100, "the program's Params is 25 words");
-
-// The program's F_* flags.
-constexpr std::uint32_t causal = 1, varlen = 2, bias = 4, sinks = 8, segments = 16, dropout = 32, softcap = 64,
-                        dbias_scratch = 128, finish_dbias = 256;
 
 // Work-items of the prep and finish passes (the program's PREP_NT).
 constexpr std::int64_t prep_threads = 64;
@@ -57,37 +42,9 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 
 bool is_cpu(const DeviceInfo& dev) { return (opencl::device_type(dev) & CL_DEVICE_TYPE_CPU) != 0; }
 
-std::uint32_t dtype_code(DType t) {
-  switch (t) {
-    case DType::f32: return 0;
-    case DType::f16: return 1;
-    case DType::bf16: return 2;
-    default: throw InvalidArgument("flash_attention opencl: dtype " + std::string(to_string(t)) + " is not supported");
-  }
-}
-
-// The program's DMAX: head_dim rounded up to a size class. head_dim itself is a kernel argument,
-// so the few classes bound the programs built per geometry.
-std::int64_t head_dim_class(std::int64_t d) {
-  std::int64_t c = 32;
-  while (c < d) c *= 2;
-  return c;
-}
-
-// Tile geometry of a config and each pass's local memory in bytes (the program's layouts); d is
-// the head_dim class.
-struct Geometry {
-  std::int64_t bq, bk, rx, ry, d;
-  std::int64_t wd() const { return ceil_div(d, rx); }
-  std::int64_t ds() const { return wd() * rx + 1; }
-  std::int64_t forward_local() const { return 4 * (bq * ds() + bk * ds() + bq * (bk + 1) + bq * rx); }
-  std::int64_t dkdv_local() const { return 4 * (2 * bk * ds() + bq * ds() + 2 * bq * (bk + 1) + 2 * bq); }
-  std::int64_t dq_local() const { return 4 * (2 * bq * ds() + bk * ds() + bq * (bk + 1) + 2 * bq); }
-};
-
 // The space's limits, for configs that reach run() without it.
-Geometry geometry(const Config& c, const Problem& p, const DeviceInfo& info) {
-  Geometry g{c.get("block_q"), c.get("block_k"), c.get("threads_x"), c.get("threads_y"), head_dim_class(p.head_dim)};
+TileGeometry geometry(const Config& c, const Problem& p, const DeviceInfo& info) {
+  TileGeometry g{c.get("block_q"), c.get("block_k"), c.get("threads_x"), c.get("threads_y"), head_dim_class(p.head_dim)};
   const std::string text = std::string(p.backward ? "flash_attention_bwd" : "flash_attention") + " opencl: config " +
                            c.canonical() + " ";
   if (g.bq <= 0 || g.bk <= 0 || g.rx <= 0 || g.ry <= 0)
@@ -99,62 +56,11 @@ Geometry geometry(const Config& c, const Problem& p, const DeviceInfo& info) {
     throw InvalidArgument(text + "exceeds the device's workgroup size " + std::to_string(info.max_workgroup_size) +
                           " (" + std::to_string(info.max_workgroup_dims[0]) + " x " +
                           std::to_string(info.max_workgroup_dims[1]) + ")");
-  const std::int64_t local = p.backward ? std::max(g.dkdv_local(), g.dq_local()) : g.forward_local();
+  const std::int64_t local = p.backward ? std::max(g.dkdv_bytes(), g.dq_bytes()) : g.forward_bytes();
   if (local > static_cast<std::int64_t>(info.local_mem))
     throw InvalidArgument(text + "needs " + std::to_string(local) + " bytes of local memory for head_dim " +
                           std::to_string(p.head_dim) + ", the device has " + std::to_string(info.local_mem));
   return g;
-}
-
-Params make_params(const Problem& p) {
-  Params c{};
-  c.batch = u32(p.batch);
-  c.seq_q = u32(p.seq_q);
-  c.seq_k = u32(p.seq_k);
-  c.total_q = u32(p.total_q);
-  c.heads = u32(p.heads);
-  c.kv_heads = u32(p.kv_heads);
-  c.group = u32(p.group());
-  c.flags = (p.causal ? causal : 0u) | (p.varlen ? varlen : 0u) | (p.has_bias ? bias : 0u) | (p.has_sinks ? sinks : 0u) |
-            (p.has_segments ? segments : 0u) | (p.dropout > 0 ? dropout : 0u) | (p.softcap > 0 ? softcap : 0u);
-  c.window_left = static_cast<std::int32_t>(p.window_left);
-  c.window_right = static_cast<std::int32_t>(p.window_right);
-  // Logits in base 2, as the CPU kernels keep them: with a cap, t = u / cap and z log2 e = cap
-  // log2 e tanh(t); without, z log2 e = u log2 e.
-  constexpr double log2e = 1.4426950408889634;
-  if (p.softcap > 0) {
-    c.qscale = static_cast<float>(p.scale / p.softcap);
-    c.bias_scale = static_cast<float>(1.0 / p.softcap);
-    c.cap2 = static_cast<float>(p.softcap * log2e);
-  } else {
-    c.qscale = static_cast<float>(p.scale * log2e);
-    c.bias_scale = static_cast<float>(log2e);
-  }
-  c.softmax_scale = static_cast<float>(p.scale);
-  c.grad_scale = static_cast<float>(p.scale / static_cast<double>(c.qscale));
-  c.keep_scale = static_cast<float>(1.0 / (1.0 - p.dropout));
-  c.threshold = p.threshold;
-  c.seed_lo = static_cast<std::uint32_t>(p.seed);
-  c.seed_hi = static_cast<std::uint32_t>(p.seed >> 32);
-  c.bias_batch = u32(p.has_bias ? p.bias_batch : 1);
-  c.bias_heads = u32(p.has_bias ? p.bias_heads : 1);
-  c.head_dim = u32(p.head_dim);
-  c.dtype = dtype_code(p.dtype);
-  c.dtypes = (p.has_bias ? dtype_code(p.bias_dtype) : 0) | (p.has_sinks ? dtype_code(p.sinks_dtype) : 0) << 4;
-  return c;
-}
-
-// The program's indices are 32-bit.
-void check_indices(const Problem& p) {
-  const double limit = 4294967295.0;
-  const double q = static_cast<double>(p.total_q) * static_cast<double>(p.heads) * static_cast<double>(p.head_dim);
-  const double k = static_cast<double>(p.total_k) * static_cast<double>(p.kv_heads) * static_cast<double>(p.head_dim);
-  const double b = p.has_bias ? static_cast<double>(p.batch) * static_cast<double>(p.heads) * static_cast<double>(p.seq_q) *
-                                    static_cast<double>(p.seq_k)
-                              : 0.0;
-  if (q > limit || k > limit || b > limit)
-    throw InvalidArgument("flash_attention opencl: arrays of more than 2^32 elements (q " + std::to_string(q) + ", k " +
-                          std::to_string(k) + ", bias planes " + std::to_string(b) + ") are not supported");
 }
 
 // The tensor-core passes (flash_attention_mma.cl) take f16 or bf16 q, k, v with head_dim a
@@ -206,7 +112,7 @@ std::shared_ptr<opencl::ClKernel> mma_kernel(opencl::OpenCLDevice& dev, const Mm
 }
 
 // Kernel `name` of the geometry's program.
-std::shared_ptr<opencl::ClKernel> program_kernel(opencl::OpenCLDevice& dev, const Geometry& g, const char* name) {
+std::shared_ptr<opencl::ClKernel> program_kernel(opencl::OpenCLDevice& dev, const TileGeometry& g, const char* name) {
   const std::string options = "-DBQ=" + std::to_string(g.bq) + " -DBK=" + std::to_string(g.bk) +
                               " -DRX=" + std::to_string(g.rx) + " -DRY=" + std::to_string(g.ry) +
                               " -DDMAX=" + std::to_string(g.d) + " -DFMA=" + (dev.hardware_fma() ? "1" : "0") +
@@ -248,7 +154,7 @@ class OpenCLBase : public Implementation {
 
  protected:
   static opencl::OpenCLDevice& prepare(const Problem& p, Device& device) {
-    check_indices(p);
+    check_32bit_indices(p, p.backward ? "flash_attention_bwd opencl" : "flash_attention opencl");
     return opencl::opencl_device(device);
   }
 };
@@ -268,7 +174,7 @@ class OpenCLForward final : public OpenCLBase {
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
     auto& dev = prepare(p, device);
-    const Params params = make_params(p);
+    const ProgramOptions params = program_options(p, "flash_attention opencl");
     auto go = [&](opencl::ClKernel& k, std::int64_t groups, std::int64_t lx, std::int64_t ly, std::int64_t local) {
       launch(dev, k, groups, p.heads, p.batch, lx, ly, opencl::StructArg::of(params),
              opencl::LocalBytes{static_cast<std::size_t>(local)}, args[fwd::q], args[fwd::k], args[fwd::v],
@@ -281,8 +187,8 @@ class OpenCLForward final : public OpenCLBase {
          g.forward_local());
       return;
     }
-    const Geometry g = geometry(config, p, dev.info());
-    go(*program_kernel(dev, g, "fa_fwd"), ceil_div(p.seq_q, g.bq), g.rx, g.ry, g.forward_local());
+    const TileGeometry g = geometry(config, p, dev.info());
+    go(*program_kernel(dev, g, "fa_fwd"), ceil_div(p.seq_q, g.bq), g.rx, g.ry, g.forward_bytes());
   }
 };
 
@@ -303,7 +209,7 @@ class OpenCLBackward final : public OpenCLBase {
     auto& dev = prepare(p, device);
     const bool mma = variant_of(config, p) == "mma";
     // The mma variant takes its prep and finish passes from a small scalar geometry's program.
-    const Geometry g = mma ? Geometry{16, 16, 8, 4, head_dim_class(p.head_dim)} : geometry(config, p, dev.info());
+    const TileGeometry g = mma ? TileGeometry{16, 16, 8, 4, head_dim_class(p.head_dim)} : geometry(config, p, dev.info());
     const MmaGeometry mg = mma ? mma_geometry(config, p, dev.info()) : MmaGeometry{};
 
     // Scratch: delta per row, the prep pass's dsoftmax_aux shares, and where the bias is
@@ -314,8 +220,8 @@ class OpenCLBackward final : public OpenCLBase {
     auto parts = dev.allocate(static_cast<std::size_t>(std::max<std::int64_t>(1, p.batch * p.heads * prep_blocks)) * 4);
     auto scratch = dev.allocate(static_cast<std::size_t>(broadcast ? p.batch * p.heads * p.seq_q * p.seq_k : 1) * 4);
 
-    Params params = make_params(p);
-    params.flags |= broadcast ? dbias_scratch : 0u;
+    ProgramOptions params = program_options(p, "flash_attention_bwd opencl");
+    params.flags |= broadcast ? program_flag::dbias_scratch : 0u;
     params.extra = u32(prep_blocks);
     // Every pass takes the same arguments after the parameters and its local memory.
     auto pass = [&](const char* name, std::int64_t gx, std::int64_t gy, std::int64_t gz, std::int64_t lx,
@@ -334,12 +240,12 @@ class OpenCLBackward final : public OpenCLBase {
       pass("fa_dkdv_mma", ceil_div(p.seq_k, 16 * mg.warps), p.kv_heads, p.batch, 32 * mg.warps, 1, mg.dkdv_local());
       pass("fa_dq_mma", ceil_div(p.seq_q, 16 * mg.warps), p.heads, p.batch, 32 * mg.warps, 1, mg.dq_local());
     } else {
-      pass("fa_dkdv", ceil_div(p.seq_k, g.bk), p.kv_heads, p.batch, g.rx, g.ry, g.dkdv_local());
-      pass("fa_dq", ceil_div(p.seq_q, g.bq), p.heads, p.batch, g.rx, g.ry, g.dq_local());
+      pass("fa_dkdv", ceil_div(p.seq_k, g.bk), p.kv_heads, p.batch, g.rx, g.ry, g.dkdv_bytes());
+      pass("fa_dq", ceil_div(p.seq_q, g.bq), p.heads, p.batch, g.rx, g.ry, g.dq_bytes());
     }
     if (p.has_sinks) pass("fa_finish", 1, 1, 1, prep_threads, 1, prep_threads * 4);
     if (broadcast) {
-      params.flags |= finish_dbias;
+      params.flags |= program_flag::finish_dbias;
       const std::int64_t n = p.bias_batch * p.bias_heads * p.seq_q * p.seq_k;
       pass("fa_finish", std::min<std::int64_t>(ceil_div(n, prep_threads), 4096), 1, 1, prep_threads, 1,
            prep_threads * 4);

@@ -18,60 +18,25 @@
 #include "ejk/error.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "flash_attention/impls.hpp"
+#include "flash_attention/program.hpp"
 
 namespace ejk::kernels::flash_attention {
 namespace {
 
-// Mirrors the shader's push-constant block.
+// Mirrors the shader's push-constant block: the programs' options, then the first workgroup of a
+// dispatch (large grids are split).
 struct Push {
-  std::uint32_t batch, seq_q, seq_k, total_q;
-  std::uint32_t heads, kv_heads, group, flags;
-  std::int32_t window_left, window_right;
-  float qscale, bias_scale, cap2, softmax_scale, grad_scale, keep_scale;
-  std::uint32_t threshold, seed_lo, seed_hi;
-  std::uint32_t bias_batch, bias_heads, dtypes;
-  std::uint32_t group_x, group_y, group_z;
-  std::uint32_t extra;
-  std::uint32_t head_dim, dtype;
+  ProgramOptions o;
+  std::uint32_t group_x = 0, group_y = 0, group_z = 0;
 };
 static_assert(sizeof(Push) == 112, "the shader's block is 28 words");
-
-// The shader's F_* flags.
-constexpr std::uint32_t causal = 1, varlen = 2, bias = 4, sinks = 8, segments = 16, dropout = 32, softcap = 64,
-                        dbias_scratch = 128, finish_dbias = 256;
 
 std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-std::uint32_t dtype_code(DType t) {
-  switch (t) {
-    case DType::f32: return 0;
-    case DType::f16: return 1;
-    case DType::bf16: return 2;
-    default: throw InvalidArgument("flash_attention vulkan: dtype " + std::string(to_string(t)) + " is not supported");
-  }
-}
-
-// The shader's DMAX: head_dim rounded up to a size class. head_dim itself is a push constant,
-// so the few classes bound the pipelines compiled per config.
-std::int64_t head_dim_class(std::int64_t d) {
-  std::int64_t c = 32;
-  while (c < d) c *= 2;
-  return c;
-}
-
-// Tile geometry of a config, and the shared memory of each pass (the shader's SH); d is the class.
-struct Geometry {
-  std::int64_t bq, bk, rx, ry, d;
-  std::int64_t ds() const { return ceil_div(d, rx) * rx + 1; }
-  std::int64_t forward_shared() const { return 4 * (bq * ds() + bk * ds() + bq * (bk + 1) + bq * rx); }
-  std::int64_t dkdv_shared() const { return 4 * (2 * bk * ds() + bq * ds() + 2 * bq * (bk + 1) + 2 * bq); }
-  std::int64_t dq_shared() const { return 4 * (2 * bq * ds() + bk * ds() + bq * (bk + 1) + 2 * bq); }
-};
-
 // The same limits as the space's constraints, for configs that reach run() without it.
-Geometry geometry(const Config& c, const Problem& p, const DeviceInfo& info) {
-  Geometry g{c.get("block_q"), c.get("block_k"), c.get("threads_x"), c.get("threads_y"), head_dim_class(p.head_dim)};
+TileGeometry geometry(const Config& c, const Problem& p, const DeviceInfo& info) {
+  TileGeometry g{c.get("block_q"), c.get("block_k"), c.get("threads_x"), c.get("threads_y"), head_dim_class(p.head_dim)};
   const std::string text = "flash_attention vulkan: config " + c.canonical() + " ";
   if (g.bq <= 0 || g.bk <= 0 || g.rx <= 0 || g.ry <= 0)
     throw InvalidArgument(text + "needs positive block_q, block_k, threads_x, threads_y");
@@ -80,7 +45,7 @@ Geometry geometry(const Config& c, const Problem& p, const DeviceInfo& info) {
                           (p.backward ? " and block_k % threads_y == 0" : ""));
   if (g.rx * g.ry > info.max_workgroup_size)
     throw InvalidArgument(text + "exceeds the device's workgroup size " + std::to_string(info.max_workgroup_size));
-  const std::int64_t shared = p.backward ? std::max(g.dkdv_shared(), g.dq_shared()) : g.forward_shared();
+  const std::int64_t shared = p.backward ? std::max(g.dkdv_bytes(), g.dq_bytes()) : g.forward_bytes();
   if (shared > static_cast<std::int64_t>(info.local_mem))
     throw InvalidArgument(text + "needs " + std::to_string(shared) + " bytes of shared memory for head_dim " +
                           std::to_string(p.head_dim) + ", the device has " + std::to_string(info.local_mem));
@@ -90,57 +55,6 @@ Geometry geometry(const Config& c, const Problem& p, const DeviceInfo& info) {
 bool needs16(const Problem& p) {
   return p.dtype != DType::f32 || (p.has_bias && p.bias_dtype != DType::f32) ||
          (p.has_sinks && p.sinks_dtype != DType::f32);
-}
-
-Push make_push(const Problem& p) {
-  Push c{};
-  c.batch = u32(p.batch);
-  c.seq_q = u32(p.seq_q);
-  c.seq_k = u32(p.seq_k);
-  c.total_q = u32(p.total_q);
-  c.heads = u32(p.heads);
-  c.kv_heads = u32(p.kv_heads);
-  c.group = u32(p.group());
-  c.flags = (p.causal ? causal : 0u) | (p.varlen ? varlen : 0u) | (p.has_bias ? bias : 0u) | (p.has_sinks ? sinks : 0u) |
-            (p.has_segments ? segments : 0u) | (p.dropout > 0 ? dropout : 0u) | (p.softcap > 0 ? softcap : 0u);
-  c.window_left = static_cast<std::int32_t>(p.window_left);
-  c.window_right = static_cast<std::int32_t>(p.window_right);
-  // Logits in base 2, as the CPU kernels keep them: with a cap, t = u / cap and z log2 e = cap
-  // log2 e tanh(t); without, z log2 e = u log2 e.
-  constexpr double log2e = 1.4426950408889634;
-  if (p.softcap > 0) {
-    c.qscale = static_cast<float>(p.scale / p.softcap);
-    c.bias_scale = static_cast<float>(1.0 / p.softcap);
-    c.cap2 = static_cast<float>(p.softcap * log2e);
-  } else {
-    c.qscale = static_cast<float>(p.scale * log2e);
-    c.bias_scale = static_cast<float>(log2e);
-  }
-  c.softmax_scale = static_cast<float>(p.scale);
-  c.grad_scale = static_cast<float>(p.scale / static_cast<double>(c.qscale));
-  c.keep_scale = static_cast<float>(1.0 / (1.0 - p.dropout));
-  c.threshold = p.threshold;
-  c.seed_lo = static_cast<std::uint32_t>(p.seed);
-  c.seed_hi = static_cast<std::uint32_t>(p.seed >> 32);
-  c.bias_batch = u32(p.has_bias ? p.bias_batch : 1);
-  c.bias_heads = u32(p.has_bias ? p.bias_heads : 1);
-  c.head_dim = u32(p.head_dim);
-  c.dtype = dtype_code(p.dtype);
-  c.dtypes = (p.has_bias ? dtype_code(p.bias_dtype) : 0) | (p.has_sinks ? dtype_code(p.sinks_dtype) : 0) << 4;
-  return c;
-}
-
-// Shader indices are 32-bit.
-void check_indices(const Problem& p) {
-  const double limit = 4294967295.0;
-  const double q = static_cast<double>(p.total_q) * static_cast<double>(p.heads) * static_cast<double>(p.head_dim);
-  const double k = static_cast<double>(p.total_k) * static_cast<double>(p.kv_heads) * static_cast<double>(p.head_dim);
-  const double b = p.has_bias ? static_cast<double>(p.batch) * static_cast<double>(p.heads) * static_cast<double>(p.seq_q) *
-                                    static_cast<double>(p.seq_k)
-                              : 0.0;
-  if (q > limit || k > limit || b > limit)
-    throw InvalidArgument("flash_attention vulkan: arrays of more than 2^32 elements (q " + std::to_string(q) + ", k " +
-                          std::to_string(k) + ", bias planes " + std::to_string(b) + ") are not supported");
 }
 
 // Dispatches `groups` workgroups, split where they exceed the device's counts; the shader adds
@@ -285,7 +199,7 @@ class VulkanBase : public Implementation {
     auto& dev = vulkan::vulkan_device(device);
     if (needs16(p) && !dev.physical().storage16)
       throw InvalidArgument("flash_attention vulkan: " + dev.info().id() + " has no 16-bit storage buffers for f16/bf16 arrays");
-    check_indices(p);
+    check_32bit_indices(p, p.backward ? "flash_attention_bwd vulkan" : "flash_attention vulkan");
     return dev;
   }
 };
@@ -312,7 +226,7 @@ class VulkanForward final : public VulkanBase {
     const std::string variant = config.has("variant") ? config.text("variant") : "scalar";
     if (variant == "coopmat") return run_coopmat(p, config, args, dev);
     if (variant != "scalar") throw InvalidArgument("flash_attention vulkan: unknown variant '" + variant + "' (scalar, coopmat)");
-    const Geometry g = geometry(config, p, dev.info());
+    const TileGeometry g = geometry(config, p, dev.info());
     const bool wide = needs16(p) || dev.physical().storage16;
     const std::string spirv = module("fwd", wide);
     vulkan::Launch l;
@@ -320,8 +234,8 @@ class VulkanForward final : public VulkanBase {
     l.local_size = {u32(g.rx), u32(g.ry), 1};
     l.spec = {u32(g.bq), u32(g.bk), u32(g.d), u32(g.rx), u32(g.ry)};
     for (std::size_t i = 0; i < fwd::count; ++i) l.buffers.push_back(&args[i].buffer());
-    l.shared_bytes = u32(g.forward_shared());
-    launch(dev, l, make_push(p), ceil_div(p.seq_q, g.bq), p.heads, p.batch);
+    l.shared_bytes = u32(g.forward_bytes());
+    launch(dev, l, Push{program_options(p, "flash_attention vulkan")}, ceil_div(p.seq_q, g.bq), p.heads, p.batch);
   }
 
  private:
@@ -349,7 +263,7 @@ class VulkanForward final : public VulkanBase {
     for (std::size_t i = 0; i < fwd::count; ++i) l.buffers.push_back(&args[i].buffer());
     l.shared_bytes = u32(shared);
     l.full_subgroups = true;
-    launch(dev, l, make_push(p), ceil_div(p.seq_q, 16 * nsg), p.heads, p.batch);
+    launch(dev, l, Push{program_options(p, "flash_attention vulkan")}, ceil_div(p.seq_q, 16 * nsg), p.heads, p.batch);
   }
 };
 
@@ -373,7 +287,7 @@ class VulkanBackward final : public VulkanBase {
     auto& dev = prepare(p, device);
     if (config.has("variant") && config.text("variant") != "scalar")
       throw InvalidArgument("flash_attention_bwd vulkan: unknown variant '" + config.text("variant") + "' (scalar)");
-    const Geometry g = geometry(config, p, dev.info());
+    const TileGeometry g = geometry(config, p, dev.info());
     const bool wide = needs16(p) || dev.physical().storage16;
 
     // Scratch: delta per row, the prep pass's dsoftmax_aux shares, and where the bias is
@@ -385,9 +299,9 @@ class VulkanBackward final : public VulkanBase {
     auto parts = dev.allocate(static_cast<std::size_t>(std::max<std::int64_t>(1, p.batch * p.heads * prep_blocks)) * 4);
     auto scratch = dev.allocate(static_cast<std::size_t>(broadcast ? p.batch * p.heads * p.seq_q * p.seq_k : 1) * 4);
 
-    Push push = make_push(p);
-    push.flags |= broadcast ? dbias_scratch : 0u;
-    push.extra = u32(prep_blocks);
+    Push push{program_options(p, "flash_attention_bwd vulkan")};
+    push.o.flags |= broadcast ? program_flag::dbias_scratch : 0u;
+    push.o.extra = u32(prep_blocks);
     vulkan::Launch l;
     for (std::size_t i = 0; i < bwd::count; ++i) l.buffers.push_back(&args[i].buffer());
     l.buffers.push_back(delta.get());
@@ -406,12 +320,12 @@ class VulkanBackward final : public VulkanBase {
     l.spirv = spirv;
     l.local_size = {u32(g.rx), u32(g.ry), 1};
     l.spec = {u32(g.bq), u32(g.bk), u32(g.d), u32(g.rx), u32(g.ry)};
-    l.shared_bytes = u32(g.dkdv_shared());
+    l.shared_bytes = u32(g.dkdv_bytes());
     launch(dev, l, push, ceil_div(p.seq_k, g.bk), p.kv_heads, p.batch);
 
     spirv = module("dq", wide);
     l.spirv = spirv;
-    l.shared_bytes = u32(g.dq_shared());
+    l.shared_bytes = u32(g.dq_bytes());
     launch(dev, l, push, ceil_div(p.seq_q, g.bq), p.heads, p.batch);
 
     spirv = module("finish", wide);
@@ -421,7 +335,7 @@ class VulkanBackward final : public VulkanBase {
     l.shared_bytes = u32(prep_rows * 4);
     if (p.has_sinks) launch(dev, l, push, 1, 1, 1);
     if (broadcast) {
-      push.flags |= finish_dbias;
+      push.o.flags |= program_flag::finish_dbias;
       const std::int64_t n = p.bias_batch * p.bias_heads * p.seq_q * p.seq_k;
       launch(dev, l, push, std::min<std::int64_t>(ceil_div(n, prep_rows), 4096), 1, 1);
     }
