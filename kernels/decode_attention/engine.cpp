@@ -209,16 +209,28 @@ Vars vars(const Engine& e) {
           {"dtype_size", static_cast<std::int64_t>(dtype_size(e.dtype))}};
 }
 
-std::vector<double> uniform(const TensorSpec& s, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> d(-1.0, 1.0);
-  std::vector<double> v(static_cast<std::size_t>(numel(s.shape)));
-  if (!is_float(s.dtype)) return v;  // index arrays: the kernel's inputs() fills them
-  for (auto& x : v) {
-    do x = round_to(s.dtype, d(rng));
-    while (x == 0.0);
+std::vector<ArgDef> arg_defs(const std::vector<std::string>& names, int out) {
+  std::vector<ArgDef> a;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    a.push_back({names[i], static_cast<int>(i) == out ? Role::out : Role::in});
+  return a;
+}
+
+HostArrays uniform(const Invocation& inv, std::uint64_t seed) {
+  HostArrays all;
+  for (std::size_t i = 0; i < inv.args.size(); ++i) {
+    const TensorSpec& s = inv.args[i];
+    std::mt19937_64 rng(seed + i);
+    std::uniform_real_distribution<double> d(-1.0, 1.0);
+    std::vector<double> v(static_cast<std::size_t>(numel(s.shape)));
+    if (is_float(s.dtype))
+      for (auto& x : v) {
+        do x = round_to(s.dtype, d(rng));
+        while (x == 0.0);
+      }
+    all.push_back(std::move(v));
   }
-  return v;
+  return all;
 }
 
 std::vector<double> shuffled_tables(std::int64_t num_seqs, std::int64_t max_blocks, std::int64_t num_blocks,

@@ -112,8 +112,12 @@ std::int64_t integer_option(const std::string& kernel, const nlohmann::json& fro
 void known_keys(const std::string& kernel, const nlohmann::json& from, const char* kind,
                 std::initializer_list<const char*> allowed);
 
-// Valid random contents: floats uniform in [-1, 1) (never 0), the index arrays from the caller.
-std::vector<double> uniform(const TensorSpec& s, std::uint64_t seed);
+// A kernel's argument list from its argument names; the one at `out` is the output.
+std::vector<ArgDef> arg_defs(const std::vector<std::string>& names, int out);
+
+// Valid random contents of every argument: floats uniform in [-1, 1) (never 0), argument i from
+// seed + i; index arrays zero, for the caller to fill.
+HostArrays uniform(const Invocation& inv, std::uint64_t seed);
 // Block tables [num_seqs, max_blocks] naming pages in a shuffled order: distinct pages while
 // num_blocks allows, repeated ones after (sequences may share pages).
 std::vector<double> shuffled_tables(std::int64_t num_seqs, std::int64_t max_blocks, std::int64_t num_blocks,

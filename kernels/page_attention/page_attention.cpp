@@ -15,11 +15,7 @@ const std::vector<std::string> names = {"query", "key_cache", "value_cache", "co
 const char* const kernel_name = "page_attention";
 }  // namespace
 
-std::vector<ArgDef> args() {
-  std::vector<ArgDef> a;
-  for (int i = 0; i < arg::count; ++i) a.push_back({names[static_cast<std::size_t>(i)], i == arg::out ? Role::out : Role::in});
-  return a;
-}
+std::vector<ArgDef> args() { return da::arg_defs(names, arg::out); }
 
 Invocation invocation(std::span<const TensorSpec> a, const Options& o) {
   Invocation inv;
@@ -110,8 +106,7 @@ double PageAttentionKernel::tolerance(const Invocation& inv) const {
 
 HostArrays PageAttentionKernel::inputs(const Invocation& inv, std::uint64_t seed) const {
   const da::Engine e = engine(inv);
-  HostArrays a;
-  for (std::size_t i = 0; i < inv.args.size(); ++i) a.push_back(da::uniform(inv.args[i], seed + i));
+  HostArrays a = da::uniform(inv, seed);
   a[arg::context_lens].assign(static_cast<std::size_t>(e.num_seqs), static_cast<double>(e.capacity()));
   a[arg::block_tables] = da::shuffled_tables(e.num_seqs, e.max_blocks, e.num_blocks, seed);
   return a;

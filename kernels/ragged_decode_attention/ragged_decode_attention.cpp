@@ -17,11 +17,7 @@ const char* const kernel_name = "ragged_decode_attention";
 bool is_absent(const TensorSpec& s) { return s.shape == Shape{0}; }
 }  // namespace
 
-std::vector<ArgDef> args() {
-  std::vector<ArgDef> a;
-  for (int i = 0; i < arg::count; ++i) a.push_back({names[static_cast<std::size_t>(i)], i == arg::out ? Role::out : Role::in});
-  return a;
-}
+std::vector<ArgDef> args() { return da::arg_defs(names, arg::out); }
 
 TensorSpec absent() { return {Shape{0}, DType::f32}; }
 
@@ -122,8 +118,7 @@ double RaggedDecodeAttentionKernel::tolerance(const Invocation& inv) const {
 
 HostArrays RaggedDecodeAttentionKernel::inputs(const Invocation& inv, std::uint64_t seed) const {
   const da::Engine e = engine(inv);
-  HostArrays a;
-  for (std::size_t i = 0; i < inv.args.size(); ++i) a.push_back(da::uniform(inv.args[i], seed + i));
+  HostArrays a = da::uniform(inv, seed);
   a[arg::sequence_start].assign(static_cast<std::size_t>(e.num_seqs), 0.0);
   a[arg::sequence_end].assign(static_cast<std::size_t>(e.num_seqs), static_cast<double>(e.seq_len));
   return a;

@@ -17,11 +17,7 @@ const char* const kernel_name = "ragged_page_attention";
 bool is_absent(const TensorSpec& s) { return s.shape == Shape{0}; }
 }  // namespace
 
-std::vector<ArgDef> args() {
-  std::vector<ArgDef> a;
-  for (int i = 0; i < arg::count; ++i) a.push_back({names[static_cast<std::size_t>(i)], i == arg::out ? Role::out : Role::in});
-  return a;
-}
+std::vector<ArgDef> args() { return da::arg_defs(names, arg::out); }
 
 TensorSpec absent() { return {Shape{0}, DType::f32}; }
 
@@ -139,8 +135,7 @@ double RaggedPageAttentionKernel::tolerance(const Invocation& inv) const {
 
 HostArrays RaggedPageAttentionKernel::inputs(const Invocation& inv, std::uint64_t seed) const {
   const da::Engine e = engine(inv);
-  HostArrays a;
-  for (std::size_t i = 0; i < inv.args.size(); ++i) a.push_back(da::uniform(inv.args[i], seed + i));
+  HostArrays a = da::uniform(inv, seed);
   const std::int64_t max_seqs = inv.args[arg::kv_lens].shape[0];
   a[arg::kv_lens].assign(static_cast<std::size_t>(max_seqs), static_cast<double>(e.capacity()));
   a[arg::block_tables] = da::shuffled_tables(max_seqs, e.max_blocks, e.num_blocks, seed);
