@@ -1,6 +1,7 @@
 // Batched execution with one selection (run_batched) and its split over several devices
 // (run_sharded): results equal to per-item calls, one selection per device, and the errors.
 #include <algorithm>
+#include <random>
 #include <regex>
 
 #include "ejk/batched.hpp"

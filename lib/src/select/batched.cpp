@@ -15,19 +15,18 @@ namespace ejk {
 
 namespace {
 
-std::size_t row_bytes(const Tensor& t) {
-  const std::int64_t rows = t.dim(0);
-  return rows == 0 ? 0 : t.bytes() / static_cast<std::size_t>(rows);
-}
-
-// Copies `count` rows of the leading axis from src (starting at src_row) to dst (at dst_row).
-void copy_rows(const Tensor& src, std::int64_t src_row, const Tensor& dst, std::int64_t dst_row, std::int64_t count) {
-  const std::size_t row = row_bytes(src);
+// Copies `count` rows of `row` bytes from src (starting at row src_row) to dst (at dst_row).
+void copy_rows(const Tensor& src, std::int64_t src_row, const Tensor& dst, std::int64_t dst_row, std::int64_t count,
+               std::size_t row) {
   const std::size_t bytes = row * static_cast<std::size_t>(count);
   if (bytes == 0) return;
   std::vector<std::byte> host(bytes);
   src.device().read(src.buffer(), row * static_cast<std::size_t>(src_row), host.data(), bytes);
   dst.device().write(dst.buffer(), row * static_cast<std::size_t>(dst_row), host.data(), bytes);
+}
+
+std::size_t item_bytes(const TensorSpec& item) {
+  return static_cast<std::size_t>(numel(item.shape)) * dtype_size(item.dtype);
 }
 
 std::vector<Role> roles_of(const std::string& kernel) {
@@ -118,10 +117,10 @@ Selection run_batched(Executor& executor, const BatchedCall& call, std::span<con
   for (const auto& spec : item.args) staged.emplace_back(executor.device_ptr(), spec.shape, spec.dtype);
   for (std::int64_t b = 0; b < batch; ++b) {
     for (std::size_t i = 0; i < args.size(); ++i)
-      if (reads(roles[i])) copy_rows(args[i], b, staged[i], 0, 1);
+      if (reads(roles[i])) copy_rows(args[i], b, staged[i], 0, 1, staged[i].bytes());
     impl.run(item, sel.config, staged, dev);
     for (std::size_t i = 0; i < args.size(); ++i)
-      if (writes(roles[i])) copy_rows(staged[i], 0, args[i], b, 1);
+      if (writes(roles[i])) copy_rows(staged[i], 0, args[i], b, 1, staged[i].bytes());
   }
   return sel;
 }
@@ -158,7 +157,7 @@ std::vector<DeviceShard> run_sharded(std::span<const Context* const> contexts, c
       Shape shape = item.args[i].shape;
       shape.insert(shape.begin(), s.count);
       Tensor t = ctx.empty(shape, args[i].dtype());
-      if (reads(roles[i])) copy_rows(args[i], s.begin, t, 0, s.count);
+      if (reads(roles[i])) copy_rows(args[i], s.begin, t, 0, s.count, item_bytes(item.args[i]));
       local[static_cast<std::size_t>(d)].push_back(std::move(t));
     }
   }
@@ -183,7 +182,8 @@ std::vector<DeviceShard> run_sharded(std::span<const Context* const> contexts, c
   for (std::size_t d = 0; d < contexts.size(); ++d) {
     if (shards[d].count == 0) continue;
     for (std::size_t i = 0; i < args.size(); ++i)
-      if (writes(roles[i])) copy_rows(local[d][i], 0, args[i], shards[d].begin, shards[d].count);
+      if (writes(roles[i]))
+        copy_rows(local[d][i], 0, args[i], shards[d].begin, shards[d].count, item_bytes(item.args[i]));
   }
   return shards;
 }
