@@ -15,14 +15,14 @@ trap 'rm -rf "$work"' EXIT
 mpi=("${MPIRUN:-mpirun}" --oversubscribe)
 if [[ $(id -u) -eq 0 ]]; then mpi+=(--allow-run-as-root); fi
 
-# Seconds of one run on $1 ranks; its cache and bundle are kept under $work/$1.
+# "wall cpu" seconds of one run on $1 ranks (cpu: user + system of every rank); its cache and
+# log are kept under $work/$1. CPU seconds tell a real parallel gain from a larger share of a
+# machine that other processes load.
 tune_on() {
-  local n=$1 t0 t1
-  t0=$(date +%s.%N)
-  EJK_CACHE_DIR=$work/$n EJK_PROFILE_DIR=$work/none "${mpi[@]}" -n "$n" "$ejk" tune "$recipe" --device "$device" \
-    --bundle "$work/$n.json" >"$work/$n.log" 2>&1 || { cat "$work/$n.log" >&2; exit 1; }
-  t1=$(date +%s.%N)
-  echo "$t0 $t1" | awk '{printf "%.2f", $2 - $1}'
+  local n=$1 TIMEFORMAT='%R %U %S' t
+  t=$( { time EJK_CACHE_DIR=$work/$n EJK_PROFILE_DIR=$work/none "${mpi[@]}" -n "$n" "$ejk" tune "$recipe" \
+           --device "$device" >"$work/$n.log" 2>&1; } 2>&1 ) || { cat "$work/$n.log" >&2; exit 1; }
+  echo "$t" | awk '{printf "%.2f %.2f", $1, $2 + $3}'
 }
 
 # The cache's entries, one per line: kernel and signature (`ejk cache ls` prints number, kernel,
@@ -31,8 +31,9 @@ keys() {
   "$ejk" --quiet --cache-dir "$work/$1" cache ls | awk '{s = $2; for (i = 6; i <= NF; ++i) s = s " " $i; print s}' | sort
 }
 
-one=$(tune_on 1)
-many=$(tune_on "$ranks")
+load=$(cut -d' ' -f1-3 /proc/loadavg)
+read -r one one_cpu <<<"$(tune_on 1)"
+read -r many many_cpu <<<"$(tune_on "$ranks")"
 if ! diff <(keys 1) <(keys "$ranks") >/dev/null; then
   echo "the $ranks-rank run stored other keys than the 1-rank run" >&2
   diff <(keys 1) <(keys "$ranks") >&2 || true
@@ -40,7 +41,8 @@ if ! diff <(keys 1) <(keys "$ranks") >/dev/null; then
 fi
 entries=$(keys 1 | wc -l)
 echo "recipe $recipe on $device: $entries invocations"
-echo "1 rank:  $one s"
-echo "$ranks ranks: $many s"
+echo "load average before: $load"
+echo "1 rank:  $one s wall, $one_cpu s cpu"
+echo "$ranks ranks: $many s wall, $many_cpu s cpu"
 echo "$one $many" | awk -v n="$ranks" '{printf "speed-up: %.2fx on %d ranks (efficiency %.0f%%)\n", $1 / $2, n, 100 * $1 / $2 / n}'
 grep '^distributed over' "$work/$ranks.log" || true
