@@ -1,6 +1,7 @@
 // `mpirun -n N ejk tune` end to end on the cpu device: the same keys, measurements and bundle
 // entries as a run on one rank, with 2 ranks and with 3 (4 invocations do not divide by 3),
-// and a failing rank whose share is tuned again on rank 0 or marked failed, never lost.
+// a failing rank whose share is tuned again on rank 0 or marked failed, never lost, and a dying
+// rank whose job a rerun completes.
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -122,6 +123,24 @@ TEST_F(DistributedTune, TasksThatFailOnRankZeroAreMarkedFailed) {
   for (std::size_t p = 0; (p = r.out.find("rank 0: injected failure on rank 0", p)) != std::string::npos; ++p) ++failed;
   EXPECT_GE(failed, 1u) << r.out;
   EXPECT_EQ(cache("many").size() + failed, 4u) << r.out;
+}
+
+// A rank that dies takes the job down (Open MPI aborts it and names the rank); what rank 0 had
+// stored stays, and running the command again tunes only what is missing.
+TEST_F(DistributedTune, ADeadRankAbortsTheJobAndARerunCompletesIt) {
+  Result one = tune("one", 0);
+  ASSERT_EQ(one.code, 0) << one.out;
+  Result r = tune("many", 2, "EJK_TEST_FAIL_RANK=1:die");
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("exited"), std::string::npos) << r.out;
+  const std::size_t kept = cache("many").size();
+  EXPECT_LT(kept, 4u) << r.out;
+  Result again = tune("many", 0);
+  ASSERT_EQ(again.code, 0) << again.out;
+  std::size_t skipped = 0;
+  for (std::size_t p = 0; (p = again.out.find("already tuned", p)) != std::string::npos; ++p) ++skipped;
+  EXPECT_EQ(skipped, kept) << again.out;
+  EXPECT_EQ(keys_of(cache("one")), keys_of(cache("many")));
 }
 
 }  // namespace

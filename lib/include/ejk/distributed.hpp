@@ -94,7 +94,8 @@ using DistributedResultSink = std::function<void(std::size_t task, const Distrib
 // too. A task that throws on a rank other than 0 is reported, that rank gets no more tasks,
 // and rank 0 tunes the task again; a task that fails on rank 0 is marked failed. A rank that
 // dies ends the whole job (Open MPI aborts it); what rank 0 had received is in the sink.
-// EJK_TEST_FAIL_RANK=r makes rank r throw on every task it receives (failure tests).
+// EJK_TEST_FAIL_RANK=r makes rank r throw on every task it receives, r:die makes it exit at
+// its first task as a crash would (failure tests).
 DistributedOutcome tune_distributed(const MpiSession& session, const std::vector<DistributedTask>& tasks,
                                     const DistributedTuneOptions& options, const DistributedResultSink& sink = {});
 

@@ -9,6 +9,7 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <string_view>
 #include <thread>
 
 #include "ejk/distributed.hpp"
@@ -82,9 +83,20 @@ TuneOptions options_from(const json& j) {
   return o;
 }
 
-int injected_failure_rank() {
+// EJK_TEST_FAIL_RANK=r (rank r throws on every task) or r:die (rank r exits on its first task,
+// as a crash would, without finalizing MPI).
+struct InjectedFailure {
+  int rank = -1;
+  bool die = false;
+};
+
+InjectedFailure injected_failure() {
+  InjectedFailure f;
   const char* s = std::getenv("EJK_TEST_FAIL_RANK");
-  return s && *s ? std::atoi(s) : -1;
+  if (!s || !*s) return f;
+  f.rank = std::atoi(s);
+  f.die = std::string_view(s).ends_with(":die");
+  return f;
 }
 
 // The device this rank tunes a task on (see DistributedTuneOptions::device).
@@ -104,8 +116,10 @@ std::shared_ptr<Device> rank_device(const std::string& task_device, const std::s
 json tune_task(const json& msg, const MpiSession& s) {
   json reply = {{"task", msg.at("task")}, {"host", s.host()}};
   try {
-    if (s.rank() == injected_failure_rank())
+    if (const InjectedFailure f = injected_failure(); f.rank == s.rank()) {
+      if (f.die) std::_Exit(86);
       throw Error("injected failure on rank " + std::to_string(s.rank()) + " (EJK_TEST_FAIL_RANK)");
+    }
     auto dev = rank_device(msg.at("device").get<std::string>(), msg.at("device_override").get<std::string>(), s);
     reply["device"] = DeviceRecord::of(dev->info()).to_json();
     TuneResult r = tune(Invocation::from_json(msg.at("invocation")), *dev, options_from(msg.at("options")));
