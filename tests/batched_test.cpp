@@ -208,6 +208,9 @@ TEST(Sharded, AnErrorNamesTheDevice) {
   }
   const Context* none[] = {nullptr};
   test::expect_error([&] { run_sharded(none, matmul_call(), b.tensors); }, "context 0 is null");
+  Context cpu_again("cpu");
+  const Context* twice[] = {&cpu, &cl, &cpu_again};
+  test::expect_error([&] { run_sharded(twice, matmul_call(), b.tensors); }, "contexts 0 and 2 both run on cpu");
 }
 
 }  // namespace

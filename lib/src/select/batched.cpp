@@ -132,8 +132,15 @@ Selection run_batched(const Context& ctx, const BatchedCall& call, std::span<con
 std::vector<DeviceShard> run_sharded(std::span<const Context* const> contexts, const BatchedCall& call,
                                std::span<const Tensor> args) {
   if (contexts.empty()) throw InvalidArgument(call.kernel + ": sharded call without devices");
-  for (std::size_t d = 0; d < contexts.size(); ++d)
+  for (std::size_t d = 0; d < contexts.size(); ++d) {
     if (!contexts[d]) throw InvalidArgument(call.kernel + ": sharded call: context " + std::to_string(d) + " is null");
+    // Implementations keep per-device state (queues, compiled programs) that one thread at a
+    // time may use: a device appears once.
+    for (std::size_t e = 0; e < d; ++e)
+      if (&contexts[e]->device() == &contexts[d]->device())
+        throw InvalidArgument(call.kernel + ": sharded call: contexts " + std::to_string(e) + " and " +
+                              std::to_string(d) + " both run on " + contexts[d]->device().info().id());
+  }
   const std::int64_t batch = batch_size(args);
   const Invocation item = item_invocation(call, args);  // validates the leading axes before anything moves
   const std::vector<Role> roles = roles_of(call.kernel);
