@@ -162,8 +162,20 @@ void tune_here(const Workset& w, const TuneOptions& opts, const TuneFlags& f, Gl
 
 #ifdef EJK_HAVE_MPI
 // Under mpirun: rank 0 plans and stores, every rank tunes (ejk/distributed.hpp).
+void tune_ranks(const MpiSession& session, const Workset& w, const TuneOptions& opts, const TuneFlags& f, Globals& g);
+
 void tune_over_mpi(const Workset& w, const TuneOptions& opts, const TuneFlags& f, Globals& g) {
   MpiSession session;
+  try {
+    tune_ranks(session, w, opts, f, g);
+  } catch (const std::exception& e) {
+    // The session aborts the job as it unwinds (other ranks may wait on this one): say why first.
+    if (session.size() > 1) fmt::print(stderr, "ejk: rank {}: {}\n", session.rank(), e.what());
+    throw;
+  }
+}
+
+void tune_ranks(const MpiSession& session, const Workset& w, const TuneOptions& opts, const TuneFlags& f, Globals& g) {
   const bool root = session.rank() == 0;
   Plan p;
   std::vector<DistributedTask> tasks;

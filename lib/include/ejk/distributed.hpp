@@ -27,8 +27,10 @@ inline bool launched_by_mpi() {
 }
 
 // The process's MPI environment: MPI_Init_thread when constructed (unless MPI is already
-// initialized), MPI_Finalize when destroyed (only if this object initialized it). MPI allows
-// one initialization per process, so one session per process. Throws Error when MPI cannot
+// initialized), MPI_Finalize when destroyed (only if this object initialized it; destroyed by
+// an exception with other ranks running, MPI_Abort instead, so that none of them waits for this
+// one forever: say what went wrong before the session ends). MPI
+// allows one initialization per process, so one session per process. Throws Error when MPI cannot
 // give the thread level the service thread of distributed tuning needs.
 class MpiSession {
  public:

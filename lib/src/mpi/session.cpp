@@ -1,4 +1,5 @@
 // The MPI environment of a process and the byte messages of the scale-out code.
+#include <exception>
 #include <limits>
 
 #include "ejk/distributed.hpp"
@@ -78,7 +79,11 @@ MpiSession::~MpiSession() {
   if (!owns_) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  // Left by an exception, this rank may have peers blocked on a message it will never send;
+  // MPI_Finalize would wait for them forever, MPI_Abort ends the job and mpirun reports it.
+  if (size_ > 1 && std::uncaught_exceptions() > 0) MPI_Abort(MPI_COMM_WORLD, 1);
+  MPI_Finalize();
 }
 
 }  // namespace ejk
