@@ -123,7 +123,7 @@ TEST_P(BatchedOn, OverrideConfigIsUsedForEveryItem) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, BatchedOn, ::testing::ValuesIn(test::devices()),
-                         [](const auto& info) { return test::test_name(info.param); });
+                         [](const auto& p) { return test::test_name(p.param); });
 
 TEST(Batched, EveryBackendIsPresent) {
   auto ds = test::devices();
