@@ -1,6 +1,7 @@
 // Batched execution with one selection (run_batched) and its split over several devices
 // (run_sharded): results equal to per-item calls, one selection per device, and the errors.
 #include <algorithm>
+#include <map>
 #include <random>
 #include <regex>
 
@@ -129,6 +130,60 @@ TEST(Batched, EveryBackendIsPresent) {
   auto ds = test::devices();
   for (const char* want : {"cpu", "opencl:0", "vulkan:0"})
     EXPECT_NE(std::find(ds.begin(), ds.end(), want), ds.end()) << want << " is missing";
+}
+
+// Any kernel: the item built from the kernel's recipe sizes, a batch of the kernel's own random
+// inputs stacked along a new leading axis (outputs included, so `out` rows that are not staged
+// in would show), and every item equal to its own executor call.
+TEST(Batched, AnyKernelEqualsPerItemCalls) {
+  struct Case {
+    std::string kernel;
+    std::map<std::string, std::int64_t> sizes;
+    nlohmann::json options;
+  };
+  const std::vector<Case> cases = {
+      {"flash_attention", {{"batch", 1}, {"seq", 16}, {"heads", 2}, {"head_dim", 16}}, {{"causal", true}}},
+      {"matmul", {{"m", 4}, {"n", 5}, {"k", 6}}, nlohmann::json::object()},
+  };
+  const std::int64_t batch = 3;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.kernel);
+    auto ex = isolated("cpu");
+    const Kernel& kernel = Registry::global().kernel(c.kernel);
+    const Invocation item = kernel.from_sizes(c.sizes, DType::f32, c.options);
+    std::vector<HostArrays> items;
+    for (std::int64_t b = 0; b < batch; ++b) items.push_back(kernel.inputs(item, 100 + static_cast<std::uint64_t>(b)));
+    std::vector<Tensor> args;
+    for (std::size_t i = 0; i < item.args.size(); ++i) {
+      Shape shape = item.args[i].shape;
+      shape.insert(shape.begin(), batch);
+      std::vector<double> all;
+      for (const auto& h : items) all.insert(all.end(), h[i].begin(), h[i].end());
+      Tensor t(ex->device_ptr(), shape, item.args[i].dtype);
+      t.write(std::span<const double>(all));
+      args.push_back(t);
+    }
+    int logged = selections_logged([&] {
+      run_batched(*ex, {.kernel = c.kernel, .options = item.options, .scalars = item.scalars, .config = std::nullopt},
+                  args);
+    });
+    EXPECT_EQ(logged, 1);
+    const auto defs = kernel.args();
+    auto ref = isolated("cpu");
+    for (std::int64_t b = 0; b < batch; ++b) {
+      std::vector<Tensor> one;
+      for (std::size_t i = 0; i < item.args.size(); ++i) {
+        Tensor t(ref->device_ptr(), item.args[i].shape, item.args[i].dtype);
+        t.write(std::span<const double>(items[static_cast<std::size_t>(b)][i]));
+        one.push_back(t);
+      }
+      ref->run(item, one);
+      for (std::size_t i = 0; i < item.args.size(); ++i) {
+        auto got = row(args[i].read(), batch, b);
+        EXPECT_EQ(got, one[i].read()) << defs[i].name << " of item " << b;
+      }
+    }
+  }
 }
 
 TEST(Batched, MismatchedLeadingAxesAreRefused) {
