@@ -58,6 +58,28 @@ TEST_P(DeviceBuffers, RoundTripAndCopy) {
   EXPECT_EQ(h.read(), v);
 }
 
+TEST_P(DeviceBuffers, CopiesBetweenOffsetsAndRejectsRangesPastTheEnd) {
+  Context ctx(GetParam());
+  std::vector<double> v(40), zeros(40, 0.0);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i) + 1.0;
+  Tensor a = ctx.from({40}, DType::f32, v);
+  Tensor b = ctx.from({40}, DType::f32, zeros);
+  ctx.device().copy(a.buffer(), 4 * 10, b.buffer(), 4 * 3, 4 * 7);  // a[10..17) -> b[3..10)
+  std::vector<double> want = zeros;
+  for (int i = 0; i < 7; ++i) want[static_cast<std::size_t>(3 + i)] = v[static_cast<std::size_t>(10 + i)];
+  EXPECT_EQ(b.read(), want);
+  // Within one buffer too (rows of a batch moved on the device).
+  ctx.device().copy(a.buffer(), 0, a.buffer(), 4 * 30, 4 * 10);
+  EXPECT_EQ(a.read()[35], 6.0);
+  try {
+    ctx.device().copy(a.buffer(), 4 * 35, b.buffer(), 0, 4 * 6);
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("past the end"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(b.read(), want);
+}
+
 TEST_P(DeviceBuffers, TimingIsPositive) {
   Context ctx(GetParam());
   Tensor a = ctx.random({256, 256}, DType::f32);

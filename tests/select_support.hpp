@@ -94,7 +94,8 @@ class FakeDevice final : public Device {
   std::shared_ptr<Buffer> allocate(std::size_t bytes) override { return std::make_shared<Buffer>(bytes); }
   void write(Buffer&, std::size_t, const void*, std::size_t) override {}
   void read(const Buffer&, std::size_t, void*, std::size_t) override {}
-  void copy(const Buffer&, Buffer&, std::size_t) override {}
+  using Device::copy;
+  void copy(const Buffer&, std::size_t, Buffer&, std::size_t, std::size_t) override {}
   void synchronize() override {}
   double time_ns(const std::function<void()>& work) override {
     auto t0 = std::chrono::steady_clock::now();

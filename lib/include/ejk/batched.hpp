@@ -38,9 +38,9 @@ std::int64_t batch_size(std::span<const Tensor> args);
 
 // Runs call.kernel once per index b of the leading axis on args[i][b] (every argument on the
 // executor's device), with one selection for the per-item invocation made before the first
-// item. Out and inout arguments receive each item's result in their row b. Buffers carry no
-// offset, so each item's rows are staged through tensors of the item's shape (copies of
-// one item at a time); a batch of one runs on the arguments themselves. Items launch the
+// item. Out and inout arguments receive each item's result in their row b. Kernels take whole
+// buffers, so each item's rows are staged through tensors of the item's shape (device-side
+// copies, one item at a time); a batch of one runs on the arguments themselves. Items launch the
 // implementation Registry::global() picks for the device. Returns the selection.
 Selection run_batched(Executor& executor, const BatchedCall& call, std::span<const Tensor> args);
 Selection run_batched(const Context& ctx, const BatchedCall& call, std::span<const Tensor> args);

@@ -76,12 +76,20 @@ class Device {
   virtual std::shared_ptr<Buffer> allocate(std::size_t bytes) = 0;
   virtual void write(Buffer& dst, std::size_t offset, const void* src, std::size_t bytes) = 0;
   virtual void read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) = 0;
-  virtual void copy(const Buffer& src, Buffer& dst, std::size_t bytes) = 0;
+  // Copies bytes from src at src_offset to dst at dst_offset on the device, in submission order.
+  virtual void copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,
+                    std::size_t bytes) = 0;
+  void copy(const Buffer& src, Buffer& dst, std::size_t bytes) { copy(src, 0, dst, 0, bytes); }
   // Waits until all submitted work is complete.
   virtual void synchronize() = 0;
   // Runs `work` (which submits device work), waits for it and returns its duration in
   // nanoseconds on the device's own clock: profiling events, timestamp queries or steady_clock.
   virtual double time_ns(const std::function<void()>& work) = 0;
+
+ protected:
+  // Throws InvalidArgument unless both ranges lie inside their buffers.
+  static void check_copy(const Buffer& src, std::size_t src_offset, const Buffer& dst, std::size_t dst_offset,
+                         std::size_t bytes);
 };
 
 // Every device of every backend compiled in, in a stable order.

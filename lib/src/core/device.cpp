@@ -26,6 +26,15 @@ Backend parse_backend(std::string_view name) {
   throw InvalidArgument("unknown backend '" + std::string(name) + "' (expected cpu, opencl or vulkan)");
 }
 
+void Device::check_copy(const Buffer& src, std::size_t src_offset, const Buffer& dst, std::size_t dst_offset,
+                        std::size_t bytes) {
+  auto inside = [&](const Buffer& b, std::size_t offset) { return offset <= b.bytes() && bytes <= b.bytes() - offset; };
+  if (!inside(src, src_offset) || !inside(dst, dst_offset))
+    throw InvalidArgument("copy of " + std::to_string(bytes) + " bytes from offset " + std::to_string(src_offset) +
+                          " of a buffer of " + std::to_string(src.bytes()) + " to offset " + std::to_string(dst_offset) +
+                          " of a buffer of " + std::to_string(dst.bytes()) + " bytes: past the end");
+}
+
 std::string DeviceInfo::id() const {
   return backend == Backend::cpu ? std::string("cpu") : std::string(to_string(backend)) + ":" + std::to_string(index);
 }

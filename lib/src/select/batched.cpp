@@ -1,6 +1,7 @@
 // Batched and sharded execution: one selection per device for the per-item invocation, then
-// one launch per item. Rows move through host memory because buffers carry no offset and
-// devices of different backends share nothing else.
+// one launch per item. Kernels take whole buffers, so an item's rows are copied into
+// item-shaped tensors and back: on the device within one device, through host memory between
+// devices (devices of different backends share nothing else).
 #include "ejk/batched.hpp"
 
 #include <exception>
@@ -20,6 +21,11 @@ void copy_rows(const Tensor& src, std::int64_t src_row, const Tensor& dst, std::
                std::size_t row) {
   const std::size_t bytes = row * static_cast<std::size_t>(count);
   if (bytes == 0) return;
+  if (&src.device() == &dst.device()) {
+    src.device().copy(src.buffer(), row * static_cast<std::size_t>(src_row), dst.buffer(),
+                      row * static_cast<std::size_t>(dst_row), bytes);
+    return;
+  }
   std::vector<std::byte> host(bytes);
   src.device().read(src.buffer(), row * static_cast<std::size_t>(src_row), host.data(), bytes);
   dst.device().write(dst.buffer(), row * static_cast<std::size_t>(dst_row), host.data(), bytes);

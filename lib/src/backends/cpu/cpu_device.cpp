@@ -90,9 +90,10 @@ void CpuDevice::read(const Buffer& src, std::size_t offset, void* dst, std::size
   std::memcpy(dst, static_cast<const char*>(cpu_buffer(src).data()) + offset, bytes);
 }
 
-void CpuDevice::copy(const Buffer& src, Buffer& dst, std::size_t bytes) {
-  if (bytes > src.bytes() || bytes > dst.bytes()) throw InvalidArgument("copy past the end of a buffer");
-  std::memcpy(cpu_buffer(dst).data(), cpu_buffer(src).data(), bytes);
+void CpuDevice::copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset, std::size_t bytes) {
+  check_copy(src, src_offset, dst, dst_offset, bytes);
+  if (bytes == 0) return;
+  std::memmove(cpu_buffer(dst).data() + dst_offset, cpu_buffer(src).data() + src_offset, bytes);
 }
 
 double CpuDevice::time_ns(const std::function<void()>& work) {

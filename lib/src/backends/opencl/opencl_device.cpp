@@ -112,13 +112,12 @@ void OpenCLDevice::read(const Buffer& src, std::size_t offset, void* dst, std::s
         "clEnqueueReadBuffer");
 }
 
-void OpenCLDevice::copy(const Buffer& src, Buffer& dst, std::size_t bytes) {
-  if (bytes > src.bytes() || bytes > dst.bytes())
-    throw InvalidArgument("copy of " + std::to_string(bytes) + " bytes between buffers of " +
-                          std::to_string(src.bytes()) + " and " + std::to_string(dst.bytes()));
+void OpenCLDevice::copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,
+                        std::size_t bytes) {
+  check_copy(src, src_offset, dst, dst_offset, bytes);
   if (bytes == 0) return;
   EventHandle event;
-  check(clEnqueueCopyBuffer(queue_.get(), mem_of(src), mem_of(dst), 0, 0, bytes, 0, nullptr,
+  check(clEnqueueCopyBuffer(queue_.get(), mem_of(src), mem_of(dst), src_offset, dst_offset, bytes, 0, nullptr,
                             recording() ? event.out() : nullptr),
         "clEnqueueCopyBuffer");
   if (event) add_event(event.get());

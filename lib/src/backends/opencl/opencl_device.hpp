@@ -103,7 +103,8 @@ class OpenCLDevice final : public Device {
   std::shared_ptr<Buffer> allocate(std::size_t bytes) override;
   void write(Buffer& dst, std::size_t offset, const void* src, std::size_t bytes) override;
   void read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) override;
-  void copy(const Buffer& src, Buffer& dst, std::size_t bytes) override;
+  using Device::copy;
+  void copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset, std::size_t bytes) override;
   void synchronize() override;
   // Every launch (and copy) made through this device while `work` runs records a profiling
   // event; the result is last end - first start on the device clock, 0 when nothing was

@@ -528,17 +528,16 @@ void VulkanDevice::read(const Buffer& src, std::size_t offset, void* dst, std::s
   std::memcpy(dst, staging->mapped, bytes);
 }
 
-void VulkanDevice::copy(const Buffer& src, Buffer& dst, std::size_t bytes) {
+void VulkanDevice::copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,
+                        std::size_t bytes) {
   State& s = *state_;
   const auto& from = buffer_of(src, s.core.get(), "copy");
   const auto& to = buffer_of(dst, s.core.get(), "copy");
-  if (bytes > src.bytes() || bytes > dst.bytes())
-    throw InvalidArgument("copy of " + std::to_string(bytes) + " bytes past the end of a buffer (source " +
-                          std::to_string(src.bytes()) + ", destination " + std::to_string(dst.bytes()) + " bytes)");
+  check_copy(src, src_offset, dst, dst_offset, bytes);
   if (bytes == 0) return;
   std::lock_guard lock(s.mutex);
   VkCommandBuffer cmd = s.begin_command();
-  VkBufferCopy region{0, 0, bytes};
+  VkBufferCopy region{src_offset, dst_offset, bytes};
   vkCmdCopyBuffer(cmd, from.allocation()->buffer.get(), to.allocation()->buffer.get(), 1, &region);
   s.recording->keep.push_back(from.allocation());
   s.recording->keep.push_back(to.allocation());
