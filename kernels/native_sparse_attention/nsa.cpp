@@ -19,13 +19,6 @@ const char* const bwd_names[bwd::count] = {"q",     "k",     "v",   "g_cmp", "g_
                                            "block_counts", "cu_seqlens", "o_cmp", "o_slc", "lse", "do",
                                            "dq",    "dk",    "dv",  "dg_cmp", "dg_slc"};
 
-std::string shape_text(std::initializer_list<std::int64_t> dims) {
-  std::string s = "[";
-  std::size_t n = 0;
-  for (auto d : dims) s += (n++ ? ", " : "") + std::to_string(d);
-  return s + "]";
-}
-
 std::size_t z(std::int64_t i) { return static_cast<std::size_t>(i); }
 
 }  // namespace
