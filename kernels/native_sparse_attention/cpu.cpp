@@ -39,7 +39,17 @@ struct Reader {
     }
   }
   void row(std::int64_t i, std::int64_t n, float* dst) const {
-    for (std::int64_t k = 0; k < n; ++k) dst[k] = (*this)(i + k);
+    if (t == DType::f32) {
+      std::copy_n(static_cast<const float*>(base) + i, n, dst);
+    } else if (t == DType::bf16) {
+      const std::uint16_t* src = static_cast<const std::uint16_t*>(base) + i;
+      for (std::int64_t k = 0; k < n; ++k) {
+        const std::uint32_t u = std::uint32_t{src[k]} << 16;
+        std::memcpy(dst + k, &u, 4);
+      }
+    } else {
+      for (std::int64_t k = 0; k < n; ++k) dst[k] = (*this)(i + k);
+    }
   }
 };
 
@@ -62,9 +72,15 @@ std::vector<std::int64_t> read_i32(const Tensor& t) {
   return std::vector<std::int64_t>(p, p + t.numel());
 }
 
+// 16 partial sums, so that the compiler vectorises the reduction without reassociating it.
 float dot(const float* a, const float* b, std::int64_t n) {
+  float lanes[16] = {};
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) lanes[j] += a[i + j] * b[i + j];
   float s = 0.f;
-  for (std::int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  for (; i < n; ++i) s += a[i] * b[i];
+  for (float x : lanes) s += x;
   return s;
 }
 

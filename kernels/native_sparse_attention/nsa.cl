@@ -5,6 +5,11 @@
 // block size. Storage is read and written through vload_half / vstore_half and 16-bit words:
 // no cl_khr_fp16 is needed, and all arithmetic is f32.
 
+// Staged key and value rows are padded by one word, so that work-items reading the same column
+// of different rows hit different local-memory banks.
+#define KS (DK + 1)
+#define VS (DV + 1)
+
 float load(const __global ushort* p16, int i, int dtype) {
   if (dtype == 0) return ((const __global float*)p16)[i];
   if (dtype == 1) return vload_half(i, (const __global half*)p16);
@@ -68,7 +73,7 @@ void fwd_tile(int n, const __local float* qs, const __local float* kt, const __l
   barrier(CLK_LOCAL_MEM_FENCE);
   for (int pr = lid; pr < HPG * TILE; pr += THREADS) {
     const int g = pr / TILE, r = pr % TILE;
-    if (r < n) sc[pr] = ldot(qs + g * DK, kt + r * DK, DK);
+    if (r < n) sc[pr] = ldot(qs + g * DK, kt + r * KS, DK);
   }
   barrier(CLK_LOCAL_MEM_FENCE);
   for (int g = lid; g < HPG; g += THREADS) {
@@ -89,7 +94,7 @@ void fwd_tile(int n, const __local float* qs, const __local float* kt, const __l
   for (int e = lid; e < HPG * DV; e += THREADS) {
     const int g = e / DV, d = e % DV;
     float x = acc[e] * al[g];
-    for (int r = 0; r < n; ++r) x = mad(sc[g * TILE + r], vt[r * DV + d], x);
+    for (int r = 0; r < n; ++r) x = mad(sc[g * TILE + r], vt[r * VS + d], x);
     acc[e] = x;
   }
   barrier(CLK_LOCAL_MEM_FENCE);
@@ -100,15 +105,15 @@ void fwd_tile(int n, const __local float* qs, const __local float* kt, const __l
 void stage_pooled(int n, int row0, int step, int H, int h, const __global float* kc, const __global float* vc,
                   __local float* kt, __local float* vt) {
   const int lid = get_local_id(0);
-  for (int e = lid; e < n * DK; e += THREADS) kt[e] = kc[((row0 + e / DK * step) * H + h) * DK + e % DK];
-  for (int e = lid; e < n * DV; e += THREADS) vt[e] = vc[((row0 + e / DV * step) * H + h) * DV + e % DV];
+  for (int e = lid; e < n * DK; e += THREADS) kt[e / DK * KS + e % DK] = kc[((row0 + e / DK * step) * H + h) * DK + e % DK];
+  for (int e = lid; e < n * DV; e += THREADS) vt[e / DV * VS + e % DV] = vc[((row0 + e / DV * step) * H + h) * DV + e % DV];
 }
 
 void stage_rows(int n, int row0, int H, int h, const __global ushort* k16, const __global ushort* v16, int dtype,
                 __local float* kt, __local float* vt) {
   const int lid = get_local_id(0);
-  for (int e = lid; e < n * DK; e += THREADS) kt[e] = load(k16, ((row0 + e / DK) * H + h) * DK + e % DK, dtype);
-  for (int e = lid; e < n * DV; e += THREADS) vt[e] = load(v16, ((row0 + e / DV) * H + h) * DV + e % DV, dtype);
+  for (int e = lid; e < n * DK; e += THREADS) kt[e / DK * KS + e % DK] = load(k16, ((row0 + e / DK) * H + h) * DK + e % DK, dtype);
+  for (int e = lid; e < n * DV; e += THREADS) vt[e / DV * VS + e % DV] = load(v16, ((row0 + e / DV) * H + h) * DV + e % DV, dtype);
 }
 
 // One group per (token, kv head * parts + part): HPG query heads of the kv head's group, both
@@ -118,7 +123,7 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_fwd(
     const __global ushort* gs16, const __global int* bi, const __global int* bc, const __global int* cu,
     const __global float* kc, const __global float* vc, __global ushort* o16, __global ushort* oc16,
     __global ushort* os16, __global float* lse, int nseq, int H, int G, int S, int BS, float scale, int dtype) {
-  __local float qs[HPG * DK], acc[HPG * DV], first[HPG * DV], kt[TILE * DK], vt[TILE * DV], sc[HPG * TILE];
+  __local float qs[HPG * DK], acc[HPG * DV], first[HPG * DV], kt[TILE * KS], vt[TILE * VS], sc[HPG * TILE];
   __local float m[HPG], l[HPG], al[HPG];
   const int t = get_group_id(0), parts = G / HPG, h = get_group_id(1) / parts, part = get_group_id(1) % parts;
   const int lid = get_local_id(0), HQ = H * G, th0 = t * HQ + h * G + part * HPG;
@@ -177,15 +182,15 @@ void dq_tile(int n, const __local float* qs, const __local float* dob, const __l
   for (int pr = lid; pr < HPG * TILE; pr += THREADS) {
     const int g = pr / TILE, r = pr % TILE;
     if (r < n) {
-      const float p = exp(ldot(qs + g * DK, kt + r * DK, DK) - lb[g]);
-      sc[pr] = p * (ldot(dob + g * DV, vt + r * DV, DV) - db[g]);
+      const float p = exp(ldot(qs + g * DK, kt + r * KS, DK) - lb[g]);
+      sc[pr] = p * (ldot(dob + g * DV, vt + r * VS, DV) - db[g]);
     }
   }
   barrier(CLK_LOCAL_MEM_FENCE);
   for (int e = lid; e < HPG * DK; e += THREADS) {
     const int g = e / DK, d = e % DK;
     float x = dq[e];
-    for (int r = 0; r < n; ++r) x = mad(sc[g * TILE + r], kt[r * DK + d], x);
+    for (int r = 0; r < n; ++r) x = mad(sc[g * TILE + r], kt[r * KS + d], x);
     dq[e] = x;
   }
   barrier(CLK_LOCAL_MEM_FENCE);
@@ -199,7 +204,7 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_bwd_dq(
     const __global float* kc, const __global float* vc, const __global ushort* oc16, const __global ushort* os16,
     const __global float* lse, const __global ushort* do16, __global ushort* dq16, __global ushort* dgc16,
     __global ushort* dgs16, __global float* delta, int nseq, int H, int G, int S, int BS, float scale, int dtype) {
-  __local float qs[HPG * DK], dq[HPG * DK], dob[HPG * DV], kt[TILE * DK], vt[TILE * DV], sc[HPG * TILE];
+  __local float qs[HPG * DK], dq[HPG * DK], dob[HPG * DV], kt[TILE * KS], vt[TILE * VS], sc[HPG * TILE];
   __local float lb[HPG], db[HPG];
   const int t = get_group_id(0), parts = G / HPG, h = get_group_id(1) / parts, part = get_group_id(1) % parts;
   const int lid = get_local_id(0), HQ = H * G, th0 = t * HQ + h * G + part * HPG;
@@ -306,7 +311,7 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_bwd_dkv(
     const __global int* bi, const __global int* bc, const __global int* cu, const __global float* lse,
     const __global ushort* do16, const __global float* delta, const __global float* dkc, const __global float* dvc,
     __global ushort* dk16, __global ushort* dv16, int nseq, int H, int G, int S, int BS, float scale, int dtype) {
-  __local float kt[TILE * DK], vt[TILE * DV], gk[TILE * DK], gv[TILE * DV], qs[HPG * DK], dob[HPG * DV];
+  __local float kt[TILE * KS], vt[TILE * VS], gk[TILE * DK], gv[TILE * DV], qs[HPG * DK], dob[HPG * DV];
   __local float pp[HPG * TILE], ds[HPG * TILE];
   const int j0 = get_group_id(0), h = get_group_id(1), lid = get_local_id(0), HQ = H * G;
   int bos, eos;
@@ -334,8 +339,8 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_bwd_dkv(
         const int g = pr / TILE, r = pr % TILE;
         float p = 0.f, s = 0.f;
         if (r < rows) {
-          p = (float)times * exp(ldot(qs + g * DK, kt + r * DK, DK) - lse[(th0 + g) * 2 + 1]);
-          s = p * (ldot(dob + g * DV, vt + r * DV, DV) - delta[(th0 + g) * 2 + 1]);
+          p = (float)times * exp(ldot(qs + g * DK, kt + r * KS, DK) - lse[(th0 + g) * 2 + 1]);
+          s = p * (ldot(dob + g * DV, vt + r * VS, DV) - delta[(th0 + g) * 2 + 1]);
         }
         pp[pr] = p;
         ds[pr] = s;

@@ -20,6 +20,9 @@ layout(constant_id = 5) const uint DK = 64;    // head_dim_k
 layout(constant_id = 6) const uint DV = 64;    // head_dim_v
 
 const uint THREADS = gl_WorkGroupSize.x;
+// Staged key and value rows are padded by one word, so that invocations reading the same column
+// of different rows hit different shared-memory banks.
+const uint KS = DK + 1, VS = DV + 1;
 #define NEG_INF uintBitsToFloat(0xff800000u)
 
 layout(push_constant) uniform Push {
@@ -95,18 +98,18 @@ layout(binding = 7) readonly buffer CU { int cu[]; };
 layout(binding = 8) readonly buffer KC { float kc[]; };
 layout(binding = 9) readonly buffer VC { float vc[]; };
 
-shared float qs[HPG * DK], kt[TILE * DK], vt[TILE * DV], sc[HPG * TILE];
+shared float qs[HPG * DK], kt[TILE * KS], vt[TILE * VS], sc[HPG * TILE];
 
 void stage_pooled(uint n, uint row0, uint h) {
   const uint lid = gl_LocalInvocationID.x, H = pc.H, BS = pc.BS;
-  for (uint e = lid; e < n * DK; e += THREADS) kt[e] = kc[((row0 + e / DK * BS) * H + h) * DK + e % DK];
-  for (uint e = lid; e < n * DV; e += THREADS) vt[e] = vc[((row0 + e / DV * BS) * H + h) * DV + e % DV];
+  for (uint e = lid; e < n * DK; e += THREADS) kt[e / DK * KS + e % DK] = kc[((row0 + e / DK * BS) * H + h) * DK + e % DK];
+  for (uint e = lid; e < n * DV; e += THREADS) vt[e / DV * VS + e % DV] = vc[((row0 + e / DV * BS) * H + h) * DV + e % DV];
 }
 
 void stage_rows(uint n, uint row0, uint h) {
   const uint lid = gl_LocalInvocationID.x, H = pc.H;
-  for (uint e = lid; e < n * DK; e += THREADS) kt[e] = LOAD(k, ((row0 + e / DK) * H + h) * DK + e % DK);
-  for (uint e = lid; e < n * DV; e += THREADS) vt[e] = LOAD(v, ((row0 + e / DV) * H + h) * DV + e % DV);
+  for (uint e = lid; e < n * DK; e += THREADS) kt[e / DK * KS + e % DK] = LOAD(k, ((row0 + e / DK) * H + h) * DK + e % DK);
+  for (uint e = lid; e < n * DV; e += THREADS) vt[e / DV * VS + e % DV] = LOAD(v, ((row0 + e / DV) * H + h) * DV + e % DV);
 }
 #endif
 
@@ -125,7 +128,7 @@ void tile_step(uint n) {
     const uint g = pr / TILE, r = pr % TILE;
     if (r < n) {
       float s = 0.0;
-      for (uint d = 0; d < DK; ++d) s = fma(qs[g * DK + d], kt[r * DK + d], s);
+      for (uint d = 0; d < DK; ++d) s = fma(qs[g * DK + d], kt[r * KS + d], s);
       sc[pr] = s;
     }
   }
@@ -148,7 +151,7 @@ void tile_step(uint n) {
   for (uint e = lid; e < HPG * DV; e += THREADS) {
     const uint g = e / DV, d = e % DV;
     float x = acc[e] * al[g];
-    for (uint r = 0; r < n; ++r) x = fma(sc[g * TILE + r], vt[r * DV + d], x);
+    for (uint r = 0; r < n; ++r) x = fma(sc[g * TILE + r], vt[r * VS + d], x);
     acc[e] = x;
   }
   barrier();
@@ -225,8 +228,8 @@ void tile_step(uint n) {
     const uint g = pr / TILE, r = pr % TILE;
     if (r < n) {
       float s = 0.0, dp = 0.0;
-      for (uint d = 0; d < DK; ++d) s = fma(qs[g * DK + d], kt[r * DK + d], s);
-      for (uint d = 0; d < DV; ++d) dp = fma(dob[g * DV + d], vt[r * DV + d], dp);
+      for (uint d = 0; d < DK; ++d) s = fma(qs[g * DK + d], kt[r * KS + d], s);
+      for (uint d = 0; d < DV; ++d) dp = fma(dob[g * DV + d], vt[r * VS + d], dp);
       sc[pr] = exp(s - lb[g]) * (dp - db[g]);
     }
   }
@@ -234,7 +237,7 @@ void tile_step(uint n) {
   for (uint e = lid; e < HPG * DK; e += THREADS) {
     const uint g = e / DK, d = e % DK;
     float x = dqa[e];
-    for (uint r = 0; r < n; ++r) x = fma(sc[g * TILE + r], kt[r * DK + d], x);
+    for (uint r = 0; r < n; ++r) x = fma(sc[g * TILE + r], kt[r * KS + d], x);
     dqa[e] = x;
   }
   barrier();
@@ -370,7 +373,7 @@ layout(binding = 11) readonly buffer DVC { float dvc[]; };
 layout(binding = 12) writeonly buffer DK_ { ELEM dk[]; };
 layout(binding = 13) writeonly buffer DV_ { ELEM dv[]; };
 
-shared float kt[TILE * DK], vt[TILE * DV], gk[TILE * DK], gv[TILE * DV], qs[HPG * DK], dob[HPG * DV];
+shared float kt[TILE * KS], vt[TILE * VS], gk[TILE * DK], gv[TILE * DV], qs[HPG * DK], dob[HPG * DV];
 shared float pp[HPG * TILE], ds[HPG * TILE];
 
 void main() {
@@ -384,11 +387,11 @@ void main() {
   const uint block0 = j0 - off;
   const uint n = min(TILE, min(block0 + BS, eos) - j0);
   for (uint e = lid; e < n * DK; e += THREADS) {
-    kt[e] = LOAD(k, ((j0 + e / DK) * H + h) * DK + e % DK);
+    kt[e / DK * KS + e % DK] = LOAD(k, ((j0 + e / DK) * H + h) * DK + e % DK);
     gk[e] = 0.0;
   }
   for (uint e = lid; e < n * DV; e += THREADS) {
-    vt[e] = LOAD(v, ((j0 + e / DV) * H + h) * DV + e % DV);
+    vt[e / DV * VS + e % DV] = LOAD(v, ((j0 + e / DV) * H + h) * DV + e % DV);
     gv[e] = 0.0;
   }
   for (uint t = j0; t < eos; ++t) {
@@ -408,8 +411,8 @@ void main() {
         float p = 0.0, s = 0.0;
         if (r < rows) {
           float x = 0.0, dp = 0.0;
-          for (uint d = 0; d < DK; ++d) x = fma(qs[g * DK + d], kt[r * DK + d], x);
-          for (uint d = 0; d < DV; ++d) dp = fma(dob[g * DV + d], vt[r * DV + d], dp);
+          for (uint d = 0; d < DK; ++d) x = fma(qs[g * DK + d], kt[r * KS + d], x);
+          for (uint d = 0; d < DV; ++d) dp = fma(dob[g * DV + d], vt[r * VS + d], dp);
           p = float(times) * exp(x - lse[(th0 + g) * 2u + 1u]);
           s = p * (dp - delta[(th0 + g) * 2u + 1u]);
         }

@@ -23,13 +23,13 @@ inline ParamSpace gpu_space(const Vars& vars, const DeviceInfo& dev, bool backwa
       .constraint("threads <= 4 * heads_per_group * block_n");
   if (!backward) {
     // Queries, accumulators, the compression output, scores and softmax state, and a tile of
-    // keys and values, all f32.
-    s.constraint("(heads_per_group * (head_dim_k + 2 * head_dim_v + block_n + 3) + block_n * (head_dim_k + head_dim_v)) * 4 <= local_mem");
+    // keys and values (rows padded by one word), all f32.
+    s.constraint("(heads_per_group * (head_dim_k + 2 * head_dim_v + block_n + 3) + block_n * (head_dim_k + head_dim_v + 2)) * 4 <= local_mem");
   } else {
     // nsa_bwd_dq: queries, dq, scaled dout, dS, a tile; nsa_bwd_dkv: a tile and its gradients,
     // the queries and douts of a part, probabilities and dS.
-    s.constraint("(heads_per_group * (2 * head_dim_k + head_dim_v + block_n + 2) + block_n * (head_dim_k + head_dim_v)) * 4 <= local_mem")
-        .constraint("(2 * block_n * (head_dim_k + head_dim_v) + heads_per_group * (head_dim_k + head_dim_v + 2 * block_n)) * 4 <= local_mem");
+    s.constraint("(heads_per_group * (2 * head_dim_k + head_dim_v + block_n + 2) + block_n * (head_dim_k + head_dim_v + 2)) * 4 <= local_mem")
+        .constraint("(block_n * (2 * head_dim_k + 2 * head_dim_v + 2) + heads_per_group * (head_dim_k + head_dim_v + 2 * block_n)) * 4 <= local_mem");
   }
   s.bind(vars).bind(device_vars(dev));
   return s;

@@ -128,7 +128,7 @@ class VulkanNsa final : public Implementation {
                  pooled.vc.get(),            &args[fwd::o].buffer(),     &args[fwd::o_cmp].buffer(),
                  &args[fwd::o_slc].buffer(), &args[fwd::lse].buffer()};
     l.groups = {u32(p.tokens()), u32(p.kv_heads * (p.group / s.hpg)), 1};
-    l.shared_bytes = u32((s.hpg * (p.dk + 2 * p.dv + s.tile + 3) + s.tile * (p.dk + p.dv)) * 4);
+    l.shared_bytes = u32((s.hpg * (p.dk + 2 * p.dv + s.tile + 3) + s.tile * (p.dk + p.dv + 2)) * 4);
     dev.dispatch(l);
   }
 };
@@ -176,7 +176,7 @@ class VulkanNsaBwd final : public Implementation {
                  &args[bwd::lse].buffer(),   &args[bwd::dout].buffer(),  &args[bwd::dq].buffer(),
                  &args[bwd::dg_cmp].buffer(), &args[bwd::dg_slc].buffer(), delta.get()};
     l.groups = {u32(N), u32(H * (p.group / s.hpg)), 1};
-    l.shared_bytes = u32((s.hpg * (2 * K + V + s.tile + 2) + s.tile * (K + V)) * 4);
+    l.shared_bytes = u32((s.hpg * (2 * K + V + s.tile + 2) + s.tile * (K + V + 2)) * 4);
     dev.dispatch(l);
 
     l.spirv = dcmp_key;
@@ -194,7 +194,7 @@ class VulkanNsaBwd final : public Implementation {
                  &args[bwd::cu_seqlens].buffer(), &args[bwd::lse].buffer(), &args[bwd::dout].buffer(),
                  delta.get(),              dkc.get(),               dvc.get(),
                  &args[bwd::dk].buffer(),  &args[bwd::dv].buffer()};
-    l.shared_bytes = u32((2 * s.tile * (K + V) + s.hpg * (K + V + 2 * s.tile)) * 4);
+    l.shared_bytes = u32((s.tile * (2 * K + 2 * V + 2) + s.hpg * (K + V + 2 * s.tile)) * 4);
     dev.dispatch(l);
   }
 };
