@@ -73,7 +73,7 @@ std::vector<std::int64_t> read_i32(const Tensor& t) {
 }
 
 // 16 partial sums, so that the compiler vectorises the reduction without reassociating it.
-float dot(const float* a, const float* b, std::int64_t n) {
+[[gnu::always_inline]] inline float dot(const float* a, const float* b, std::int64_t n) {
   float lanes[16] = {};
   std::int64_t i = 0;
   for (; i + 16 <= n; i += 16)
@@ -82,6 +82,72 @@ float dot(const float* a, const float* b, std::int64_t n) {
   for (; i < n; ++i) s += a[i] * b[i];
   for (float x : lanes) s += x;
   return s;
+}
+
+// One staged tile against the task's heads. Always inlined into a default and an AVX2+FMA
+// wrapper, picked at run time, so that the compiler vectorises the same loops for each.
+struct FwdTile {
+  const float* qs;  // [hp][K] scaled queries
+  const float* tk;  // [n][K]
+  const float* tv;  // [n][V]
+  std::int64_t n, hp, K, V, bn;
+  float* sc;   // [hp][bn]
+  float* acc;  // [hp][V]
+  float* m;
+  float* l;
+};
+
+[[gnu::always_inline]] inline void fwd_tile(const FwdTile& t) {
+  for (std::int64_t i = 0; i < t.hp; ++i) {
+    float* s = t.sc + i * t.bn;
+    float mx = t.m[i];
+    for (std::int64_t r = 0; r < t.n; ++r) mx = std::max(mx, s[r] = dot(t.qs + i * t.K, t.tk + r * t.K, t.K));
+    const float alpha = std::exp(t.m[i] - mx);
+    float sum = 0.f;
+    for (std::int64_t r = 0; r < t.n; ++r) sum += (s[r] = std::exp(s[r] - mx));
+    t.l[i] = t.l[i] * alpha + sum;
+    t.m[i] = mx;
+    float* a = t.acc + i * t.V;
+    for (std::int64_t d = 0; d < t.V; ++d) a[d] *= alpha;
+    for (std::int64_t r = 0; r < t.n; ++r)
+      for (std::int64_t d = 0; d < t.V; ++d) a[d] += s[r] * t.tv[r * t.V + d];
+  }
+}
+
+struct DqTile {
+  const float* qs;   // [hp][K] scaled queries
+  const float* dob;  // [hp][V] gated dout
+  const float* tk;
+  const float* tv;
+  std::int64_t n, hp, K, V;
+  const float* lse;    // [hp]
+  const float* delta;  // [hp]
+  float* acc;          // [hp][K]: dq / scale
+};
+
+[[gnu::always_inline]] inline void dq_tile(const DqTile& t) {
+  for (std::int64_t i = 0; i < t.hp; ++i)
+    for (std::int64_t r = 0; r < t.n; ++r) {
+      const float pr = std::exp(dot(t.qs + i * t.K, t.tk + r * t.K, t.K) - t.lse[i]);
+      const float ds = pr * (dot(t.dob + i * t.V, t.tv + r * t.V, t.V) - t.delta[i]);
+      for (std::int64_t d = 0; d < t.K; ++d) t.acc[i * t.K + d] += ds * t.tk[r * t.K + d];
+    }
+}
+
+void fwd_tile_default(const FwdTile& t) { fwd_tile(t); }
+void dq_tile_default(const DqTile& t) { dq_tile(t); }
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) void fwd_tile_avx2(const FwdTile& t) { fwd_tile(t); }
+__attribute__((target("avx2,fma"))) void dq_tile_avx2(const DqTile& t) { dq_tile(t); }
+#endif
+
+bool has_avx2_fma() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
 }
 
 // What both passes share: the problem, readers of the inputs, the index arrays and the pooled
@@ -221,6 +287,11 @@ class CpuNsa final : public Implementation {
     const Writer o{data(args[fwd::o]), p.dtype}, oc{data(args[fwd::o_cmp]), p.dtype}, os{data(args[fwd::o_slc]), p.dtype};
     float* lse = static_cast<float*>(data(args[fwd::lse]));
     const float scale = static_cast<float>(p.scale);
+#if defined(__x86_64__)
+    void (*const tile_fn)(const FwdTile&) = has_avx2_fma() ? fwd_tile_avx2 : fwd_tile_default;
+#else
+    void (*const tile_fn)(const FwdTile&) = fwd_tile_default;
+#endif
     pool.parallel_for(p.tokens() * H * parts, [&](std::int64_t task) {
       const std::int64_t part = task % parts, h = task / parts % H, t = task / (parts * H);
       thread_local std::vector<float> buf;
@@ -243,22 +314,7 @@ class CpuNsa final : public Implementation {
         std::fill(acc, acc + hp * V, 0.f);
         std::fill(m, m + hp, neg_inf);
         std::fill(l, l + hp, 0.f);
-        su.tiles(branch, t, h, bn, tk, tv, [&](std::int64_t n) {
-          for (std::int64_t i = 0; i < hp; ++i) {
-            float* s = sc + i * bn;
-            float mx = m[i];
-            for (std::int64_t r = 0; r < n; ++r) mx = std::max(mx, s[r] = dot(qs + i * K, tk + r * K, K));
-            const float alpha = std::exp(m[i] - mx);
-            float sum = 0.f;
-            for (std::int64_t r = 0; r < n; ++r) sum += (s[r] = std::exp(s[r] - mx));
-            l[i] = l[i] * alpha + sum;
-            m[i] = mx;
-            float* a = acc + i * V;
-            for (std::int64_t d = 0; d < V; ++d) a[d] *= alpha;
-            for (std::int64_t r = 0; r < n; ++r)
-              for (std::int64_t d = 0; d < V; ++d) a[d] += s[r] * tv[r * V + d];
-          }
-        });
+        su.tiles(branch, t, h, bn, tk, tv, [&](std::int64_t n) { tile_fn({qs, tk, tv, n, hp, K, V, bn, sc, acc, m, l}); });
         const Writer& out = branch == 0 ? oc : os;
         for (std::int64_t i = 0; i < hp; ++i) {
           const std::int64_t th = t * HQ + hq0 + i;
@@ -302,6 +358,11 @@ class CpuNsaBwd final : public Implementation {
     const Writer dq{data(args[bwd::dq]), p.dtype}, dk{data(args[bwd::dk]), p.dtype}, dv{data(args[bwd::dv]), p.dtype};
     const Writer dgc{data(args[bwd::dg_cmp]), p.dtype}, dgs{data(args[bwd::dg_slc]), p.dtype};
     const float scale = static_cast<float>(p.scale);
+#if defined(__x86_64__)
+    void (*const tile_fn)(const DqTile&) = has_avx2_fma() ? dq_tile_avx2 : dq_tile_default;
+#else
+    void (*const tile_fn)(const DqTile&) = dq_tile_default;
+#endif
     // delta[token, head, branch] = g_b * (do . o_b), the softmax's row term of each branch.
     std::vector<float> delta(static_cast<std::size_t>(N * HQ * 2));
 
@@ -338,15 +399,7 @@ class CpuNsaBwd final : public Implementation {
           delta[static_cast<std::size_t>(th * 2 + branch)] = db[i];
           lb[i] = lse[th * 2 + branch];
         }
-        su.tiles(branch, t, h, bn, tk, tv, [&](std::int64_t n) {
-          for (std::int64_t i = 0; i < hp; ++i) {
-            for (std::int64_t r = 0; r < n; ++r) {
-              const float pr = std::exp(dot(qs + i * K, tk + r * K, K) - lb[i]);
-              const float ds = pr * (dot(dob + i * V, tv + r * V, V) - db[i]);
-              for (std::int64_t d = 0; d < K; ++d) acc[i * K + d] += ds * tk[r * K + d];
-            }
-          }
-        });
+        su.tiles(branch, t, h, bn, tk, tv, [&](std::int64_t n) { tile_fn({qs, dob, tk, tv, n, hp, K, V, lb, db, acc}); });
       }
       for (std::int64_t i = 0; i < hp; ++i)
         for (std::int64_t d = 0; d < K; ++d) dq((t * HQ + hq0 + i) * K + d, scale * acc[i * K + d]);
