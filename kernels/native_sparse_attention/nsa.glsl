@@ -28,6 +28,7 @@ const uint KS = DK + 1, VS = DV + 1;
 layout(push_constant) uniform Push {
   uint tokens, nseq, H, G, S, BS, dtype;
   float scale;
+  uint token0;  // the dispatch's first token: launches are split where tokens exceed the group count
 } pc;
 
 #if ELEM16
@@ -159,7 +160,7 @@ void tile_step(uint n) {
 
 void main() {
   const uint H = pc.H, G = pc.G, S = pc.S, BS = pc.BS, parts = G / HPG;
-  const uint t = gl_WorkGroupID.x, h = gl_WorkGroupID.y / parts, part = gl_WorkGroupID.y % parts;
+  const uint t = pc.token0 + gl_WorkGroupID.x, h = gl_WorkGroupID.y / parts, part = gl_WorkGroupID.y % parts;
   const uint lid = gl_LocalInvocationID.x, th0 = t * H * G + h * G + part * HPG;
   uint bos, eos;
   LOCATE(cu, t, bos, eos);
@@ -245,7 +246,7 @@ void tile_step(uint n) {
 
 void main() {
   const uint H = pc.H, G = pc.G, S = pc.S, BS = pc.BS, parts = G / HPG;
-  const uint t = gl_WorkGroupID.x, h = gl_WorkGroupID.y / parts, part = gl_WorkGroupID.y % parts;
+  const uint t = pc.token0 + gl_WorkGroupID.x, h = gl_WorkGroupID.y / parts, part = gl_WorkGroupID.y % parts;
   const uint lid = gl_LocalInvocationID.x, th0 = t * H * G + h * G + part * HPG;
   uint bos, eos;
   LOCATE(cu, t, bos, eos);
@@ -313,7 +314,7 @@ shared float kr[DK], vr[DV], gk[DK], gv[DV], qs[HPG * DK], dob[HPG * DV], pp[HPG
 
 void main() {
   const uint H = pc.H, G = pc.G, BS = pc.BS;
-  const uint t0 = gl_WorkGroupID.x, h = gl_WorkGroupID.y, lid = gl_LocalInvocationID.x;
+  const uint t0 = pc.token0 + gl_WorkGroupID.x, h = gl_WorkGroupID.y, lid = gl_LocalInvocationID.x;
   uint bos, eos;
   LOCATE(cu, t0, bos, eos);
   if ((t0 - bos) % BS != 0u || t0 + BS > eos) return;
@@ -378,7 +379,7 @@ shared float pp[HPG * TILE], ds[HPG * TILE];
 
 void main() {
   const uint H = pc.H, G = pc.G, S = pc.S, BS = pc.BS;
-  const uint j0 = gl_WorkGroupID.x, h = gl_WorkGroupID.y, lid = gl_LocalInvocationID.x;
+  const uint j0 = pc.token0 + gl_WorkGroupID.x, h = gl_WorkGroupID.y, lid = gl_LocalInvocationID.x;
   uint bos, eos;
   LOCATE(cu, j0, bos, eos);
   const uint off = (j0 - bos) % BS;

@@ -28,6 +28,7 @@ namespace {
 struct Push {
   std::uint32_t tokens, nseq, H, G, S, BS, dtype;
   float scale;
+  std::uint32_t token0;
 };
 
 std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
@@ -62,11 +63,11 @@ Setup setup(const Invocation& inv, const Config& config, vulkan::VulkanDevice& d
                           " needs positive threads and block_n and heads_per_group dividing the group of " +
                           std::to_string(p.group));
   const auto& lim = dev.physical().limits;
-  if (p.tokens() > lim.maxComputeWorkGroupCount[0] || p.kv_heads * p.group > lim.maxComputeWorkGroupCount[1])
-    throw InvalidArgument(std::string(kname) + " vulkan: " + std::to_string(p.tokens()) + " tokens and " +
-                          std::to_string(p.heads) + " heads exceed the workgroup counts of " + dev.info().id());
+  if (p.kv_heads * p.group > lim.maxComputeWorkGroupCount[1])
+    throw InvalidArgument(std::string(kname) + " vulkan: " + std::to_string(p.heads) +
+                          " heads exceed the workgroup counts of " + dev.info().id());
   s.push = {u32(p.tokens()), u32(p.num_seqs), u32(p.kv_heads), u32(p.group), u32(p.selected), u32(p.block_size),
-            p.dtype == DType::f16 ? 1u : p.dtype == DType::bf16 ? 2u : 0u, static_cast<float>(p.scale)};
+            p.dtype == DType::f16 ? 1u : p.dtype == DType::bf16 ? 2u : 0u, static_cast<float>(p.scale), 0u};
   s.suffix = wide ? "16.spv" : ".spv";
   return s;
 }
@@ -91,6 +92,17 @@ Pooled pool(vulkan::VulkanDevice& dev, const Setup& s, std::span<const Tensor> a
   l.groups = {u32(x), u32((groups + x - 1) / x), 1};
   dev.dispatch(l);
   return r;
+}
+
+// One group per token along x, in as many dispatches as the device's group count needs.
+void dispatch_tokens(vulkan::VulkanDevice& dev, vulkan::Launch& l, Push push, std::int64_t tokens, std::uint32_t y) {
+  const std::int64_t most = dev.physical().limits.maxComputeWorkGroupCount[0];
+  for (std::int64_t t0 = 0; t0 < tokens; t0 += most) {
+    push.token0 = u32(t0);
+    l.push = vulkan::push_bytes(push);
+    l.groups = {u32(std::min(most, tokens - t0)), y, 1};
+    dev.dispatch(l);
+  }
 }
 
 class VulkanNsa final : public Implementation {
@@ -127,9 +139,8 @@ class VulkanNsa final : public Implementation {
                  &args[fwd::block_counts].buffer(), &args[fwd::cu_seqlens].buffer(), pooled.kc.get(),
                  pooled.vc.get(),            &args[fwd::o].buffer(),     &args[fwd::o_cmp].buffer(),
                  &args[fwd::o_slc].buffer(), &args[fwd::lse].buffer()};
-    l.groups = {u32(p.tokens()), u32(p.kv_heads * (p.group / s.hpg)), 1};
     l.shared_bytes = u32((s.hpg * (p.dk + 2 * p.dv + s.tile + 3) + s.tile * (p.dk + p.dv + 2)) * 4);
-    dev.dispatch(l);
+    dispatch_tokens(dev, l, s.push, p.tokens(), u32(p.kv_heads * (p.group / s.hpg)));
   }
 };
 
@@ -175,18 +186,16 @@ class VulkanNsaBwd final : public Implementation {
                  pooled.vc.get(),            &args[bwd::o_cmp].buffer(), &args[bwd::o_slc].buffer(),
                  &args[bwd::lse].buffer(),   &args[bwd::dout].buffer(),  &args[bwd::dq].buffer(),
                  &args[bwd::dg_cmp].buffer(), &args[bwd::dg_slc].buffer(), delta.get()};
-    l.groups = {u32(N), u32(H * (p.group / s.hpg)), 1};
     l.shared_bytes = u32((s.hpg * (2 * K + V + s.tile + 2) + s.tile * (K + V + 2)) * 4);
-    dev.dispatch(l);
+    dispatch_tokens(dev, l, s.push, N, u32(H * (p.group / s.hpg)));
 
     l.spirv = dcmp_key;
     l.buffers = {&args[bwd::q].buffer(), &args[bwd::g_cmp].buffer(), &args[bwd::cu_seqlens].buffer(),
                  pooled.kc.get(),        pooled.vc.get(),            &args[bwd::lse].buffer(),
                  &args[bwd::dout].buffer(), delta.get(),             dkc.get(),
                  dvc.get()};
-    l.groups = {u32(N), u32(H), 1};
     l.shared_bytes = u32((2 * (K + V) + s.hpg * (K + V + 2)) * 4);
-    dev.dispatch(l);
+    dispatch_tokens(dev, l, s.push, N, u32(H));
 
     l.spirv = dkv_key;
     l.buffers = {&args[bwd::q].buffer(),   &args[bwd::k].buffer(),  &args[bwd::v].buffer(),
@@ -195,7 +204,7 @@ class VulkanNsaBwd final : public Implementation {
                  delta.get(),              dkc.get(),               dvc.get(),
                  &args[bwd::dk].buffer(),  &args[bwd::dv].buffer()};
     l.shared_bytes = u32((s.tile * (2 * K + 2 * V + 2) + s.hpg * (K + V + 2 * s.tile)) * 4);
-    dev.dispatch(l);
+    dispatch_tokens(dev, l, s.push, N, u32(H));
   }
 };
 
