@@ -1,8 +1,8 @@
 // Native sparse attention: native_sparse_attention and native_sparse_attention_bwd against the
 // double-precision reference on random inputs (GQA groups, random block counts, random sorted
 // and unsorted block indices with -1 markers, later blocks and repeats, odd lengths, packed
-// sequences with an empty one), every storage dtype, every config of small spaces, and the
-// errors, on every device.
+// sequences with an empty one), every storage dtype, every config of small spaces, bitwise
+// repeatable gradients, and the errors, on every device.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -244,6 +244,16 @@ TEST_P(NativeSparseAttention, EveryConfigOfASmallSpaceAgrees) {
           EXPECT_LE(test::relative_error(r.outputs[i], first[i]), r.tolerance) << config.canonical() << " output " << i;
     }
   }
+}
+
+TEST_P(NativeSparseAttention, GradientsAreDeterministic) {
+  Context ctx(GetParam());
+  // No atomics: every gradient element has one writer, so two runs agree bit for bit.
+  const Inputs in = build(ctx, {.heads = 8, .kv_heads = 2}, DType::f32, 13);
+  NsaOutput f;
+  (void)check_forward(ctx, in, f);
+  const Checked a = check_backward(ctx, in, f), b = check_backward(ctx, in, f);
+  for (std::size_t i = 0; i < a.outputs.size(); ++i) EXPECT_EQ(a.outputs[i], b.outputs[i]) << "gradient " << i;
 }
 
 TEST_P(NativeSparseAttention, HeuristicIsInTheSpace) {
