@@ -134,11 +134,35 @@ struct DqTile {
     }
 }
 
+// One query head's contribution to the gradients of rows keys (a selected tile, or the one
+// pooled row of a block).
+struct KeyTile {
+  const float* q;   // [K] scaled query
+  const float* d;   // [V] gated dout
+  const float* tk;  // [rows][K]
+  const float* tv;  // [rows][V]
+  std::int64_t rows, K, V;
+  float times, lse, delta;  // times: how often the query's selection lists the block
+  float* gk;                // [rows][K]
+  float* gv;                // [rows][V]
+};
+
+[[gnu::always_inline]] inline void key_tile(const KeyTile& t) {
+  for (std::int64_t r = 0; r < t.rows; ++r) {
+    const float pr = t.times * std::exp(dot(t.q, t.tk + r * t.K, t.K) - t.lse);
+    const float ds = pr * (dot(t.d, t.tv + r * t.V, t.V) - t.delta);
+    for (std::int64_t c = 0; c < t.V; ++c) t.gv[r * t.V + c] += pr * t.d[c];
+    for (std::int64_t c = 0; c < t.K; ++c) t.gk[r * t.K + c] += ds * t.q[c];
+  }
+}
+
 void fwd_tile_default(const FwdTile& t) { fwd_tile(t); }
 void dq_tile_default(const DqTile& t) { dq_tile(t); }
+void key_tile_default(const KeyTile& t) { key_tile(t); }
 #if defined(__x86_64__)
 __attribute__((target("avx2,fma"))) void fwd_tile_avx2(const FwdTile& t) { fwd_tile(t); }
 __attribute__((target("avx2,fma"))) void dq_tile_avx2(const DqTile& t) { dq_tile(t); }
+__attribute__((target("avx2,fma"))) void key_tile_avx2(const KeyTile& t) { key_tile(t); }
 #endif
 
 bool has_avx2_fma() {
@@ -360,8 +384,10 @@ class CpuNsaBwd final : public Implementation {
     const float scale = static_cast<float>(p.scale);
 #if defined(__x86_64__)
     void (*const tile_fn)(const DqTile&) = has_avx2_fma() ? dq_tile_avx2 : dq_tile_default;
+    void (*const key_fn)(const KeyTile&) = has_avx2_fma() ? key_tile_avx2 : key_tile_default;
 #else
     void (*const tile_fn)(const DqTile&) = dq_tile_default;
+    void (*const key_fn)(const KeyTile&) = key_tile_default;
 #endif
     // delta[token, head, branch] = g_b * (do . o_b), the softmax's row term of each branch.
     std::vector<float> delta(static_cast<std::size_t>(N * HQ * 2));
@@ -424,10 +450,7 @@ class CpuNsaBwd final : public Implementation {
           dor.row(th * V, V, dr.data());
           const float gate = su.gc(th);
           for (auto& x : dr) x *= gate;
-          const float pr = std::exp(dot(qr.data(), kr, K) - lse[th * 2]);
-          const float ds = pr * (dot(dr.data(), vr, V) - delta[static_cast<std::size_t>(th * 2)]);
-          for (std::int64_t d = 0; d < V; ++d) gv[d] += pr * dr[static_cast<std::size_t>(d)];
-          for (std::int64_t d = 0; d < K; ++d) gk[d] += ds * qr[static_cast<std::size_t>(d)];
+          key_fn({qr.data(), dr.data(), kr, vr, 1, K, V, 1.f, lse[th * 2], delta[static_cast<std::size_t>(th * 2)], gk, gv});
         }
     });
 
@@ -459,12 +482,8 @@ class CpuNsaBwd final : public Implementation {
           dor.row(th * V, V, dr.data());
           const float gate = su.gs(th);
           for (auto& x : dr) x *= gate;
-          for (std::int64_t r = 0; r < rows; ++r) {
-            const float pr = static_cast<float>(times) * std::exp(dot(qr.data(), tk.data() + r * K, K) - lse[th * 2 + 1]);
-            const float ds = pr * (dot(dr.data(), tv.data() + r * V, V) - delta[static_cast<std::size_t>(th * 2 + 1)]);
-            for (std::int64_t d = 0; d < V; ++d) gv[static_cast<std::size_t>(r * V + d)] += pr * dr[static_cast<std::size_t>(d)];
-            for (std::int64_t d = 0; d < K; ++d) gk[static_cast<std::size_t>(r * K + d)] += ds * qr[static_cast<std::size_t>(d)];
-          }
+          key_fn({qr.data(), dr.data(), tk.data(), tv.data(), rows, K, V, static_cast<float>(times), lse[th * 2 + 1],
+                  delta[static_cast<std::size_t>(th * 2 + 1)], gk.data(), gv.data()});
         }
       }
       const bool pooled = su.whole_block_start(block0);
