@@ -7,6 +7,8 @@
 #include "matmul/matmul.hpp"
 #include "mla_attention/impls.hpp"
 #include "mla_attention/mla_attention.hpp"
+#include "native_sparse_attention/impls.hpp"
+#include "native_sparse_attention/nsa.hpp"
 #include "page_attention/page_attention.hpp"
 #include "ragged_decode_attention/ragged_decode_attention.hpp"
 #include "ragged_page_attention/ragged_page_attention.hpp"
@@ -57,6 +59,18 @@ void register_builtin_kernels(Registry& r) {
 #endif
 #ifdef EJK_HAVE_VULKAN
   r.add(kernels::mla_attention::vulkan_implementation());
+#endif
+  r.add(std::make_shared<kernels::native_sparse_attention::NsaKernel>());
+  r.add(std::make_shared<kernels::native_sparse_attention::NsaBwdKernel>());
+  r.add(kernels::native_sparse_attention::cpu_implementation());
+  r.add(kernels::native_sparse_attention::cpu_bwd_implementation());
+#ifdef EJK_HAVE_OPENCL
+  r.add(kernels::native_sparse_attention::opencl_implementation());
+  r.add(kernels::native_sparse_attention::opencl_bwd_implementation());
+#endif
+#ifdef EJK_HAVE_VULKAN
+  r.add(kernels::native_sparse_attention::vulkan_implementation());
+  r.add(kernels::native_sparse_attention::vulkan_bwd_implementation());
 #endif
   add_decode_kernel(r, std::make_shared<kernels::page_attention::PageAttentionKernel>(), kernels::page_attention::engine);
   add_decode_kernel(r, std::make_shared<kernels::ragged_decode_attention::RaggedDecodeAttentionKernel>(),

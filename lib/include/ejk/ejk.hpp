@@ -16,6 +16,7 @@
 #include "ejk/kernel.hpp"
 #include "ejk/measurement.hpp"
 #include "ejk/mla.hpp"
+#include "ejk/native_sparse_attention.hpp"
 #include "ejk/ops.hpp"
 #include "ejk/overlay.hpp"
 #include "ejk/policy.hpp"

@@ -1,0 +1,146 @@
+// native_sparse_attention and its backward on OpenCL: nsa.cl's kernels, enqueued in order.
+//   nsa_pool      one work-item per (token, kv head, column): the mean of every whole block's
+//                 keys and values (f32 scratch, at the block's first row);
+//   nsa_fwd       one group per (token, kv head, part of the group's query heads): both
+//                 branches over staged tiles of TILE keys shared by the part's heads;
+//   nsa_bwd_dq    same grid: dg, the rows' deltas and dq;
+//   nsa_bwd_dcmp  one group per (token, kv head), working where the token starts a whole block:
+//                 the pooled row's gradient;
+//   nsa_bwd_dkv   one group per (token, kv head), working where the token starts a tile within
+//                 its block: the gradient of the tile's keys from the queries that select the
+//                 block, plus the pooled gradient's share.
+// Every output element has one writer: no atomics, deterministic. Work-group size, tile and
+// heads per group are -D options; the rest are arguments.
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backends/opencl/opencl_device.hpp"
+#include "ejk/error.hpp"
+#include "native_sparse_attention/impls.hpp"
+#include "native_sparse_attention/nsa.hpp"
+#include "native_sparse_attention/space.hpp"
+
+namespace ejk::kernels::native_sparse_attention {
+namespace {
+
+constexpr const char* source_key = "native_sparse_attention/nsa.cl";
+
+int dtype_code(DType t) { return t == DType::f32 ? 0 : t == DType::f16 ? 1 : 2; }
+
+struct Common {
+  std::int64_t threads, tile, hpg;
+};
+
+Common checked(const Problem& p, const Config& c, const char* kname) {
+  Common r{c.get("threads"), c.get("block_n"), c.get("heads_per_group")};
+  if (r.threads <= 0 || r.tile <= 0 || r.hpg <= 0 || p.group % r.hpg != 0)
+    throw InvalidArgument(std::string(kname) + " on OpenCL: config " + c.canonical() +
+                          " needs positive threads and block_n and heads_per_group dividing the group of " +
+                          std::to_string(p.group));
+  return r;
+}
+
+std::string options_of(const Problem& p, const Common& c) {
+  return " -DTHREADS=" + std::to_string(c.threads) + " -DTILE=" + std::to_string(c.tile) + " -DHPG=" +
+         std::to_string(c.hpg) + " -DDK=" + std::to_string(p.dk) + " -DDV=" + std::to_string(p.dv);
+}
+
+struct Pooled {
+  std::shared_ptr<Buffer> kc, vc;
+};
+
+Pooled pool(opencl::OpenCLDevice& dev, const Problem& p, const std::string& options, std::span<const Tensor> args) {
+  Pooled r{dev.allocate(static_cast<std::size_t>(std::max<std::int64_t>(1, p.tokens() * p.kv_heads * p.dk)) * 4),
+           dev.allocate(static_cast<std::size_t>(std::max<std::int64_t>(1, p.tokens() * p.kv_heads * p.dv)) * 4)};
+  auto k = dev.kernel(source_key, options, "nsa_pool");
+  const std::size_t items = static_cast<std::size_t>(p.tokens() * p.kv_heads * (p.dk + p.dv));
+  dev.launch(*k, opencl::Range((items + 63) / 64 * 64), opencl::Range(64), args[fwd::k], args[fwd::v],
+             args[fwd::cu_seqlens], *r.kc, *r.vc, static_cast<int>(p.tokens()), static_cast<int>(p.num_seqs),
+             static_cast<int>(p.kv_heads), static_cast<int>(p.block_size), dtype_code(p.dtype));
+  return r;
+}
+
+class OpenCLNsa final : public Implementation {
+ public:
+  std::string_view kernel() const override { return "native_sparse_attention"; }
+  Backend backend() const override { return Backend::opencl; }
+  std::vector<ArgDef> args() const override { return forward_args(); }
+  std::vector<std::string> sources() const override { return {source_key}; }
+  ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
+    return gpu_space(NsaKernel().vars(inv), dev, false);
+  }
+  Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
+    return gpu_heuristic(space(inv, dev), Problem::of(inv), dev, "native_sparse_attention opencl");
+  }
+
+  void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
+    const Problem p = Problem::of(inv);
+    auto& dev = opencl::opencl_device(device);
+    const Common c = checked(p, config, "native_sparse_attention");
+    if (p.tokens() == 0) return;
+    const std::string options = options_of(p, c);
+    const Pooled pooled = pool(dev, p, options, args);
+    auto k = dev.kernel(source_key, options, "nsa_fwd");
+    const auto t = static_cast<std::size_t>(c.threads);
+    dev.launch(*k, opencl::Range(static_cast<std::size_t>(p.tokens()) * t, static_cast<std::size_t>(p.kv_heads * (p.group / c.hpg))),
+               opencl::Range(t, 1), args[fwd::q], args[fwd::k], args[fwd::v], args[fwd::g_cmp], args[fwd::g_slc],
+               args[fwd::block_indices], args[fwd::block_counts], args[fwd::cu_seqlens], *pooled.kc, *pooled.vc,
+               args[fwd::o], args[fwd::o_cmp], args[fwd::o_slc], args[fwd::lse], static_cast<int>(p.num_seqs),
+               static_cast<int>(p.kv_heads), static_cast<int>(p.group), static_cast<int>(p.selected),
+               static_cast<int>(p.block_size), static_cast<float>(p.scale), dtype_code(p.dtype));
+  }
+};
+
+class OpenCLNsaBwd final : public Implementation {
+ public:
+  std::string_view kernel() const override { return "native_sparse_attention_bwd"; }
+  Backend backend() const override { return Backend::opencl; }
+  std::vector<ArgDef> args() const override { return backward_args(); }
+  std::vector<std::string> sources() const override { return {source_key}; }
+  ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
+    return gpu_space(NsaBwdKernel().vars(inv), dev, true);
+  }
+  Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
+    return gpu_heuristic(space(inv, dev), Problem::of(inv), dev, "native_sparse_attention_bwd opencl");
+  }
+
+  void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
+    const Problem p = Problem::of(inv);
+    auto& dev = opencl::opencl_device(device);
+    const Common c = checked(p, config, "native_sparse_attention_bwd");
+    if (p.tokens() == 0) return;
+    const std::string options = options_of(p, c);
+    const Pooled pooled = pool(dev, p, options, args);
+    const std::int64_t N = p.tokens(), H = p.kv_heads;
+    auto delta = dev.allocate(static_cast<std::size_t>(N * p.heads * 2) * 4);
+    auto dkc = dev.allocate(static_cast<std::size_t>(N * H * p.dk) * 4);
+    auto dvc = dev.allocate(static_cast<std::size_t>(N * H * p.dv) * 4);
+    const auto t = static_cast<std::size_t>(c.threads);
+    const int nseq = static_cast<int>(p.num_seqs), iH = static_cast<int>(H), G = static_cast<int>(p.group);
+    const int S = static_cast<int>(p.selected), BS = static_cast<int>(p.block_size), dt = dtype_code(p.dtype);
+    const float scale = static_cast<float>(p.scale);
+    auto dq = dev.kernel(source_key, options, "nsa_bwd_dq");
+    dev.launch(*dq, opencl::Range(static_cast<std::size_t>(N) * t, static_cast<std::size_t>(H * (p.group / c.hpg))),
+               opencl::Range(t, 1), args[bwd::q], args[bwd::k], args[bwd::v], args[bwd::g_cmp], args[bwd::g_slc],
+               args[bwd::block_indices], args[bwd::block_counts], args[bwd::cu_seqlens], *pooled.kc, *pooled.vc,
+               args[bwd::o_cmp], args[bwd::o_slc], args[bwd::lse], args[bwd::dout], args[bwd::dq], args[bwd::dg_cmp],
+               args[bwd::dg_slc], *delta, nseq, iH, G, S, BS, scale, dt);
+    const opencl::Range grid(static_cast<std::size_t>(N) * t, static_cast<std::size_t>(H));
+    auto dcmp = dev.kernel(source_key, options, "nsa_bwd_dcmp");
+    dev.launch(*dcmp, grid, opencl::Range(t, 1), args[bwd::q], args[bwd::g_cmp], args[bwd::cu_seqlens], *pooled.kc,
+               *pooled.vc, args[bwd::lse], args[bwd::dout], *delta, *dkc, *dvc, nseq, iH, G, BS, scale, dt);
+    auto dkv = dev.kernel(source_key, options, "nsa_bwd_dkv");
+    dev.launch(*dkv, grid, opencl::Range(t, 1), args[bwd::q], args[bwd::k], args[bwd::v], args[bwd::g_slc],
+               args[bwd::block_indices], args[bwd::block_counts], args[bwd::cu_seqlens], args[bwd::lse], args[bwd::dout],
+               *delta, *dkc, *dvc, args[bwd::dk], args[bwd::dv], nseq, iH, G, S, BS, scale, dt);
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<const Implementation> opencl_implementation() { return std::make_shared<OpenCLNsa>(); }
+std::shared_ptr<const Implementation> opencl_bwd_implementation() { return std::make_shared<OpenCLNsaBwd>(); }
+
+}  // namespace ejk::kernels::native_sparse_attention
