@@ -73,8 +73,8 @@ class CpuMeanPooling final : public Implementation {
     ParamSpace s;
     s.param("block_cols", {16, 64, 256, 1024})
         .param("splits", {1, 2, 4, 8, 16})
-        // A block much wider than a row only idles.
-        .constraint("block_cols == 16 || block_cols / 2 < dim")
+        // Of the blocks as wide as a row or wider (one block per row), only the narrowest.
+        .constraint("block_cols == 16 || block_cols / 4 < dim")
         // Parts shorter than 16 tokens only add merging work.
         .constraint("splits == 1 || splits * 16 <= longest")
         .bind(kernel_.vars(inv))
