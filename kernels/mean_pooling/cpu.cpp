@@ -129,12 +129,18 @@ class CpuMeanPooling final : public Implementation {
         std::int64_t a, b;
         part(s, q, a, b);
         if (a == b) return;
+        // The scaled block is encoded once, then copied to every token of the part.
         thread_local std::vector<float> row;
+        thread_local std::vector<std::byte> stored;
         row.assign(static_cast<std::size_t>(n), 0.f);
         add_row(in, p.dtype, s * D + c0, n, row.data());
         const float w = inv_len(s);
         for (auto& x : row) x *= w;
-        for (std::int64_t t = a; t < b; ++t) store_row(out, p.dtype, t * D + c0, n, row.data());
+        const std::size_t e = dtype_size(p.dtype), bytes = static_cast<std::size_t>(n) * e;
+        stored.resize(bytes);
+        store_row(stored.data(), p.dtype, 0, n, row.data());
+        auto* dst = static_cast<std::byte*>(out);
+        for (std::int64_t t = a; t < b; ++t) std::memcpy(dst + static_cast<std::size_t>(t * D + c0) * e, stored.data(), bytes);
       });
       return;
     }

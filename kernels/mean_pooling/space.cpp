@@ -21,6 +21,8 @@ ParamSpace device_space(const Invocation& inv, const DeviceInfo& dev) {
       .constraint("threads / rows * vec / 2 < dim || (threads == 64 && vec == 1 && rows == 8)")
       // Parts shorter than a group's rows twice over only add merging work.
       .constraint("splits == 1 || splits * rows * 2 <= longest")
+      // The parts' f32 sums are indexed with 32-bit integers.
+      .constraint("splits == 1 || splits * segs * dim < 2147483648")
       .bind(k.vars(inv))
       .bind(device_vars(dev));
   return s;
