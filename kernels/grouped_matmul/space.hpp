@@ -12,7 +12,8 @@ namespace ejk::kernels::grouped_matmul {
 // work-item. extra binds backend variables (Vulkan's workgroup size limits per dimension).
 ParamSpace device_space(const Invocation& inv, const DeviceInfo& dev, const Vars& extra = {});
 // Discrete GPUs: 128 x 128 tiles of 8 x 8 per work-item where the problem fills the device;
-// CPU-hosted drivers (PoCL, lavapipe): 32 x 32 tiles of 4 x 4; smaller tiles for short groups.
+// CPU-hosted drivers (PoCL, lavapipe): 128 x 128 tiles of 8 x 8, 32 deep, smaller where the
+// problem has too few tiles for every core.
 Config device_heuristic(const Invocation& inv, const DeviceInfo& dev, bool gpu, const Vars& extra = {});
 // Throws InvalidArgument for a config the kernels cannot run (one that did not come from a space).
 void check_config(std::string_view where, const Config& c);
