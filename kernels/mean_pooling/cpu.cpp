@@ -4,10 +4,15 @@
 // sequence is shared by several tasks and a second pass adds their partial sums (forward); the
 // backward pass writes each part's tokens on their own.
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "backends/cpu/cpu_device.hpp"
 #include "ejk/error.hpp"
@@ -16,22 +21,41 @@
 namespace ejk::kernels::mean_pooling {
 namespace {
 
-// acc[0..n) += row[0..n) for a row of the storage dtype.
+bool has_f16c() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,f16c"))) void add_f16_row_f16c(const std::uint16_t* p, std::int64_t n, float* acc) {
+  std::int64_t c = 0;
+  for (; c + 8 <= n; c += 8)
+    _mm256_storeu_ps(acc + c, _mm256_add_ps(_mm256_loadu_ps(acc + c),
+                                            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + c)))));
+  for (; c < n; ++c) acc[c] += f16_to_f32(p[c]);
+}
+#endif
+
+// acc[0..n) += row[0..n) for a row of the storage dtype; the loops vectorise (f16 through F16C
+// where the processor has it).
 void add_row(const void* base, DType t, std::int64_t i, std::int64_t n, float* acc) {
   switch (t) {
     case DType::f16: {
       const auto* p = static_cast<const std::uint16_t*>(base) + i;
+#if defined(__x86_64__)
+      static const bool f16c = has_f16c();
+      if (f16c) return add_f16_row_f16c(p, n, acc);
+#endif
       for (std::int64_t c = 0; c < n; ++c) acc[c] += f16_to_f32(p[c]);
       break;
     }
     case DType::bf16: {
       const auto* p = static_cast<const std::uint16_t*>(base) + i;
-      for (std::int64_t c = 0; c < n; ++c) {
-        const std::uint32_t u = std::uint32_t{p[c]} << 16;
-        float f;
-        std::memcpy(&f, &u, 4);
-        acc[c] += f;
-      }
+      for (std::int64_t c = 0; c < n; ++c) acc[c] += std::bit_cast<float>(std::uint32_t{p[c]} << 16);
       break;
     }
     default: {
