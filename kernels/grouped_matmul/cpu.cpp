@@ -78,16 +78,17 @@ class CpuGroupedMatmul final : public Implementation {
     const std::size_t e = dtype_size(p.dtype);
     const bool gmm = p.mode == Mode::gmm;
     const std::string& algo = config.text("algo");
+    if (algo != "native" && algo != "openblas")
+      throw InvalidArgument(std::string(kernel()) + " cpu: unknown algo '" + algo + "' (native, openblas)");
+#ifndef EJK_HAVE_OPENBLAS
+    if (algo == "openblas") throw InvalidArgument(std::string(kernel()) + " cpu: this build has no OpenBLAS (algo native)");
+#endif
+    if (algo == "openblas" && p.dtype != DType::f32)
+      throw InvalidArgument(std::string(kernel()) + " cpu: algo openblas takes f32, got " + std::string(to_string(p.dtype)));
     gemm::Blocking blk{};
     if (algo == "native")
       blk = {static_cast<int>(config.get("mc")), static_cast<int>(config.get("kc")), static_cast<int>(config.get("nc")),
              static_cast<int>(config.get("mr")), static_cast<int>(config.get("nv"))};
-#ifdef EJK_HAVE_OPENBLAS
-    else if (algo == "openblas" && p.dtype != DType::f32)
-      throw InvalidArgument(std::string(kernel()) + " cpu: algo openblas takes f32, got " + std::string(to_string(p.dtype)));
-#endif
-    else if (algo != "openblas")
-      throw InvalidArgument(std::string(kernel()) + " cpu: unknown algo '" + algo + "' (native, openblas)");
 
     std::vector<float> widened;
     for (std::int64_t g = 0; g < p.groups; ++g) {
