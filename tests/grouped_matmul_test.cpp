@@ -9,6 +9,7 @@
 #include "decode_support.hpp"
 #include "grouped_matmul/grouped_matmul.hpp"
 #include "support.hpp"
+#include "tune_support.hpp"
 
 namespace ejk {
 namespace {
@@ -190,6 +191,27 @@ TEST_P(GroupedMatmul, BadInputNamesTheArgument) {
                "out [3, 6, 4] f32 must be f32 [3, 4, 6]");
   expect_error([&] { (void)grouped_matmul_tgmm(ctx, c.lhs, ctx.random({8, 6}, DType::f32, 1), c.sizes, {.trans_rhs = true}); },
                "trans_rhs is an option of grouped_matmul only");
+}
+
+// The tuner checks every candidate of both kernels against the reference, on every device.
+TEST_P(GroupedMatmul, TunerChecksEveryCandidateAgainstTheReference) {
+  auto dev = open_device(GetParam());
+  for (const char* name : {"grouped_matmul", "grouped_matmul_tgmm"}) {
+    const Kernel& k = Registry::global().kernel(name);
+    const Invocation inv = k.from_sizes({{"m", 40}, {"k", 12}, {"n", 12}, {"groups", 4}}, DType::f32, nlohmann::json::object());
+    TuneOptions o = test::quick_tune();
+    o.seed = 3;
+    o.strategy = Strategy::random;
+    o.budget.evaluations = 3;
+    const TuneResult r = tune(inv, *dev, o);
+    EXPECT_EQ(r.validated, "reference") << name;
+    ASSERT_FALSE(r.measurements.empty()) << name;
+    for (const auto& m : r.measurements) {
+      EXPECT_EQ(m.status, Status::ok) << name << " " << m.config.canonical() << ": " << m.message;
+      EXPECT_LE(m.error, k.tolerance(inv)) << name;
+    }
+    EXPECT_TRUE(r.tuned) << r.report;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(All, GroupedMatmul, ::testing::ValuesIn(test::devices()),

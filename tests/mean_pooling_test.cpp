@@ -8,6 +8,7 @@
 #include "decode_support.hpp"
 #include "mean_pooling/mean_pooling.hpp"
 #include "support.hpp"
+#include "tune_support.hpp"
 
 namespace ejk {
 namespace {
@@ -174,6 +175,27 @@ TEST_P(MeanPooling, BadInputNamesTheArgument) {
                "dout [3, 4] f32 must be f32 [2, 4]");
   expect_error([&] { mean_pooling(ctx, ctx.from({2, 2}, DType::i32, std::vector<double>{1, 2, 3, 4}), ctx.empty({1, 2}, DType::i32), {.cu_seqlens = cu({0, 2})}); },
                "x [2, 2] i32 must be f32, f16 or bf16");
+}
+
+// The tuner checks every candidate of both kernels against the reference, on every device.
+TEST_P(MeanPooling, TunerChecksEveryCandidateAgainstTheReference) {
+  auto dev = open_device(GetParam());
+  for (const char* name : {"mean_pooling", "mean_pooling_bwd"}) {
+    const Kernel& k = Registry::global().kernel(name);
+    const Invocation inv = k.from_sizes({{"batch", 3}, {"seq", 40}, {"dim", 24}}, DType::f32, {{"packed", true}});
+    TuneOptions o = test::quick_tune();
+    o.seed = 3;
+    o.strategy = Strategy::random;
+    o.budget.evaluations = 3;
+    const TuneResult r = tune(inv, *dev, o);
+    EXPECT_EQ(r.validated, "reference") << name;
+    ASSERT_FALSE(r.measurements.empty()) << name;
+    for (const auto& m : r.measurements) {
+      EXPECT_EQ(m.status, Status::ok) << name << " " << m.config.canonical() << ": " << m.message;
+      EXPECT_LE(m.error, k.tolerance(inv)) << name;
+    }
+    EXPECT_TRUE(r.tuned) << r.report;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(All, MeanPooling, ::testing::ValuesIn(test::devices()),
