@@ -95,7 +95,7 @@ TEST_P(GroupedMatmul, TgmmMatchesReferenceInEveryDtype) {
 // f the double reference forward: the kernels' gradients against the reference's derivative.
 TEST_P(GroupedMatmul, GradientsMatchFiniteDifferences) {
   Context ctx(GetParam());
-  for (DType t : {DType::f32, DType::bf16})
+  for (DType t : {DType::f32, DType::f16, DType::bf16})
     for (bool trans : {false, true}) {
       const std::string what = std::string(to_string(t)) + (trans ? " trans_rhs" : "");
       const Case c = make(ctx, uneven, 19, 21, trans, t, 5);
