@@ -27,11 +27,12 @@ ushort bf16(float x) {
 #define ST(p, i, x) ((p)[i] = bf16(x))
 #endif
 
-// Tokens [*a, *b) of sequence s: padded (packed == 0) or from the offsets.
-void bounds(const __global int* cu, int packed, int seq, int s, int* a, int* b) {
+// Tokens [*a, *b) of sequence s: padded (packed == 0) or from the offsets, clamped to the token
+// array so that unchecked bad offsets cannot reach outside it.
+void bounds(const __global int* cu, int packed, int seq, int tokens, int s, int* a, int* b) {
   if (packed) {
-    *a = cu[s];
-    *b = cu[s + 1];
+    *a = clamp(cu[s], 0, tokens);
+    *b = clamp(cu[s + 1], *a, tokens);
   } else {
     *a = s * seq;
     *b = *a + seq;
@@ -39,9 +40,9 @@ void bounds(const __global int* cu, int packed, int seq, int s, int* a, int* b) 
 }
 
 // This group's part of its sequence: [*a, *b), and the sequence's length *len.
-void part(const __global int* cu, int packed, int seq, int s, int q, int splits, int* a, int* b, int* len) {
+void part(const __global int* cu, int packed, int seq, int tokens, int s, int q, int splits, int* a, int* b, int* len) {
   int start, end;
-  bounds(cu, packed, seq, s, &start, &end);
+  bounds(cu, packed, seq, tokens, s, &start, &end);
   const int chunk = (end - start + splits - 1) / splits;
   *a = min(end, start + q * chunk);
   *b = min(end, *a + chunk);
@@ -52,11 +53,11 @@ void part(const __global int* cu, int packed, int seq, int s, int q, int splits,
 // part's sum goes to partial [splits, segs, dim] and mean_pool_finish adds them.
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mean_pool(
     const __global ELEM* x, const __global int* cu, __global ELEM* out, __global float* partial, int packed, int seq,
-    int segs, int dim, int blocks, int splits) {
+    int tokens, int segs, int dim, int blocks, int splits) {
   const int lid = get_local_id(0), tx = lid % TX, ty = lid / TX;
   const int blk = get_group_id(0) % blocks, s = get_group_id(0) / blocks, q = get_group_id(1);
   int a, b, len;
-  part(cu, packed, seq, s, q, splits, &a, &b, &len);
+  part(cu, packed, seq, tokens, s, q, splits, &a, &b, &len);
   const int c0 = blk * CB + tx * VEC;
   float acc[VEC];
   for (int v = 0; v < VEC; ++v) acc[v] = 0.f;
@@ -91,13 +92,13 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mean_pool(
 
 // One work-item per (sequence, column): the parts' sums added and divided by the length.
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mean_pool_finish(
-    const __global float* partial, const __global int* cu, __global ELEM* out, int packed, int seq, int segs, int dim,
-    int splits) {
+    const __global float* partial, const __global int* cu, __global ELEM* out, int packed, int seq, int tokens, int segs,
+    int dim, int splits) {
   const int i = get_global_id(0);
   if (i >= segs * dim) return;
   const int s = i / dim;
   int a, b;
-  bounds(cu, packed, seq, s, &a, &b);
+  bounds(cu, packed, seq, tokens, s, &a, &b);
   float acc = 0.f;
   for (int q = 0; q < splits; ++q) acc += partial[q * segs * dim + i];
   ST(out, i, b > a ? acc / (float)(b - a) : 0.f);
@@ -105,12 +106,12 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mean_pool_fin
 
 // Backward, the forward's grid: each group writes dout / len to its part's tokens.
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mean_pool_bwd(
-    const __global ELEM* dout, const __global int* cu, __global ELEM* dx, int packed, int seq, int segs, int dim,
-    int blocks, int splits) {
+    const __global ELEM* dout, const __global int* cu, __global ELEM* dx, int packed, int seq, int tokens, int segs,
+    int dim, int blocks, int splits) {
   const int lid = get_local_id(0), tx = lid % TX, ty = lid / TX;
   const int blk = get_group_id(0) % blocks, s = get_group_id(0) / blocks, q = get_group_id(1);
   int a, b, len;
-  part(cu, packed, seq, s, q, splits, &a, &b, &len);
+  part(cu, packed, seq, tokens, s, q, splits, &a, &b, &len);
   if (a >= b) return;
   const int c0 = blk * CB + tx * VEC;
   const float w = 1.f / (float)len;

@@ -21,7 +21,7 @@ const uint TX = THREADS / ROWS;  // invocations along the columns
 const uint CB = TX * VEC;        // columns of a group
 
 layout(push_constant) uniform Push {
-  uint packed, seq, segs, dim, blocks, splits, dtype;
+  uint packed, seq, tokens, segs, dim, blocks, splits, dtype;
 } pc;
 
 #if ELEM16
@@ -43,11 +43,12 @@ uint encode(float x) {
 
 layout(binding = 1) readonly buffer CU { int cu[]; };
 
-// Tokens [a, b) of sequence s.
+// Tokens [a, b) of sequence s, offsets clamped to the token array so that unchecked bad offsets
+// cannot reach outside it.
 void bounds(uint s, out uint a, out uint b) {
   if (pc.packed != 0u) {
-    a = uint(cu[s]);
-    b = uint(cu[s + 1]);
+    a = uint(clamp(cu[s], 0, int(pc.tokens)));
+    b = uint(clamp(cu[s + 1], int(a), int(pc.tokens)));
   } else {
     a = s * pc.seq;
     b = a + pc.seq;

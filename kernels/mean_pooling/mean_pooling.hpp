@@ -11,7 +11,8 @@
 //   dx[t, c] = dout[s, c] / len_s for the sequence s that holds token t.
 // Sequence s holds tokens s*seq .. s*seq+seq-1 (padded) or cu_seqlens[s] .. cu_seqlens[s+1]-1.
 // No options and no scalars. Device kernels cannot report bad offsets: the reference and the CPU
-// check cu_seqlens (start 0, non-decreasing, end at tokens), the C++ API reads it back first.
+// check cu_seqlens (start 0, non-decreasing, end at tokens), the C++ API reads it back first;
+// the device kernels clamp the offsets to the token array.
 #include <cstdint>
 #include <map>
 #include <span>

@@ -45,20 +45,20 @@ class OpenCLMeanPooling final : public Implementation {
     const auto t = static_cast<std::size_t>(threads);
     const opencl::Range global(static_cast<std::size_t>(blocks * p.segs) * t, static_cast<std::size_t>(splits));
     const opencl::Range local(t, 1);
-    const int packed = p.packed, seq = static_cast<int>(p.seq), segs = static_cast<int>(p.segs),
+    const int packed = p.packed, seq = static_cast<int>(p.seq), tokens = static_cast<int>(p.tokens), segs = static_cast<int>(p.segs),
               dim = static_cast<int>(p.dim), nb = static_cast<int>(blocks), ns = static_cast<int>(splits);
     if (p.dir == Direction::backward) {
       dev.launch(*dev.kernel(source_key, options, "mean_pool_bwd"), global, local, args[arg::in], args[arg::cu_seqlens],
-                 args[arg::out], packed, seq, segs, dim, nb, ns);
+                 args[arg::out], packed, seq, tokens, segs, dim, nb, ns);
       return;
     }
     auto partial = dev.allocate(splits > 1 ? static_cast<std::size_t>(splits * p.segs * p.dim) * 4 : 4);
     dev.launch(*dev.kernel(source_key, options, "mean_pool"), global, local, args[arg::in], args[arg::cu_seqlens],
-               args[arg::out], *partial, packed, seq, segs, dim, nb, ns);
+               args[arg::out], *partial, packed, seq, tokens, segs, dim, nb, ns);
     if (splits > 1)
       dev.launch(*dev.kernel(source_key, options, "mean_pool_finish"),
                  opencl::Range(static_cast<std::size_t>(ceil_div(p.segs * p.dim, threads)) * t), opencl::Range(t),
-                 *partial, args[arg::cu_seqlens], args[arg::out], packed, seq, segs, dim, ns);
+                 *partial, args[arg::cu_seqlens], args[arg::out], packed, seq, tokens, segs, dim, ns);
   }
 
  private:

@@ -15,7 +15,7 @@ namespace {
 
 // Mirrors the shader's push-constant block.
 struct Push {
-  std::uint32_t packed, seq, segs, dim, blocks, splits, dtype;
+  std::uint32_t packed, seq, tokens, segs, dim, blocks, splits, dtype;
 };
 
 std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
@@ -59,7 +59,7 @@ class VulkanMeanPooling final : public Implementation {
     if (blocks * p.segs > lim.maxComputeWorkGroupCount[0] || splits > lim.maxComputeWorkGroupCount[1])
       throw InvalidArgument(where + ": " + std::to_string(blocks * p.segs) + " groups of columns and sequences exceed the workgroup count of " +
                             dev.info().id());
-    const Push push{u32(p.packed), u32(p.seq), u32(p.segs), u32(p.dim), u32(blocks), u32(splits),
+    const Push push{u32(p.packed), u32(p.seq), u32(p.tokens), u32(p.segs), u32(p.dim), u32(blocks), u32(splits),
                     p.dtype == DType::f16 ? 1u : p.dtype == DType::bf16 ? 2u : 0u};
     const std::string suffix = wide ? "16.spv" : ".spv";
     vulkan::Launch l;
