@@ -3,8 +3,12 @@
 #include "ejk/registry.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "flash_attention/impls.hpp"
+#include "grouped_matmul/grouped_matmul.hpp"
+#include "grouped_matmul/impls.hpp"
 #include "matmul/impls.hpp"
 #include "matmul/matmul.hpp"
+#include "mean_pooling/impls.hpp"
+#include "mean_pooling/mean_pooling.hpp"
 #include "mla_attention/impls.hpp"
 #include "mla_attention/mla_attention.hpp"
 #include "native_sparse_attention/impls.hpp"
@@ -77,6 +81,26 @@ void register_builtin_kernels(Registry& r) {
                     kernels::ragged_decode_attention::engine);
   add_decode_kernel(r, std::make_shared<kernels::ragged_page_attention::RaggedPageAttentionKernel>(),
                     kernels::ragged_page_attention::engine);
+  for (auto dir : {kernels::mean_pooling::Direction::forward, kernels::mean_pooling::Direction::backward}) {
+    r.add(std::make_shared<kernels::mean_pooling::MeanPoolingKernel>(dir));
+    r.add(kernels::mean_pooling::cpu_implementation(dir));
+#ifdef EJK_HAVE_OPENCL
+    r.add(kernels::mean_pooling::opencl_implementation(dir));
+#endif
+#ifdef EJK_HAVE_VULKAN
+    r.add(kernels::mean_pooling::vulkan_implementation(dir));
+#endif
+  }
+  for (auto mode : {kernels::grouped_matmul::Mode::gmm, kernels::grouped_matmul::Mode::tgmm}) {
+    r.add(std::make_shared<kernels::grouped_matmul::GroupedMatmulKernel>(mode));
+    r.add(kernels::grouped_matmul::cpu_implementation(mode));
+#ifdef EJK_HAVE_OPENCL
+    r.add(kernels::grouped_matmul::opencl_implementation(mode));
+#endif
+#ifdef EJK_HAVE_VULKAN
+    r.add(kernels::grouped_matmul::vulkan_implementation(mode));
+#endif
+  }
 }
 
 }  // namespace ejk

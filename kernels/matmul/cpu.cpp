@@ -10,29 +10,14 @@
 
 #include "backends/cpu/cpu_device.hpp"
 #include "ejk/error.hpp"
-#include "matmul/cpu_gemm.hpp"
+#include "matmul/cpu_gemm_native.hpp"
 #include "matmul/impls.hpp"
 #include "matmul/matmul.hpp"
 
 namespace ejk::kernels::matmul {
 namespace {
 
-int lanes() {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return cpu::avx512_lanes;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return cpu::avx2_lanes;
-#endif
-  return cpu::generic_lanes;
-}
-
-void native(const cpu::Operands& op, const cpu::Blocking& blk, ejk::cpu::ThreadPool& pool) {
-  switch (lanes()) {
-    case cpu::avx512_lanes: return cpu::gemm_avx512(op, blk, pool);
-    case cpu::avx2_lanes: return cpu::gemm_avx2(op, blk, pool);
-    default: return cpu::gemm_generic(op, blk, pool);
-  }
-}
+int lanes() { return cpu::native_lanes(); }
 
 class CpuMatmul final : public Implementation {
  public:
@@ -132,7 +117,7 @@ class CpuMatmul final : public Implementation {
                        p.n,
                        static_cast<float>(p.alpha),
                        p.dtype};
-      native(op, blk, dev.pool());
+      cpu::gemm_native(op, blk, dev.pool());
       if (p.dtype != DType::f32) {
         std::vector<double> vals(widened.begin(), widened.end());
         auto bytes = encode(p.dtype, vals);

@@ -1,0 +1,6 @@
+#version 450
+// mean_pooling, pass pool: f16/bf16 arrays through 16-bit storage. See mean_pooling.glsl.
+#extension GL_GOOGLE_include_directive : require
+#define PASS POOL
+#define ELEM16 1
+#include "mean_pooling.glsl"
