@@ -333,6 +333,7 @@ AttentionOutput ring_attention(const Context& ctx, const Tensor& q, const Tensor
   const auto t_call = Clock::now();
   const Ring ring = agree(name, q, k, v, nullptr, nullptr, nullptr, comm, options);
   RingAttentionStats st;
+  st.wait_s = since(t_call);  // the collective check waits for the slowest rank to arrive
   st.steps = ring.size;
   const std::int64_t lq = ring.len[static_cast<std::size_t>(ring.rank)];
   const std::size_t rows = static_cast<std::size_t>(ring.batch * ring.heads * lq), D = static_cast<std::size_t>(ring.head_dim);
@@ -392,7 +393,9 @@ AttentionOutput ring_attention(const Context& ctx, const Tensor& q, const Tensor
     reqs.wait();
     st.wait_s += since(t0);
   }
+  t0 = Clock::now();
   settle(ring, name, failure);
+  st.wait_s += since(t0);
 
   t0 = Clock::now();
   AttentionOutput r{ctx.empty(q.shape(), q.dtype()), part.lse};
@@ -411,6 +414,7 @@ AttentionGrads ring_attention_bwd(const Context& ctx, const Tensor& q, const Ten
   const auto t_call = Clock::now();
   const Ring ring = agree(name, q, k, v, &out, &dout, &lse, comm, options);
   RingAttentionStats st;
+  st.wait_s = since(t_call);  // the collective check waits for the slowest rank to arrive
   st.steps = ring.size;
   const std::int64_t most = *std::max_element(ring.len.begin(), ring.len.end());
   const std::size_t block_floats = static_cast<std::size_t>(ring.batch * most * ring.kv_heads * ring.head_dim);
@@ -505,7 +509,9 @@ AttentionGrads ring_attention_bwd(const Context& ctx, const Tensor& q, const Ten
   } else {
     grad_in.swap(grad_out);
   }
+  t0 = Clock::now();
   settle(ring, name, failure);
+  st.wait_s += since(t0);
 
   t0 = Clock::now();
   const std::size_t n = static_cast<std::size_t>(ring.kv_elems(ring.rank));

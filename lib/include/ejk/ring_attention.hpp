@@ -35,7 +35,8 @@ struct RingAttentionStats {
   double flops = 0;         // of the attended blocks, counting only the unmasked (query, key) pairs
   double total_s = 0;       // the whole call
   double compute_s = 0;     // flash attention on the device, overlapped with the messages in flight
-  double wait_s = 0;        // waiting for messages once a step's compute was done: communication not hidden
+  double wait_s = 0;        // waiting for messages once a step's compute was done (communication not
+                            // hidden), and for the other ranks at the collective checks on entry and exit
   double host_s = 0;        // host <-> device copies and merging partial results on the host
 };
 
