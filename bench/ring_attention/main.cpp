@@ -111,16 +111,15 @@ void report(const char* pass, const Row& mine, const std::string& device, int ra
   MPI_Gather(name, sizeof name, MPI_CHAR, names.data(), sizeof name, MPI_CHAR, 0, MPI_COMM_WORLD);
   if (rank != 0) return;
   std::printf("%s\n%-5s %-28s %6s %10s %10s %10s %10s %10s %9s %8s\n", pass, "rank", "device", "blocks", "total ms",
-              "compute ms", "wait ms", "host ms", "comm ms", "TFLOP/s", "hidden");
+              "compute ms", "wait ms", "host ms", "comm ms", "TFLOP/s", "busy");
   double flops = 0, slowest = 0, wait = 0;
   for (int r = 0; r < size; ++r) {
     const Row& x = rows[static_cast<std::size_t>(r)];
-    // hidden: the share of the messages' own time (comm: the same messages without compute)
-    // that the compute covered, 1 - wait / comm.
-    const double hidden = x.comm_s > 0 ? std::clamp(1.0 - x.wait_s / x.comm_s, 0.0, 1.0) : 1.0;
+    // comm: the same messages without compute, what the overlap has to hide. A wait below it
+    // is the part left exposed; a wait above it is waiting for a slower rank. busy: compute / total.
     std::printf("%-5d %-28.28s %6d %10.3f %10.3f %10.3f %10.3f %10.3f %9.4f %7.1f%%\n", r,
                 &names[static_cast<std::size_t>(r) * sizeof name], x.blocks, 1e3 * x.total_s, 1e3 * x.compute_s,
-                1e3 * x.wait_s, 1e3 * x.host_s, 1e3 * x.comm_s, x.flops / x.total_s / 1e12, 100.0 * hidden);
+                1e3 * x.wait_s, 1e3 * x.host_s, 1e3 * x.comm_s, x.flops / x.total_s / 1e12, 100.0 * x.compute_s / x.total_s);
     flops += x.flops;
     slowest = std::max(slowest, x.total_s);
     wait = std::max(wait, x.wait_s);
