@@ -515,6 +515,8 @@ TEST_P(FlashAttention, BadInputNamesTheArgument) {
   expect_error([&] { flash_attention(ctx, q, k, ctx.random({2, 10, 2, 16}, DType::f16)); }, "dtypes differ");
   expect_error([&] { flash_attention(ctx, q, k, ctx.random({2, 11, 2, 16}, f)); }, "v [2, 11, 2, 16]");
   expect_error([&] { flash_attention(ctx, q, k, v, {.sliding_window = {-2, -1}}); }, "window_left = -2");
+  expect_error([&] { flash_attention(ctx, q, k, v, {.diagonal_offset = std::int64_t{1} << 31}); },
+               "diagonal_offset 2147483648 is outside");
   expect_error([&] { flash_attention(ctx, q, k, v, {.dropout = 1.0}); }, "dropout probability 1.000000 is not in [0, 1)");
   expect_error([&] { flash_attention(ctx, q, k, v, {.dropout = -0.1}); }, "not in [0, 1)");
   expect_error([&] { flash_attention(ctx, q, k, v, {.logits_soft_cap = -1}); }, "logits_soft_cap");
