@@ -322,6 +322,23 @@ void pass_block(const Ring& ring, int step, std::vector<std::byte> (&buf)[2], Re
   reqs.add(b);
 }
 
+// Runs fn(i) for i in [0, n) in contiguous chunks on a few threads: the host merges of a GPU
+// rank are the ring's largest host cost. Half the cores (a host usually runs a rank per GPU), at
+// most 8; one thread, inline, on small machines or for small n.
+template <class Fn>
+void host_parallel(std::int64_t n, Fn fn) {
+  static const std::int64_t threads = std::clamp<std::int64_t>(std::thread::hardware_concurrency() / 2, 1, 8);
+  const std::int64_t chunks = std::min(threads, n / 16384 + 1);
+  auto run = [&](std::int64_t c) {
+    for (std::int64_t i = n * c / chunks, e = n * (c + 1) / chunks; i < e; ++i) fn(i);
+  };
+  if (chunks <= 1) return run(0);
+  std::vector<std::future<void>> rest;
+  for (std::int64_t c = 1; c < chunks; ++c) rest.push_back(std::async(std::launch::async, run, c));
+  run(0);
+  for (auto& f : rest) f.get();
+}
+
 // Forward FLOPs per unmasked (query, key) pair over all batches and heads: q.k and p.v, 2 * D each.
 double head_flops(const Ring& ring) { return 4.0 * static_cast<double>(ring.batch * ring.heads * ring.head_dim); }
 
@@ -371,19 +388,19 @@ AttentionOutput ring_attention(const Context& ctx, const Tensor& q, const Tensor
         // the messages may still be in flight.
         t0 = Clock::now();
         const std::vector<double> o = part.out.read(), l = part.lse.read();
-        for (std::int64_t b = 0; b < ring.batch; ++b)
-          for (std::int64_t h = 0; h < ring.heads; ++h)
-            for (std::int64_t i = 0; i < lq; ++i) {
-              const std::size_t li = static_cast<std::size_t>((b * ring.heads + h) * lq + i);
-              const double la = acc_lse[li], lb = l[li];
-              if (std::isinf(lb)) continue;  // this block is masked whole for the row
-              const double m = std::isinf(la) ? lb : std::max(la, lb) + std::log1p(std::exp(-std::fabs(la - lb)));
-              const double wa = std::isinf(la) ? 0.0 : std::exp(la - m), wb = std::exp(lb - m);
-              double* a = &acc[static_cast<std::size_t>(((b * lq + i) * ring.heads + h)) * D];
-              const double* x = &o[static_cast<std::size_t>(((b * lq + i) * ring.heads + h)) * D];
-              for (std::size_t d = 0; d < D; ++d) a[d] = a[d] * wa + x[d] * wb;
-              acc_lse[li] = m;
-            }
+        host_parallel(static_cast<std::int64_t>(rows), [&](std::int64_t row) {
+          // lse row (b, h, i) of the [batch, heads, seq] layout; out row (b, i, h).
+          const std::int64_t b = row / (ring.heads * lq), h = row / lq % ring.heads, i = row % lq;
+          const std::size_t li = static_cast<std::size_t>(row);
+          const double la = acc_lse[li], lb = l[li];
+          if (std::isinf(lb)) return;  // this block is masked whole for the row
+          const double m = std::isinf(la) ? lb : std::max(la, lb) + std::log1p(std::exp(-std::fabs(la - lb)));
+          const double wa = std::isinf(la) ? 0.0 : std::exp(la - m), wb = std::exp(lb - m);
+          double* a = &acc[static_cast<std::size_t>(((b * lq + i) * ring.heads + h)) * D];
+          const double* x = &o[static_cast<std::size_t>(((b * lq + i) * ring.heads + h)) * D];
+          for (std::size_t d = 0; d < D; ++d) a[d] = a[d] * wa + x[d] * wb;
+          acc_lse[li] = m;
+        });
         st.host_s += since(t0);
       } catch (const std::exception& e) {
         failure = std::string(name) + ": rank " + std::to_string(ring.rank) + ": " + e.what();
@@ -471,7 +488,9 @@ AttentionGrads ring_attention_bwd(const Context& ctx, const Tensor& q, const Ten
         st.flops += 2.5 * head_flops(ring) * static_cast<double>(pairs);
         t0 = Clock::now();
         const std::vector<double> g = part.dq.read();
-        for (std::size_t i = 0; i < dq.size(); ++i) dq[i] += g[i];
+        host_parallel(static_cast<std::int64_t>(dq.size()), [&](std::int64_t i) {
+          dq[static_cast<std::size_t>(i)] += g[static_cast<std::size_t>(i)];
+        });
         st.host_s += since(t0);
         computed = true;
       } catch (const std::exception& e) {
@@ -487,10 +506,11 @@ AttentionGrads ring_attention_bwd(const Context& ctx, const Tensor& q, const Ten
     std::copy(grad_in.begin(), grad_in.begin() + static_cast<std::ptrdiff_t>(2 * n), grad_out.begin());
     if (computed) {
       const std::vector<double> gk = part.dk.read(), gv = part.dv.read();
-      for (std::size_t i = 0; i < n; ++i) {
+      host_parallel(static_cast<std::int64_t>(n), [&](std::int64_t j) {
+        const auto i = static_cast<std::size_t>(j);
         grad_out[i] += static_cast<float>(gk[i]);
         grad_out[n + i] += static_cast<float>(gv[i]);
-      }
+      });
     }
     st.host_s += since(t0);
   }
