@@ -1,10 +1,14 @@
 // ejk tune: tune every invocation of a recipe or trace and store the winners in the persistent cache.
+#include <algorithm>
+#include <cstdlib>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <fmt/core.h>
 
 #include "commands.hpp"
+#include "ejk/distributed.hpp"
 #include "workloads.hpp"
 
 namespace ejk::app {
@@ -19,6 +23,7 @@ struct TuneFlags {
   std::int64_t seed = -1;
   bool isolate = false;
   bool force = false;
+  std::string bundle;
 };
 
 Row row_of(const Item& item, const TuneResult& r) {
@@ -45,6 +50,195 @@ Row row_of(const Item& item, const TuneResult& r) {
   return row;
 }
 
+Row cached_row(const Item& item, const CacheEntry& hit) {
+  Row row;
+  row.name = item.name;
+  row.kernel = item.invocation.kernel;
+  row.config = hit.config.canonical();
+  row.tier = "persistent";
+  row.stats = hit.stats;
+  const Kernel& k = Registry::global().kernel(item.invocation.kernel);
+  row.flops = k.flops(item.invocation);
+  row.bytes = k.bytes(item.invocation);
+  row.note = "already tuned (--force to tune again)";
+  return row;
+}
+
+// What a tune run works on: the distinct invocations of the workset (by key on the item's
+// device), with the rows of those the persistent cache already answers.
+struct Plan {
+  std::map<std::string, std::unique_ptr<Executor>> executors;
+  std::vector<std::optional<Row>> rows;  // per item; empty for duplicates and items to tune
+  std::vector<std::size_t> to_tune;      // item indices
+  std::vector<std::string> keys;         // every distinct key of the run
+  const DeviceInfo* first_device = nullptr;
+};
+
+Plan plan(const Workset& w, bool force) {
+  Plan p;
+  std::set<std::string> seen;
+  p.rows.resize(w.items.size());
+  for (std::size_t i = 0; i < w.items.size(); ++i) {
+    const Item& item = w.items[i];
+    auto& ex = p.executors[item.device];
+    if (!ex) ex = std::make_unique<Executor>(open_device(item.device));
+    if (!p.first_device) p.first_device = &ex->device().info();
+    std::string key = ex->key(item.invocation);
+    if (!seen.insert(key).second) continue;
+    p.keys.push_back(key);
+    PersistentCache* cache = ex->persistent_cache();
+    if (!force && cache)
+      if (auto hit = cache->get(key)) {
+        p.rows[i] = cached_row(item, *hit);
+        continue;
+      }
+    p.to_tune.push_back(i);
+  }
+  return p;
+}
+
+// The cache's entries for `keys` as one bundle (every device they were measured on).
+void write_run_bundle(const std::string& path, const std::vector<std::string>& keys, bool quiet) {
+  PersistentCache cache(default_cache_path());
+  std::vector<CacheEntry> entries;
+  std::map<std::string, DeviceRecord> devices;
+  for (const auto& key : keys) {
+    auto e = cache.get(key);
+    if (!e) continue;
+    if (!devices.count(e->fingerprint)) {
+      auto rec = cache.device(e->fingerprint);
+      devices[e->fingerprint] = rec ? *rec : DeviceRecord{e->fingerprint, "", "", "", "", ""};
+    }
+    entries.push_back(std::move(*e));
+  }
+  if (entries.empty()) {
+    // The run's rows already say why nothing was tuned; an empty bundle would only mislead.
+    fmt::print(stderr, "ejk: nothing tuned, no bundle written to {}\n", path);
+    return;
+  }
+  std::vector<DeviceRecord> recs;
+  for (auto& [_, r] : devices) recs.push_back(r);
+  Bundle b = Bundle::make(std::move(recs), std::move(entries));
+  write_bundle(path, b);
+  if (!quiet)
+    fmt::print("wrote {} entries for {} device(s) to {} (sha256 {})\n", b.entries.size(), b.devices.size(), path,
+               b.checksum().substr(0, 16));
+}
+
+void finish_run(Plan& p, std::vector<Row> rows, const TuneFlags& f, Globals& g, int unusable) {
+  if (!g.quiet) print_table(rows, true);
+  if (!g.json_path.empty())
+    write_json_file(g.json_path, benchmark_json(p.first_device ? *p.first_device : open_device("cpu")->info(), rows));
+  if (!f.bundle.empty()) write_run_bundle(f.bundle, p.keys, g.quiet);
+  g.exit_code = unusable ? 1 : 0;
+}
+
+void tune_here(const Workset& w, const TuneOptions& opts, const TuneFlags& f, Globals& g) {
+  Plan p = plan(w, f.force);
+  std::vector<Row> rows;
+  Progress progress(p.to_tune.size(), !g.quiet);
+  int unusable = 0;
+  std::size_t next = 0;
+  for (std::size_t i = 0; i < w.items.size(); ++i) {
+    if (p.rows[i]) {
+      rows.push_back(std::move(*p.rows[i]));
+      continue;
+    }
+    if (next >= p.to_tune.size() || p.to_tune[next] != i) continue;  // a duplicate
+    ++next;
+    const Item& item = w.items[i];
+    progress.step(item.name);
+    Executor& ex = *p.executors[item.device];
+    TuneResult r = ejk::tune(item.invocation, ex.device(), opts);
+    PersistentCache* cache = ex.persistent_cache();
+    if (r.tuned && cache) cache->put(r.entry, r.measurements, DeviceRecord::of(ex.device().info()));
+    if (!r.tuned) ++unusable;
+    if (g.verbose) fmt::print(stderr, "{}\n", r.report);
+    rows.push_back(row_of(item, r));
+  }
+  progress.finish();
+  finish_run(p, std::move(rows), f, g, unusable);
+}
+
+#ifdef EJK_HAVE_MPI
+// Under mpirun: rank 0 plans and stores, every rank tunes (ejk/distributed.hpp).
+void tune_ranks(const MpiSession& session, const Workset& w, const TuneOptions& opts, const TuneFlags& f, Globals& g);
+
+void tune_over_mpi(const Workset& w, const TuneOptions& opts, const TuneFlags& f, Globals& g) {
+  MpiSession session;
+  try {
+    tune_ranks(session, w, opts, f, g);
+  } catch (const std::exception& e) {
+    // The session aborts the job as it unwinds (other ranks may wait on this one): say why first.
+    if (session.size() > 1) fmt::print(stderr, "ejk: rank {}: {}\n", session.rank(), e.what());
+    throw;
+  }
+}
+
+void tune_ranks(const MpiSession& session, const Workset& w, const TuneOptions& opts, const TuneFlags& f, Globals& g) {
+  const bool root = session.rank() == 0;
+  Plan p;
+  std::vector<DistributedTask> tasks;
+  if (root) {
+    p = plan(w, f.force);
+    for (std::size_t i : p.to_tune) tasks.push_back({w.items[i].invocation, w.items[i].device});
+  }
+  std::optional<PersistentCache> cache;
+  if (root) cache.emplace(default_cache_path());
+  Progress progress(tasks.size(), root && !g.quiet);
+  // Stored as each arrives, so a job aborted by a dying rank keeps what was measured.
+  auto store = [&](std::size_t t, const DistributedResult& r) {
+    progress.step(w.items[p.to_tune[t]].name);
+    if (r.result && r.result->tuned) cache->put(r.result->entry, r.result->measurements, r.device);
+  };
+  DistributedOutcome out = tune_distributed(session, tasks, {opts, g.device}, store);
+  progress.finish();
+  if (!root) return;
+
+  for (const auto& line : out.rank_failures)
+    fmt::print(stderr, "ejk: {}; its invocations were tuned again on rank 0\n", line);
+  std::vector<Row> rows;
+  int unusable = 0;
+  std::size_t t = 0;
+  for (std::size_t i = 0; i < w.items.size(); ++i) {
+    if (p.rows[i]) {
+      rows.push_back(std::move(*p.rows[i]));
+      continue;
+    }
+    if (t >= p.to_tune.size() || p.to_tune[t] != i) continue;
+    const DistributedResult& r = out.results[t++];
+    if (!r.result) {
+      Row row;
+      row.name = w.items[i].name;
+      row.kernel = w.items[i].invocation.kernel;
+      row.tier = "failed";
+      row.status = "failed";
+      row.note = r.error;
+      rows.push_back(std::move(row));
+      ++unusable;
+      continue;
+    }
+    if (g.verbose) fmt::print(stderr, "{}\n", r.result->report);
+    Row row = row_of(w.items[i], *r.result);
+    if (!r.result->tuned) ++unusable;
+    // The key of an entry measured on another rank's device carries that device's fingerprint.
+    if (r.result->tuned) p.keys.push_back(r.result->entry.key());
+    std::string where = r.redone ? fmt::format("rank 0 (again, after {})", r.error) : fmt::format("rank {}", r.rank);
+    row.note = row.note.empty() ? "tuned on " + where : row.note + "; tuned on " + where;
+    rows.push_back(std::move(row));
+  }
+  std::sort(p.keys.begin(), p.keys.end());
+  p.keys.erase(std::unique(p.keys.begin(), p.keys.end()), p.keys.end());
+  if (!g.quiet) {
+    std::string share;
+    for (std::size_t r = 0; r < out.tasks_per_rank.size(); ++r)
+      share += fmt::format("{}rank {}: {}", r ? ", " : "", r, out.tasks_per_rank[r]);
+    fmt::print("distributed over {} ranks ({})\n", out.size, share);
+  }
+  finish_run(p, std::move(rows), f, g, unusable);
+}
+#endif
+
 }  // namespace
 
 void add_tune(CLI::App& app, Globals& g) {
@@ -53,7 +247,8 @@ void add_tune(CLI::App& app, Globals& g) {
       "tune",
       "tune every invocation of a recipe or trace on its device and store the winners in the persistent cache\n"
       "  example: ejk tune recipes/quickstart.yaml\n"
-      "  example: ejk tune trace.jsonl --strategy model --evals 40 --isolate");
+      "  example: ejk tune trace.jsonl --strategy model --evals 40 --isolate\n"
+      "  example: mpirun -n 4 ejk tune recipes/quickstart.yaml --bundle tuned.json  (docs/scale-out.md)");
   cmd->add_option("workload", f->path, "recipe (.yaml) or trace (.jsonl)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--strategy", f->strategy, "exhaustive | random | anneal | model (default: the recipe's, else anneal)");
   cmd->add_option("--evals", f->evals, "candidates per invocation (default: the recipe's)");
@@ -61,6 +256,7 @@ void add_tune(CLI::App& app, Globals& g) {
   cmd->add_option("--seed", f->seed, "search seed (default: the recipe's)");
   cmd->add_flag("--isolate", f->isolate, "run candidates in a worker process that is killed on a crash or hang");
   cmd->add_flag("--force", f->force, "tune again invocations the persistent cache already has");
+  cmd->add_option("--bundle", f->bundle, "also write this run's entries (tuned now or already cached) as a bundle to FILE");
   cmd->callback([f, &g] {
     Workset w = load_workset(f->path, g);
     TuneSettings s = w.tune.value_or(TuneSettings{});
@@ -72,47 +268,20 @@ void add_tune(CLI::App& app, Globals& g) {
     opts.isolate = f->isolate;
     opts.constraints = s.constraints;
 
-    std::map<std::string, std::unique_ptr<Executor>> executors;
-    std::set<std::string> seen;
-    std::vector<Row> rows;
-    const DeviceInfo* first_device = nullptr;
-    Progress progress(w.items.size(), !g.quiet);
-    int unusable = 0;
-    for (const auto& item : w.items) {
-      progress.step(item.name);
-      auto& ex = executors[item.device];
-      if (!ex) ex = std::make_unique<Executor>(open_device(item.device));
-      if (!first_device) first_device = &ex->device().info();
-      std::string key = ex->key(item.invocation);
-      if (!seen.insert(key).second) continue;
-      PersistentCache* cache = ex->persistent_cache();
-      if (!f->force && cache) {
-        if (auto hit = cache->get(key)) {
-          Row row;
-          row.name = item.name;
-          row.kernel = item.invocation.kernel;
-          row.config = hit->config.canonical();
-          row.tier = "persistent";
-          row.stats = hit->stats;
-          const Kernel& k = Registry::global().kernel(item.invocation.kernel);
-          row.flops = k.flops(item.invocation);
-          row.bytes = k.bytes(item.invocation);
-          row.note = "already tuned (--force to tune again)";
-          rows.push_back(std::move(row));
-          continue;
-        }
+    if (launched_by_mpi()) {
+#ifdef EJK_HAVE_MPI
+      tune_over_mpi(w, opts, *f, g);
+      return;
+#else
+      // Without MPI the ranks cannot share the work: rank 0 does all of it, the others nothing.
+      const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+      if (rank && std::string(rank) != "0") {
+        fmt::print(stderr, "ejk: built without MPI (EJK_WITH_MPI=OFF): rank {} leaves the tuning to rank 0\n", rank);
+        return;
       }
-      TuneResult r = ejk::tune(item.invocation, ex->device(), opts);
-      if (r.tuned && cache) cache->put(r.entry, r.measurements, DeviceRecord::of(ex->device().info()));
-      if (!r.tuned) ++unusable;
-      if (g.verbose) fmt::print(stderr, "{}\n", r.report);
-      rows.push_back(row_of(item, r));
+#endif
     }
-    progress.finish();
-    if (!g.quiet) print_table(rows, true);
-    if (!g.json_path.empty())
-      write_json_file(g.json_path, benchmark_json(first_device ? *first_device : open_device("cpu")->info(), rows));
-    g.exit_code = unusable ? 1 : 0;
+    tune_here(w, opts, *f, g);
   });
 }
 
