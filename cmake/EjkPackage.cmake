@@ -10,8 +10,13 @@ install(TARGETS ejk EXPORT ejkTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# ejk/ring_attention.hpp declares what only a build with MPI defines.
+set(EJK_HEADER_EXCLUDES)
+if(NOT EJK_WITH_MPI)
+  set(EJK_HEADER_EXCLUDES PATTERN ring_attention.hpp EXCLUDE)
+endif()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/lib/include/ejk DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-        FILES_MATCHING PATTERN "*.hpp")
+        FILES_MATCHING PATTERN "*.hpp" ${EJK_HEADER_EXCLUDES})
 install(EXPORT ejkTargets NAMESPACE ejk:: DESTINATION ${EJK_CMAKE_DIR})
 
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/ejkConfig.cmake.in
@@ -28,5 +33,18 @@ file(RELATIVE_PATH EJK_PC_PREFIX ${CMAKE_INSTALL_FULL_LIBDIR}/pkgconfig ${CMAKE_
 string(REGEX REPLACE "/$" "" EJK_PC_PREFIX "${EJK_PC_PREFIX}")
 file(RELATIVE_PATH EJK_PC_LIBDIR ${CMAKE_INSTALL_PREFIX} ${CMAKE_INSTALL_FULL_LIBDIR})
 file(RELATIVE_PATH EJK_PC_INCLUDEDIR ${CMAKE_INSTALL_PREFIX} ${CMAKE_INSTALL_FULL_INCLUDEDIR})
+# With MPI the public API includes <mpi.h>: name MPI's own pkg-config module as a requirement.
+set(EJK_PC_REQUIRES "nlohmann_json >= 3")
+if(EJK_WITH_MPI)
+  find_package(PkgConfig QUIET)
+  if(PkgConfig_FOUND)
+    pkg_search_module(EJK_MPI_PC QUIET ompi-c mpi-c mpich)
+  endif()
+  if(EJK_MPI_PC_FOUND)
+    string(APPEND EJK_PC_REQUIRES ", ${EJK_MPI_PC_MODULE_NAME}")
+  else()
+    message(WARNING "ejk: no pkg-config module of MPI found; ejk.pc users of ejk/ring_attention.hpp add MPI's flags themselves")
+  endif()
+endif()
 configure_file(${PROJECT_SOURCE_DIR}/cmake/ejk.pc.in ${PROJECT_BINARY_DIR}/package/ejk.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/package/ejk.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -38,6 +38,7 @@ struct Case {
   std::int64_t batch = 2, sq = 17, sk = 19, heads = 4, kv_heads = 2, dim = 32;
   bool causal = false;
   std::int64_t left = -1, right = -1;
+  std::int64_t diag = 0;  // diagonal_offset
   double softcap = 0, dropout = 0, scale = 0;
   std::uint64_t seed = 1234;
   Bias bias = Bias::none;
@@ -86,6 +87,7 @@ Built build(Context& ctx, const Case& c, DType t, std::uint64_t data_seed) {
   auto& o = b.opts;
   o.causal = c.causal;
   o.sliding_window = {c.left, c.right};
+  o.diagonal_offset = c.diag;
   o.logits_soft_cap = c.softcap;
   if (c.scale != 0) o.softmax_scale = c.scale;
   o.dropout = c.dropout;
@@ -117,7 +119,7 @@ Built build(Context& ctx, const Case& c, DType t, std::uint64_t data_seed) {
   }
   for (const Tensor* x : {&o.bias, &o.softmax_aux, &o.cu_seqlens_q, &o.cu_seqlens_k, &o.q_segment_ids, &o.kv_segment_ids})
     b.optional.push_back(x->defined() ? *x : ctx.empty({0}, DType::f32));
-  b.fopts = {c.causal, c.left, c.right, c.softcap, c.dropout, c.scale, c.seed, packed ? mq : 0, packed ? mk : 0};
+  b.fopts = {c.causal, c.left, c.right, c.softcap, c.dropout, c.scale, c.seed, packed ? mq : 0, packed ? mk : 0, c.diag};
   return b;
 }
 
@@ -288,6 +290,13 @@ TEST_P(FlashAttention, EachOptionAlone) {
       {.name = "window right", .sq = 33, .sk = 33, .right = 3},
       {.name = "window both", .sq = 20, .sk = 37, .left = 4, .right = 0},
       {.name = "window zero", .sq = 20, .sk = 20, .left = 0, .right = 0},
+      // A shard of a longer sequence: the diagonal moved by diagonal_offset.
+      {.name = "causal offset +7", .sq = 20, .sk = 20, .causal = true, .diag = 7},
+      {.name = "causal offset -6", .sq = 20, .sk = 24, .causal = true, .diag = -6},
+      {.name = "causal offset past", .sq = 20, .sk = 20, .causal = true, .diag = 20},
+      {.name = "window offset", .sq = 33, .sk = 33, .left = 6, .right = 2, .diag = -10},
+      {.name = "causal window offset", .sq = 33, .sk = 33, .causal = true, .left = 5, .diag = 30},
+      {.name = "varlen causal offset", .causal = true, .diag = 3, .varlen = {{5, 9}, {7, 7}, {12, 4}}},
       {.name = "soft cap", .softcap = 2.5},
       {.name = "softmax scale", .scale = 0.3},
       {.name = "dropout", .dropout = 0.3},
@@ -319,6 +328,15 @@ TEST_P(FlashAttention, CombinationsAndDtypes) {
        .softcap = 3.0,
        .dropout = 0.2,
        .sinks = true},
+      {.name = "causal+window+cap+gqa offset (a ring shard)",
+       .sq = 24,
+       .sk = 24,
+       .heads = 4,
+       .kv_heads = 2,
+       .causal = true,
+       .left = 30,
+       .diag = 24,
+       .softcap = 3.0},
       {.name = "varlen+causal+window+segments+sinks+dropout",
        .heads = 4,
        .kv_heads = 1,
@@ -497,6 +515,8 @@ TEST_P(FlashAttention, BadInputNamesTheArgument) {
   expect_error([&] { flash_attention(ctx, q, k, ctx.random({2, 10, 2, 16}, DType::f16)); }, "dtypes differ");
   expect_error([&] { flash_attention(ctx, q, k, ctx.random({2, 11, 2, 16}, f)); }, "v [2, 11, 2, 16]");
   expect_error([&] { flash_attention(ctx, q, k, v, {.sliding_window = {-2, -1}}); }, "window_left = -2");
+  expect_error([&] { flash_attention(ctx, q, k, v, {.diagonal_offset = std::int64_t{1} << 31}); },
+               "diagonal_offset 2147483648 is outside");
   expect_error([&] { flash_attention(ctx, q, k, v, {.dropout = 1.0}); }, "dropout probability 1.000000 is not in [0, 1)");
   expect_error([&] { flash_attention(ctx, q, k, v, {.dropout = -0.1}); }, "not in [0, 1)");
   expect_error([&] { flash_attention(ctx, q, k, v, {.logits_soft_cap = -1}); }, "logits_soft_cap");

@@ -174,6 +174,7 @@ void prepare(Prepared& w, const Invocation& inv, const Config& config, std::span
   P.causal = p.causal;
   P.window_left = p.window_left;
   P.window_right = p.window_right;
+  P.diagonal_offset = p.diagonal_offset;
   constexpr double log2e = 1.4426950408889634;
   if (p.softcap > 0) {
     // t = u / cap, then z * log2 e = (cap * log2 e) * tanh(t).

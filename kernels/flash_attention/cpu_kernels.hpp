@@ -45,6 +45,7 @@ struct Plan {
   // Options, in base-2 units: logits z are kept as z * log2(e).
   bool causal;
   std::int64_t window_left, window_right;
+  std::int64_t diagonal_offset;  // added to the diagonal k_len - q_len
   float qscale;      // q is multiplied by this when packed
   float bias_scale;  // bias is multiplied by this before (optional) capping
   float cap2;        // logits_soft_cap * log2(e); 0: no cap (then t -> cap2 * tanh(t))

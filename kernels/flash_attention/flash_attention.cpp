@@ -19,7 +19,8 @@ const char* const backward_names[bwd::count] = {
     "cu_seqlens_k", "q_segment_ids", "kv_segment_ids", "dq", "dk", "dv", "dbias", "dsoftmax_aux"};
 
 constexpr const char* option_names[] = {"causal", "window_left", "window_right", "logits_soft_cap", "dropout"};
-constexpr const char* scalar_names[] = {"softmax_scale", "dropout_seed", "max_seqlen_q", "max_seqlen_k"};
+constexpr const char* scalar_names[] = {"softmax_scale", "dropout_seed", "max_seqlen_q", "max_seqlen_k",
+                                        "diagonal_offset"};
 
 std::string describe(const char* name, const TensorSpec& s) {
   return std::string(name) + " " + to_string(s.shape) + " " + std::string(to_string(s.dtype));
@@ -86,6 +87,10 @@ void read_options(const Invocation& inv, const std::string& k, Problem& p) {
   p.seq_q = integer(inv.scalars, "scalar", "max_seqlen_q", 0);
   p.seq_k = integer(inv.scalars, "scalar", "max_seqlen_k", 0);
   if (p.seq_q < 0 || p.seq_k < 0) throw InvalidArgument(k + ": max_seqlen_q/k must be >= 0");
+  p.diagonal_offset = integer(inv.scalars, "scalar", "diagonal_offset", 0);
+  // Device programs compare positions in 32-bit integers.
+  if (p.diagonal_offset < -(std::int64_t{1} << 30) || p.diagonal_offset > (std::int64_t{1} << 30))
+    throw InvalidArgument(k + ": diagonal_offset " + std::to_string(p.diagonal_offset) + " is outside [-2^30, 2^30]");
 }
 
 // Validates the arguments common to both kernels. `n(i)` names argument i; `at(i)` gives it.
@@ -315,6 +320,7 @@ Invocation make(const char* kernel, std::span<const TensorSpec> args, const Opti
   if (o.dropout > 0.0) inv.scalars["dropout_seed"] = o.dropout_seed;
   if (o.max_seqlen_q > 0) inv.scalars["max_seqlen_q"] = o.max_seqlen_q;
   if (o.max_seqlen_k > 0) inv.scalars["max_seqlen_k"] = o.max_seqlen_k;
+  if (o.diagonal_offset != 0) inv.scalars["diagonal_offset"] = o.diagonal_offset;
   return inv;
 }
 }  // namespace

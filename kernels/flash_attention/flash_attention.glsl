@@ -61,6 +61,7 @@ layout(push_constant) uniform Push {
   uint extra;        // prep and finish: query blocks of the prep pass per (sequence, head)
   uint head_dim;     // D <= DMAX
   uint dtype;        // q, k, v, out, dout, dq, dk, dv: 0 f32, 1 f16, 2 bf16 (f32 only without ELEM16)
+  int diagonal_offset;  // added to the diagonal k_len - q_len
   // The words before are the programs' options (program.hpp), as OpenCL's Params.
   uint group_x, group_y, group_z;  // first workgroup of this dispatch (large grids are split)
 } pc;
@@ -190,10 +191,11 @@ void sequence_bounds(uint b) {
 }
 
 // Keys query i may see before segment ids: [key_lo(i), key_hi(i)] (flash_attention.hpp).
-int key_lo(int i) { return pc.window_left < 0 ? -0x3fffffff : i + (k_len - q_len) - pc.window_left; }
+int key_lo(int i) { return pc.window_left < 0 ? -0x3fffffff : i + (k_len - q_len + pc.diagonal_offset) - pc.window_left; }
 int key_hi(int i) {
-  int hi = pc.window_right < 0 ? 0x3fffffff : i + (k_len - q_len) + pc.window_right;
-  return flag(F_CAUSAL) ? min(hi, i + (k_len - q_len)) : hi;
+  const int d = k_len - q_len + pc.diagonal_offset;
+  int hi = pc.window_right < 0 ? 0x3fffffff : i + d + pc.window_right;
+  return flag(F_CAUSAL) ? min(hi, i + d) : hi;
 }
 bool allowed(int i, int j) {
   if (i >= q_len || j < 0 || j >= k_len || j < key_lo(i) || j > key_hi(i)) return false;

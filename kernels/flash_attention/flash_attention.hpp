@@ -26,8 +26,9 @@
 //
 // Options (static, in the key): causal, window_left, window_right, logits_soft_cap (0: off),
 // dropout (probability in [0, 1)). Scalars (not in the key): softmax_scale (default
-// 1/sqrt(head_dim)), dropout_seed, and for packed input max_seqlen_q / max_seqlen_k (upper
-// bounds of the sequence lengths; launch sizes for device kernels).
+// 1/sqrt(head_dim)), dropout_seed, diagonal_offset (default 0, below), and for packed input
+// max_seqlen_q / max_seqlen_k (upper bounds of the sequence lengths; launch sizes for device
+// kernels).
 //
 // Computation, per sequence b (lengths Lq, Lk), query head h, query i, key j:
 //   u = softmax_scale * q_i.k_j + bias[b, h, i, j]
@@ -36,6 +37,9 @@
 //     diagonal is aligned to the bottom-right, as in FlashAttention-2 from 2.1: the last query
 //     sees the last key) lo(i) = i + d - window_left (unbounded when window_left = -1) and
 //     hi(i) = i + d + window_right (unbounded when -1); causal sets hi(i) = min(hi(i), i + d).
+//     The scalar diagonal_offset (default 0) is added to d: a block of a longer sequence whose
+//     queries end diagonal_offset positions after its keys end (ring attention's shards) gets
+//     the masks the whole sequence would give it.
 //   lse_i = log(sum_{allowed j} exp(z_ij) + exp(softmax_aux[h]))   (the sink term only when given)
 //   out_i = sum_{allowed j} exp(z_ij - lse_i) * keep_ij / (1 - p) * v_j
 //   keep_ij from philox.h (p = 0: always 1). A row with no allowed key gives out 0 and lse -inf
@@ -83,6 +87,7 @@ struct Options {
   double softmax_scale = 0.0;  // 0: 1/sqrt(head_dim)
   std::uint64_t dropout_seed = 0;
   std::int64_t max_seqlen_q = 0, max_seqlen_k = 0;  // packed input; 0: unknown (taken as the totals)
+  std::int64_t diagonal_offset = 0;  // shifts the mask diagonal (see Computation above)
 };
 
 // Invocations from argument specs in the order of fwd:: / bwd::.
@@ -109,6 +114,7 @@ struct Problem {
   bool has_segments = false;
   bool causal = false;
   std::int64_t window_left = -1, window_right = -1;  // as given
+  std::int64_t diagonal_offset = 0;
   double softcap = 0.0, dropout = 0.0, scale = 0.0;
   std::uint64_t seed = 0;
   std::uint32_t threshold = 0;  // dropout_threshold(dropout)
@@ -119,12 +125,13 @@ struct Problem {
   // Bounds of the keys query i may see (before segment ids), as signed positions; may lie
   // outside [0, lk) or be empty (lo > hi).
   std::int64_t key_lo(std::int64_t i, std::int64_t lq, std::int64_t lk) const {
-    return window_left < 0 ? INT64_MIN / 4 : i + (lk - lq) - window_left;
+    return window_left < 0 ? INT64_MIN / 4 : i + diagonal(lq, lk) - window_left;
   }
   std::int64_t key_hi(std::int64_t i, std::int64_t lq, std::int64_t lk) const {
-    std::int64_t hi = window_right < 0 ? INT64_MAX / 4 : i + (lk - lq) + window_right;
-    return causal ? std::min(hi, i + (lk - lq)) : hi;
+    std::int64_t hi = window_right < 0 ? INT64_MAX / 4 : i + diagonal(lq, lk) + window_right;
+    return causal ? std::min(hi, i + diagonal(lq, lk)) : hi;
   }
+  std::int64_t diagonal(std::int64_t lq, std::int64_t lk) const { return lk - lq + diagonal_offset; }
   // Index of lse for sequence b, head h, query i (token t = its packed index).
   std::int64_t lse_index(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t t) const {
     return varlen ? h * total_q + t : (b * heads + h) * seq_q + i;

@@ -35,6 +35,7 @@ typedef struct {
   uint extra;     // prep and finish: query blocks of the prep pass per (sequence, head)
   uint head_dim;  // D <= DMAX
   uint dtype;     // q, k, v, out, dout, dq, dk, dv: 0 f32, 1 f16, 2 bf16
+  int diagonal_offset;  // added to the diagonal k_len - q_len
 } Params;
 
 // Where a workgroup is: its work-item, sequence, and that sequence's token ranges.
@@ -91,11 +92,12 @@ Ctx make_ctx(const Params* pc, uint seq, __global const int* cu_q, __global cons
 
 // Keys query i may see before segment ids: [key_lo(i), key_hi(i)] (flash_attention.hpp).
 int key_lo(const Params* pc, const Ctx* c, int i) {
-  return pc->window_left < 0 ? -0x3fffffff : i + (c->k_len - c->q_len) - pc->window_left;
+  return pc->window_left < 0 ? -0x3fffffff : i + (c->k_len - c->q_len + pc->diagonal_offset) - pc->window_left;
 }
 int key_hi(const Params* pc, const Ctx* c, int i) {
-  int hi = pc->window_right < 0 ? 0x3fffffff : i + (c->k_len - c->q_len) + pc->window_right;
-  return HAS(F_CAUSAL) ? min(hi, i + (c->k_len - c->q_len)) : hi;
+  const int d = c->k_len - c->q_len + pc->diagonal_offset;
+  int hi = pc->window_right < 0 ? 0x3fffffff : i + d + pc->window_right;
+  return HAS(F_CAUSAL) ? min(hi, i + d) : hi;
 }
 
 bool allowed(const Params* pc, const Ctx* c, int i, int j, __global const int* q_seg, __global const int* k_seg) {

@@ -41,6 +41,7 @@ ProgramOptions program_options(const Problem& p, std::string_view who) {
             (p.softcap > 0 ? f::softcap : 0u);
   c.window_left = static_cast<std::int32_t>(p.window_left);
   c.window_right = static_cast<std::int32_t>(p.window_right);
+  c.diagonal_offset = static_cast<std::int32_t>(p.diagonal_offset);
   // Logits in base 2, as the CPU kernels keep them: with a cap, t = u / cap and z log2 e = cap
   // log2 e tanh(t); without, z log2 e = u log2 e.
   constexpr double log2e = 1.4426950408889634;

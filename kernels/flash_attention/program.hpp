@@ -19,8 +19,9 @@ struct ProgramOptions {
   std::uint32_t threshold, seed_lo, seed_hi;
   std::uint32_t bias_batch, bias_heads, dtypes;
   std::uint32_t extra, head_dim, dtype;
+  std::int32_t diagonal_offset;
 };
-static_assert(sizeof(ProgramOptions) == 100, "the programs' options are 25 words");
+static_assert(sizeof(ProgramOptions) == 104, "the programs' options are 26 words");
 
 // The programs' F_* flags.
 namespace program_flag {

@@ -29,7 +29,7 @@ struct Push {
   ProgramOptions o;
   std::uint32_t group_x = 0, group_y = 0, group_z = 0;
 };
-static_assert(sizeof(Push) == 112, "the shader's block is 28 words");
+static_assert(sizeof(Push) == 116, "the shader's block is 29 words");
 
 std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }

@@ -26,6 +26,9 @@ struct AttentionOptions {
   AttentionWindow sliding_window{};
   double logits_soft_cap = 0.0;         // cap * tanh(logit / cap) when > 0
   std::optional<double> softmax_scale{};  // default 1 / sqrt(head_dim)
+  // Added to the mask diagonal Lk - Lq: a block of a longer sequence whose queries end this many
+  // positions after its keys end gets the causal and window masks the whole sequence gives it.
+  std::int64_t diagonal_offset = 0;
   double dropout = 0.0;                 // probability of dropping an attention weight
   std::uint64_t dropout_seed = 0;       // same seed, same mask: on every backend and in backward
   // Optional arrays; an undefined Tensor is absent.
