@@ -1,6 +1,7 @@
 #pragma once
 // Everything public in one include.
 #include "ejk/attention.hpp"
+#include "ejk/block_sparse_attention.hpp"
 #include "ejk/bundle.hpp"
 #include "ejk/cache.hpp"
 #include "ejk/config.hpp"
