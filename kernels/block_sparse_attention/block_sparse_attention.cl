@@ -74,9 +74,41 @@ void stage_keys(const Params P, __global const ushort* k, __global const ushort*
     for (int x = lid; x < n; x += threads) ksg[x] = kseg[b * P.seq_k + j0 + x];
 }
 
+// One query row's online-softmax update over a staged tile of n keys from j0.
+void fwd_row(const Params P, const float* qr, __local const float* ks, __local const float* vs,
+             __local const int* ksg, int n, int i, int j0, int qsg, float* acc, float* m, float* l) {
+  const int dd = P.seq_k - P.seq_q;
+  float s[BLOCK_N];
+  float top = *m;
+  for (int c = 0; c < n; ++c) {
+    const int j = j0 + c;
+    s[c] = -INFINITY;
+    if ((HAS(F_CAUSAL) && j > i + dd) || (HAS(F_SEGMENTS) && ksg[c] != qsg)) continue;
+    float dot = 0.0f;
+    for (int d = 0; d < HEAD_DIM; ++d) dot = mad(qr[d], ks[c * HEAD_DIM + d], dot);
+    s[c] = cap_logit(P, dot);
+    top = fmax(top, s[c]);
+  }
+  if (top == -INFINITY) return;  // nothing allowed in this row yet
+  const float alpha = exp(*m - top);
+  float sum = 0.0f;
+  for (int c = 0; c < n; ++c) {
+    s[c] = s[c] == -INFINITY ? 0.0f : exp(s[c] - top);
+    sum += s[c];
+  }
+  *l = *l * alpha + sum;
+  *m = top;
+  for (int d = 0; d < HEAD_DIM; ++d) {
+    float a = acc[d] * alpha;
+    for (int c = 0; c < n; ++c) a = mad(s[c], vs[c * HEAD_DIM + d], a);
+    acc[d] = a;
+  }
+}
+
 // One group of BLOCK_M work-items per (query tile, head, batch), a query row each: for every
 // live key block of the tile's query block, tiles of BLOCK_N keys staged in local memory, then
-// scores, online softmax and accumulation in registers.
+// scores, online softmax and accumulation in registers. Control flow around the barriers is
+// uniform over the group (CPU drivers such as PoCL rely on it): per-row work sits inside ifs.
 __kernel __attribute__((reqd_work_group_size(BLOCK_M, 1, 1))) void bsa_fwd(
     const Params P, __global const ushort* q, __global const ushort* k, __global const ushort* v,
     __global const int* counts, __global const int* indices, __global const int* qseg, __global const int* kseg,
@@ -97,40 +129,14 @@ __kernel __attribute__((reqd_work_group_size(BLOCK_M, 1, 1))) void bsa_fwd(
   const int row = list_row(P, b, h, P.nbq, i0 / P.block_q), cnt = counts[row];
   for (int e = 0; e < cnt; ++e) {
     const int bj = indices[row * P.nbk + e], jend = min(P.seq_k, (bj + 1) * P.block_k);
-    for (int j0 = bj * P.block_k; j0 < jend; j0 += BLOCK_N) {
-      if (HAS(F_CAUSAL) && j0 > i_last + dd) break;  // the rest of the block is above the diagonal
+    // Key tiles wholly above the causal diagonal end the loop early.
+    const int jstop = HAS(F_CAUSAL) ? min(jend, i_last + dd + 1) : jend;
+    for (int j0 = bj * P.block_k; j0 < jstop; j0 += BLOCK_N) {
       const int n = min(BLOCK_N, jend - j0);
       barrier(CLK_LOCAL_MEM_FENCE);
       stage_keys(P, k, v, kseg, b, j0, n, hk, lid, BLOCK_M, ks, vs, ksg);
       barrier(CLK_LOCAL_MEM_FENCE);
-      if (!valid) continue;
-      float s[BLOCK_N];
-      float top = m;
-      for (int c = 0; c < n; ++c) {
-        const int j = j0 + c;
-        if ((HAS(F_CAUSAL) && j > i + dd) || (HAS(F_SEGMENTS) && ksg[c] != qsg)) {
-          s[c] = -INFINITY;
-          continue;
-        }
-        float dot = 0.0f;
-        for (int d = 0; d < HEAD_DIM; ++d) dot = mad(qr[d], ks[c * HEAD_DIM + d], dot);
-        s[c] = cap_logit(P, dot);
-        top = fmax(top, s[c]);
-      }
-      if (top == -INFINITY) continue;  // nothing allowed in this row yet
-      const float alpha = exp(m - top);
-      float sum = 0.0f;
-      for (int c = 0; c < n; ++c) {
-        s[c] = s[c] == -INFINITY ? 0.0f : exp(s[c] - top);
-        sum += s[c];
-      }
-      l = l * alpha + sum;
-      m = top;
-      for (int d = 0; d < HEAD_DIM; ++d) {
-        float a = acc[d] * alpha;
-        for (int c = 0; c < n; ++c) a = mad(s[c], vs[c * HEAD_DIM + d], a);
-        acc[d] = a;
-      }
+      if (valid) fwd_row(P, qr, ks, vs, ksg, n, i, j0, qsg, acc, &m, &l);
     }
   }
   if (!valid) return;
@@ -164,13 +170,14 @@ __kernel __attribute__((reqd_work_group_size(BLOCK_M, 1, 1))) void bsa_dq(
   const int row = list_row(P, b, h, P.nbq, i0 / P.block_q), cnt = counts[row];
   for (int e = 0; e < cnt; ++e) {
     const int bj = indices[row * P.nbk + e], jend = min(P.seq_k, (bj + 1) * P.block_k);
-    for (int j0 = bj * P.block_k; j0 < jend; j0 += BLOCK_N) {
-      if (HAS(F_CAUSAL) && j0 > i_last + dd) break;
+    const int jstop = HAS(F_CAUSAL) ? min(jend, i_last + dd + 1) : jend;
+    for (int j0 = bj * P.block_k; j0 < jstop; j0 += BLOCK_N) {
       const int n = min(BLOCK_N, jend - j0);
       barrier(CLK_LOCAL_MEM_FENCE);
       stage_keys(P, k, v, kseg, b, j0, n, hk, lid, BLOCK_M, ks, vs, ksg);
       barrier(CLK_LOCAL_MEM_FENCE);
-      if (L == -INFINITY) continue;  // no allowed key: zero gradient (and invalid rows)
+      // A row with no allowed key (and a row past the sequence) has lse -inf: zero gradient.
+      if (L != -INFINITY)
       for (int c = 0; c < n; ++c) {
         const int j = j0 + c;
         if ((HAS(F_CAUSAL) && j > i + dd) || (HAS(F_SEGMENTS) && ksg[c] != qsg)) continue;
@@ -218,9 +225,12 @@ __kernel __attribute__((reqd_work_group_size(BLOCK_N, 1, 1))) void bsa_dkdv(
     const int row = list_row(P, b, h, P.nbk, bj), cnt = qcounts[row];
     for (int e = 0; e < cnt; ++e) {
       const int bi = qindices[row * P.nbq + e], iend = min(P.seq_q, (bi + 1) * P.block_q);
-      for (int i0 = bi * P.block_q; i0 < iend; i0 += BLOCK_M) {
+      // Query tiles wholly above the causal diagonal (last row before j0 - dd) are skipped by
+      // starting after them.
+      int istart = bi * P.block_q;
+      if (HAS(F_CAUSAL)) istart += max(0, j0 - dd - istart) / BLOCK_M * BLOCK_M;
+      for (int i0 = istart; i0 < iend; i0 += BLOCK_M) {
         const int m = min(BLOCK_M, iend - i0);
-        if (HAS(F_CAUSAL) && j0 > i0 + m - 1 + dd) continue;  // the tile is above the diagonal
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int x = lid; x < m * HEAD_DIM; x += BLOCK_N) {
           const int r = x / HEAD_DIM, d = x - r * HEAD_DIM, idx = qrow(P, b, i0 + r, h) + d;
@@ -236,7 +246,7 @@ __kernel __attribute__((reqd_work_group_size(BLOCK_N, 1, 1))) void bsa_dkdv(
           if (HAS(F_SEGMENTS)) qsg[r] = qseg[b * P.seq_q + i0 + r];
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (!valid) continue;
+        if (valid)
         for (int r = 0; r < m; ++r) {
           const int i = i0 + r;
           const float L = ls[r];

@@ -123,8 +123,9 @@ void main() {
   const int row = list_row(b, h, pc.nbq, i0 / pc.block_q), cnt = counts[row];
   for (int e = 0; e < cnt; ++e) {
     const int bj = indices[row * pc.nbk + e], jend = min(pc.seq_k, (bj + 1) * pc.block_k);
-    for (int j0 = bj * pc.block_k; j0 < jend; j0 += int(BLOCK_N)) {
-      if (HAS(F_CAUSAL) && j0 > i_last + dd) break;  // the rest of the block is above the diagonal
+    // Key tiles wholly above the causal diagonal end the loop early (uniform over the group).
+    const int jstop = HAS(F_CAUSAL) ? min(jend, i_last + dd + 1) : jend;
+    for (int j0 = bj * pc.block_k; j0 < jstop; j0 += int(BLOCK_N)) {
       const int n = min(int(BLOCK_N), jend - j0);
       barrier();
       for (int x = lid; x < n * int(HEAD_DIM); x += int(BLOCK_M)) {
@@ -231,9 +232,12 @@ void main() {
     const int row = list_row(b, h, pc.nbk, bj), cnt = qcounts[row];
     for (int e = 0; e < cnt; ++e) {
       const int bi = qindices[row * pc.nbq + e], iend = min(pc.seq_q, (bi + 1) * pc.block_q);
-      for (int i0 = bi * pc.block_q; i0 < iend; i0 += int(BLOCK_M)) {
+      // Query tiles wholly above the causal diagonal (last row before j0 - dd) are skipped by
+      // starting after them.
+      int istart = bi * pc.block_q;
+      if (HAS(F_CAUSAL)) istart += max(0, j0 - dd - istart) / int(BLOCK_M) * int(BLOCK_M);
+      for (int i0 = istart; i0 < iend; i0 += int(BLOCK_M)) {
         const int m = min(int(BLOCK_M), iend - i0);
-        if (HAS(F_CAUSAL) && j0 > i0 + m - 1 + dd) continue;  // the tile is above the diagonal
         barrier();
         for (int x = lid; x < m * int(HEAD_DIM); x += int(BLOCK_N)) {
           const int r = x / int(HEAD_DIM), d = x - r * int(HEAD_DIM), idx = qrow(b, i0 + r, h) + d;
