@@ -7,6 +7,8 @@
 //            each live query block of the tile's key block (the transposed lists), tiles of
 //            block_m queries; the group's heads are summed in the task, so nothing is shared.
 // Tiles wholly above the causal diagonal are skipped as the blocks absent from the lists are.
+// Each task body is compiled twice (default and AVX2+FMA, picked at run time), and the dot
+// products keep 16 partial sums so that they vectorise without reassociation.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -55,6 +57,24 @@ std::vector<std::int64_t> ints(const Tensor& t) {
   return std::vector<std::int64_t>(p, p + t.numel());
 }
 
+#if defined(__x86_64__)
+bool has_avx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+#endif
+
+[[gnu::always_inline]] inline float dot(const float* a, const float* b, std::int64_t n) {
+  float lanes[16] = {};
+  std::int64_t d = 0;
+  for (; d + 16 <= n; d += 16)
+    for (int x = 0; x < 16; ++x) lanes[x] += a[d + x] * b[d + x];
+  float s = 0;
+  for (; d < n; ++d) s += a[d] * b[d];
+  for (float x : lanes) s += x;
+  return s;
+}
+
 // The problem's arrays and the masked, capped logits of a tile.
 struct Tiles {
   const Problem& p;
@@ -71,7 +91,7 @@ struct Tiles {
   // True when no (i, j) of queries [i0, i1) and keys from j0 is below the causal diagonal.
   bool above_diagonal(std::int64_t i1, std::int64_t j0) const { return p.causal && j0 > i1 - 1 + p.seq_k - p.seq_q; }
   // S[r * n + t] = z(i0 + r, j0 + t), or -inf where not allowed.
-  void logits(std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t m, std::int64_t j0, std::int64_t n,
+  [[gnu::always_inline]] inline void logits(std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t m, std::int64_t j0, std::int64_t n,
               float* S) const {
     const std::int64_t hk = h / p.group(), D = p.head_dim, dd = p.seq_k - p.seq_q;
     for (std::int64_t r = 0; r < m; ++r) {
@@ -84,12 +104,8 @@ struct Tiles {
           s = neg_inf;
           continue;
         }
-        const float* a = qrow(b, i, h);
-        const float* c = k + krow(b, j, hk);
-        float dot = 0;
-        for (std::int64_t d = 0; d < D; ++d) dot += a[d] * c[d];
-        dot *= scale;
-        s = cap > 0 ? cap * std::tanh(dot / cap) : dot;
+        const float u = dot(qrow(b, i, h), k + krow(b, j, hk), D) * scale;
+        s = cap > 0 ? cap * std::tanh(u / cap) : u;
       }
     }
   }
@@ -132,6 +148,196 @@ Config cpu_heuristic(const ParamSpace& s, const Invocation& inv, const char* k) 
   throw InvalidArgument(std::string(k) + " cpu: empty parameter space for " + inv.signature());
 }
 
+// Everything a task reads; outputs are f32 scratch converted to the storage dtype at the end.
+struct Work {
+  Tiles t;
+  std::int64_t bm = 0, bn = 0;
+  const std::int64_t *counts = nullptr, *indices = nullptr, *qcounts = nullptr, *qindices = nullptr;
+  const float *dout = nullptr, *lse_in = nullptr, *delta = nullptr;
+  float *out = nullptr, *lse = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr;
+};
+
+// Forward: one (batch, head, query tile).
+[[gnu::always_inline]] inline void forward_task(const Work& w, std::int64_t task) {
+  const Problem& p = w.t.p;
+  const std::int64_t bm = w.bm, bn = w.bn, D = p.head_dim, tiles = (p.seq_q + bm - 1) / bm;
+  const std::int64_t tile = task % tiles, h = task / tiles % p.heads, b = task / (tiles * p.heads);
+  const std::int64_t i0 = tile * bm, m = std::min(bm, p.seq_q - i0), bi = i0 / p.block_q, hk = h / p.group();
+  thread_local std::vector<float> scratch;
+  scratch.assign(static_cast<std::size_t>(bm * bn + bm * D + 2 * bm), 0.f);
+  float* S = scratch.data();
+  float* acc = S + bm * bn;
+  float* mx = acc + bm * D;
+  float* l = mx + bm;
+  std::fill(mx, mx + bm, neg_inf);
+  const std::int64_t row = p.list_row(b, h, p.nbq, bi);
+  for (std::int64_t e = 0; e < w.counts[row]; ++e) {
+    const std::int64_t bj = w.indices[row * p.nbk + e];
+    const std::int64_t jend = std::min(p.seq_k, (bj + 1) * p.block_k);
+    for (std::int64_t j0 = bj * p.block_k; j0 < jend; j0 += bn) {
+      if (w.t.above_diagonal(i0 + m, j0)) break;
+      const std::int64_t n = std::min(bn, jend - j0);
+      w.t.logits(b, h, i0, m, j0, n, S);
+      for (std::int64_t r = 0; r < m; ++r) {
+        float* s = S + r * n;
+        float top = mx[r];
+        for (std::int64_t c = 0; c < n; ++c) top = std::max(top, s[c]);
+        if (top == neg_inf) continue;  // nothing allowed yet in this row
+        const float alpha = std::exp(mx[r] - top);
+        float sum = 0;
+        for (std::int64_t c = 0; c < n; ++c) sum += (s[c] = std::exp(s[c] - top));
+        l[r] = l[r] * alpha + sum;
+        mx[r] = top;
+        float* a = acc + r * D;
+        for (std::int64_t d = 0; d < D; ++d) a[d] *= alpha;
+        for (std::int64_t c = 0; c < n; ++c) {
+          if (s[c] == 0.f) continue;
+          const float pc = s[c];
+          const float* vr = w.t.v + w.t.krow(b, j0 + c, hk);
+          for (std::int64_t d = 0; d < D; ++d) a[d] += pc * vr[d];
+        }
+      }
+    }
+  }
+  for (std::int64_t r = 0; r < m; ++r) {
+    const float inv_l = l[r] > 0 ? 1.f / l[r] : 0.f;  // a row with no allowed key gives 0
+    float* o = w.out + ((b * p.seq_q + i0 + r) * p.heads + h) * D;
+    for (std::int64_t d = 0; d < D; ++d) o[d] = acc[r * D + d] * inv_l;
+    w.lse[(b * p.heads + h) * p.seq_q + i0 + r] = l[r] > 0 ? mx[r] + std::log(l[r]) : neg_inf;
+  }
+}
+
+// P and dz * softmax_scale of one allowed pair from its logit z: P (dP - D) times the cap's
+// derivative 1 - tanh^2 = 1 - (z / cap)^2.
+struct Grad {
+  float P = 0, ds = 0;
+};
+[[gnu::always_inline]] inline Grad grad(const Work& w, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j,
+                                        float z) {
+  const Problem& p = w.t.p;
+  const std::int64_t at = (b * p.heads + h) * p.seq_q + i;
+  const float L = w.lse_in[at];
+  if (z == neg_inf || L == neg_inf) return {};
+  const float P = std::exp(z - L);
+  const float dp = dot(w.dout + ((b * p.seq_q + i) * p.heads + h) * p.head_dim, w.t.v + w.t.krow(b, j, h / p.group()),
+                       p.head_dim);
+  float ds = P * (dp - w.delta[at]);
+  if (w.t.cap > 0) {
+    const float th = z / w.t.cap;
+    ds *= 1.f - th * th;
+  }
+  return {P, ds * w.t.scale};
+}
+
+// dq: one (batch, head, query tile).
+[[gnu::always_inline]] inline void dq_task(const Work& w, std::int64_t task) {
+  const Problem& p = w.t.p;
+  const std::int64_t bm = w.bm, bn = w.bn, D = p.head_dim, tiles = (p.seq_q + bm - 1) / bm;
+  const std::int64_t tile = task % tiles, h = task / tiles % p.heads, b = task / (tiles * p.heads);
+  const std::int64_t i0 = tile * bm, m = std::min(bm, p.seq_q - i0), bi = i0 / p.block_q, hk = h / p.group();
+  thread_local std::vector<float> scratch;
+  scratch.assign(static_cast<std::size_t>(bm * bn + bm * D), 0.f);
+  float* S = scratch.data();
+  float* acc = S + bm * bn;
+  const std::int64_t row = p.list_row(b, h, p.nbq, bi);
+  for (std::int64_t e = 0; e < w.counts[row]; ++e) {
+    const std::int64_t bj = w.indices[row * p.nbk + e];
+    const std::int64_t jend = std::min(p.seq_k, (bj + 1) * p.block_k);
+    for (std::int64_t j0 = bj * p.block_k; j0 < jend; j0 += bn) {
+      if (w.t.above_diagonal(i0 + m, j0)) break;
+      const std::int64_t n = std::min(bn, jend - j0);
+      w.t.logits(b, h, i0, m, j0, n, S);
+      for (std::int64_t r = 0; r < m; ++r)
+        for (std::int64_t c = 0; c < n; ++c) {
+          const float ds = grad(w, b, h, i0 + r, j0 + c, S[r * n + c]).ds;
+          if (ds == 0.f) continue;
+          const float* kr = w.t.k + w.t.krow(b, j0 + c, hk);
+          float* a = acc + r * D;
+          for (std::int64_t d = 0; d < D; ++d) a[d] += ds * kr[d];
+        }
+    }
+  }
+  for (std::int64_t r = 0; r < m; ++r)
+    std::copy_n(acc + r * D, D, w.dq + ((b * p.seq_q + i0 + r) * p.heads + h) * D);
+}
+
+// dk, dv: one (batch, kv head, key tile), the group's heads summed here.
+[[gnu::always_inline]] inline void dkdv_task(const Work& w, std::int64_t task) {
+  const Problem& p = w.t.p;
+  const std::int64_t bm = w.bm, bn = w.bn, D = p.head_dim, tiles = (p.seq_k + bn - 1) / bn;
+  const std::int64_t tile = task % tiles, hk = task / tiles % p.kv_heads, b = task / (tiles * p.kv_heads);
+  const std::int64_t j0 = tile * bn, n = std::min(bn, p.seq_k - j0), bj = j0 / p.block_k;
+  thread_local std::vector<float> scratch;
+  scratch.assign(static_cast<std::size_t>(bm * bn + 2 * bn * D), 0.f);
+  float* S = scratch.data();
+  float* dk = S + bm * bn;
+  float* dv = dk + bn * D;
+  for (std::int64_t h = hk * p.group(); h < (hk + 1) * p.group(); ++h) {
+    const std::int64_t row = p.list_row(b, h, p.nbk, bj);
+    for (std::int64_t e = 0; e < w.qcounts[row]; ++e) {
+      const std::int64_t bi = w.qindices[row * p.nbq + e];
+      const std::int64_t iend = std::min(p.seq_q, (bi + 1) * p.block_q);
+      for (std::int64_t i0 = bi * p.block_q; i0 < iend; i0 += bm) {
+        const std::int64_t m = std::min(bm, iend - i0);
+        if (w.t.above_diagonal(i0 + m, j0)) continue;
+        w.t.logits(b, h, i0, m, j0, n, S);
+        for (std::int64_t r = 0; r < m; ++r) {
+          const float* g = w.dout + ((b * p.seq_q + i0 + r) * p.heads + h) * D;
+          const float* qr = w.t.qrow(b, i0 + r, h);
+          for (std::int64_t c = 0; c < n; ++c) {
+            const Grad x = grad(w, b, h, i0 + r, j0 + c, S[r * n + c]);
+            if (x.P == 0.f) continue;
+            float* a = dv + c * D;
+            float* k = dk + c * D;
+            for (std::int64_t d = 0; d < D; ++d) {
+              a[d] += x.P * g[d];
+              k[d] += x.ds * qr[d];
+            }
+          }
+        }
+      }
+    }
+  }
+  for (std::int64_t c = 0; c < n; ++c) {
+    std::copy_n(dk + c * D, D, w.dk + w.t.krow(b, j0 + c, hk));
+    std::copy_n(dv + c * D, D, w.dv + w.t.krow(b, j0 + c, hk));
+  }
+}
+
+using TaskFn = void (*)(const Work&, std::int64_t);
+void forward_default(const Work& w, std::int64_t t) { forward_task(w, t); }
+void dq_default(const Work& w, std::int64_t t) { dq_task(w, t); }
+void dkdv_default(const Work& w, std::int64_t t) { dkdv_task(w, t); }
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) void forward_avx2(const Work& w, std::int64_t t) { forward_task(w, t); }
+__attribute__((target("avx2,fma"))) void dq_avx2(const Work& w, std::int64_t t) { dq_task(w, t); }
+__attribute__((target("avx2,fma"))) void dkdv_avx2(const Work& w, std::int64_t t) { dkdv_task(w, t); }
+#endif
+
+#if defined(__x86_64__)
+TaskFn pick(TaskFn fallback, TaskFn avx2) { return has_avx2() ? avx2 : fallback; }
+#endif
+
+// Writes f32 values to a tensor of the problem's dtype.
+void store_all(const Tensor& t, const std::vector<float>& v, ejk::cpu::ThreadPool& pool) {
+  const std::int64_t n = t.numel(), chunk = 1 << 16;
+  pool.parallel_for((n + chunk - 1) / chunk, [&](std::int64_t c) {
+    for (std::int64_t i = c * chunk; i < std::min(n, (c + 1) * chunk); ++i) store(t, i, v[static_cast<std::size_t>(i)]);
+  });
+}
+
+Tiles make_tiles(const Problem& p, const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+                 const Tensor& qseg, const Tensor& kseg) {
+  Tiles t{p, q.data(), k.data(), v.data()};
+  if (p.has_segments) {
+    t.qseg = ejk::cpu::cpu_buffer(qseg.buffer()).as<std::int32_t>();
+    t.kseg = ejk::cpu::cpu_buffer(kseg.buffer()).as<std::int32_t>();
+  }
+  t.scale = static_cast<float>(p.scale);
+  t.cap = static_cast<float>(p.softcap);
+  return t;
+}
+
 class CpuForward final : public Implementation {
  public:
   std::string_view kernel() const override { return "block_sparse_attention"; }
@@ -152,56 +358,19 @@ class CpuForward final : public Implementation {
     check_lists(p, counts, indices, false);
     if (p.batch * p.seq_q * p.heads == 0) return;
     const auto q = to_f32(args[fwd::q], pool), k = to_f32(args[fwd::k], pool), v = to_f32(args[fwd::v], pool);
-    Tiles t{p, q.data(), k.data(), v.data()};
-    if (p.has_segments) {
-      t.qseg = ejk::cpu::cpu_buffer(args[fwd::q_segment_ids].buffer()).as<std::int32_t>();
-      t.kseg = ejk::cpu::cpu_buffer(args[fwd::kv_segment_ids].buffer()).as<std::int32_t>();
-    }
-    t.scale = static_cast<float>(p.scale);
-    t.cap = static_cast<float>(p.softcap);
-    float* lse = ejk::cpu::cpu_buffer(args[fwd::lse].buffer()).as<float>();
-    const std::int64_t tiles = (p.seq_q + bm - 1) / bm, D = p.head_dim;
-    pool.parallel_for(p.batch * p.heads * tiles, [&](std::int64_t task) {
-      const std::int64_t tile = task % tiles, h = task / tiles % p.heads, b = task / (tiles * p.heads);
-      const std::int64_t i0 = tile * bm, m = std::min(bm, p.seq_q - i0), bi = i0 / p.block_q, hk = h / p.group();
-      std::vector<float> S(static_cast<std::size_t>(bm * bn)), acc(static_cast<std::size_t>(bm * D), 0.f);
-      std::vector<float> mx(static_cast<std::size_t>(bm), neg_inf), l(static_cast<std::size_t>(bm), 0.f);
-      const std::int64_t row = p.list_row(b, h, p.nbq, bi);
-      for (std::int64_t e = 0; e < counts[static_cast<std::size_t>(row)]; ++e) {
-        const std::int64_t bj = indices[static_cast<std::size_t>(row * p.nbk + e)];
-        const std::int64_t jend = std::min(p.seq_k, (bj + 1) * p.block_k);
-        for (std::int64_t j0 = bj * p.block_k; j0 < jend; j0 += bn) {
-          if (t.above_diagonal(i0 + m, j0)) break;
-          const std::int64_t n = std::min(bn, jend - j0);
-          t.logits(b, h, i0, m, j0, n, S.data());
-          for (std::int64_t r = 0; r < m; ++r) {
-            float* s = S.data() + r * n;
-            float top = mx[static_cast<std::size_t>(r)];
-            for (std::int64_t c = 0; c < n; ++c) top = std::max(top, s[c]);
-            if (top == neg_inf) continue;  // nothing allowed yet in this row
-            const float alpha = std::exp(mx[static_cast<std::size_t>(r)] - top);
-            float sum = 0;
-            for (std::int64_t c = 0; c < n; ++c) sum += (s[c] = std::exp(s[c] - top));
-            l[static_cast<std::size_t>(r)] = l[static_cast<std::size_t>(r)] * alpha + sum;
-            mx[static_cast<std::size_t>(r)] = top;
-            float* a = acc.data() + r * D;
-            for (std::int64_t d = 0; d < D; ++d) a[d] *= alpha;
-            for (std::int64_t c = 0; c < n; ++c) {
-              if (s[c] == 0.f) continue;
-              const float* vr = t.v + t.krow(b, j0 + c, hk);
-              for (std::int64_t d = 0; d < D; ++d) a[d] += s[c] * vr[d];
-            }
-          }
-        }
-      }
-      for (std::int64_t r = 0; r < m; ++r) {
-        const float lr = l[static_cast<std::size_t>(r)];
-        const float inv_l = lr > 0 ? 1.f / lr : 0.f;  // a row with no allowed key gives 0
-        const std::int64_t o = ((b * p.seq_q + i0 + r) * p.heads + h) * D;
-        for (std::int64_t d = 0; d < D; ++d) store(args[fwd::out], o + d, acc[static_cast<std::size_t>(r * D + d)] * inv_l);
-        lse[(b * p.heads + h) * p.seq_q + i0 + r] = lr > 0 ? mx[static_cast<std::size_t>(r)] + std::log(lr) : neg_inf;
-      }
-    });
+    std::vector<float> out(static_cast<std::size_t>(args[fwd::out].numel()));
+    Work w{make_tiles(p, q, k, v, args[fwd::q_segment_ids], args[fwd::kv_segment_ids]), bm, bn};
+    w.counts = counts.data();
+    w.indices = indices.data();
+    w.out = out.data();
+    w.lse = ejk::cpu::cpu_buffer(args[fwd::lse].buffer()).as<float>();
+#if defined(__x86_64__)
+    const TaskFn fn = pick(forward_default, forward_avx2);
+#else
+    const TaskFn fn = forward_default;
+#endif
+    pool.parallel_for(p.batch * p.heads * ((p.seq_q + bm - 1) / bm), [&](std::int64_t task) { fn(w, task); });
+    store_all(args[fwd::out], out, pool);
   }
 };
 
@@ -228,111 +397,37 @@ class CpuBackward final : public Implementation {
     const std::int64_t D = p.head_dim;
     const auto q = to_f32(args[bwd::q], pool), k = to_f32(args[bwd::k], pool), v = to_f32(args[bwd::v], pool);
     const auto out = to_f32(args[bwd::out], pool), dout = to_f32(args[bwd::dout], pool);
-    const float* lse = ejk::cpu::cpu_buffer(args[bwd::lse].buffer()).as<float>();
-    Tiles t{p, q.data(), k.data(), v.data()};
-    if (p.has_segments) {
-      t.qseg = ejk::cpu::cpu_buffer(args[bwd::q_segment_ids].buffer()).as<std::int32_t>();
-      t.kseg = ejk::cpu::cpu_buffer(args[bwd::kv_segment_ids].buffer()).as<std::int32_t>();
-    }
-    t.scale = static_cast<float>(p.scale);
-    t.cap = static_cast<float>(p.softcap);
     // D_i = dout_i . out_i, [batch, heads, seq_q] like lse.
     std::vector<float> delta(static_cast<std::size_t>(p.batch * p.heads * p.seq_q));
     pool.parallel_for(p.batch * p.seq_q, [&](std::int64_t bi) {
-      const std::int64_t b = bi / std::max<std::int64_t>(1, p.seq_q), i = bi % std::max<std::int64_t>(1, p.seq_q);
+      const std::int64_t b = bi / p.seq_q, i = bi % p.seq_q;
       for (std::int64_t h = 0; h < p.heads; ++h) {
-        const std::int64_t o = ((b * p.seq_q + i) * p.heads + h) * D;
-        float s = 0;
-        for (std::int64_t d = 0; d < D; ++d) s += dout[static_cast<std::size_t>(o + d)] * out[static_cast<std::size_t>(o + d)];
-        delta[static_cast<std::size_t>((b * p.heads + h) * p.seq_q + i)] = s;
+        const std::size_t o = static_cast<std::size_t>(((b * p.seq_q + i) * p.heads + h) * D);
+        delta[static_cast<std::size_t>((b * p.heads + h) * p.seq_q + i)] = dot(dout.data() + o, out.data() + o, D);
       }
     });
-    // dz from the logits z of a tile (in place): P (dP - D) times the cap's derivative.
-    auto dz = [&](std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j, float z) -> std::pair<float, float> {
-      const float L = lse[(b * p.heads + h) * p.seq_q + i];
-      if (z == neg_inf || L == neg_inf) return {0.f, 0.f};
-      const float P = std::exp(z - L);
-      const float* g = dout.data() + ((b * p.seq_q + i) * p.heads + h) * D;
-      const float* vr = t.v + t.krow(b, j, h / p.group());
-      float dp = 0;
-      for (std::int64_t d = 0; d < D; ++d) dp += g[d] * vr[d];
-      float ds = P * (dp - delta[static_cast<std::size_t>((b * p.heads + h) * p.seq_q + i)]);
-      if (t.cap > 0) {
-        const float th = z / t.cap;
-        ds *= 1.f - th * th;
-      }
-      return {P, ds * t.scale};
-    };
-
-    const std::int64_t qtiles = (p.seq_q + bm - 1) / bm;
-    pool.parallel_for(p.batch * p.heads * qtiles, [&](std::int64_t task) {
-      const std::int64_t tile = task % qtiles, h = task / qtiles % p.heads, b = task / (qtiles * p.heads);
-      const std::int64_t i0 = tile * bm, m = std::min(bm, p.seq_q - i0), bi = i0 / p.block_q, hk = h / p.group();
-      std::vector<float> S(static_cast<std::size_t>(bm * bn)), acc(static_cast<std::size_t>(bm * D), 0.f);
-      const std::int64_t row = p.list_row(b, h, p.nbq, bi);
-      for (std::int64_t e = 0; e < counts[static_cast<std::size_t>(row)]; ++e) {
-        const std::int64_t bj = indices[static_cast<std::size_t>(row * p.nbk + e)];
-        const std::int64_t jend = std::min(p.seq_k, (bj + 1) * p.block_k);
-        for (std::int64_t j0 = bj * p.block_k; j0 < jend; j0 += bn) {
-          if (t.above_diagonal(i0 + m, j0)) break;
-          const std::int64_t n = std::min(bn, jend - j0);
-          t.logits(b, h, i0, m, j0, n, S.data());
-          for (std::int64_t r = 0; r < m; ++r)
-            for (std::int64_t c = 0; c < n; ++c) {
-              const float ds = dz(b, h, i0 + r, j0 + c, S[static_cast<std::size_t>(r * n + c)]).second;
-              if (ds == 0.f) continue;
-              const float* kr = t.k + t.krow(b, j0 + c, hk);
-              float* a = acc.data() + r * D;
-              for (std::int64_t d = 0; d < D; ++d) a[d] += ds * kr[d];
-            }
-        }
-      }
-      for (std::int64_t r = 0; r < m; ++r) {
-        const std::int64_t o = ((b * p.seq_q + i0 + r) * p.heads + h) * D;
-        for (std::int64_t d = 0; d < D; ++d) store(args[bwd::dq], o + d, acc[static_cast<std::size_t>(r * D + d)]);
-      }
-    });
-
-    const std::int64_t ktiles = (p.seq_k + bn - 1) / bn;
-    pool.parallel_for(p.batch * p.kv_heads * ktiles, [&](std::int64_t task) {
-      const std::int64_t tile = task % ktiles, hk = task / ktiles % p.kv_heads, b = task / (ktiles * p.kv_heads);
-      const std::int64_t j0 = tile * bn, n = std::min(bn, p.seq_k - j0), bj = j0 / p.block_k;
-      std::vector<float> S(static_cast<std::size_t>(bm * bn)), dk(static_cast<std::size_t>(bn * D), 0.f),
-          dv(static_cast<std::size_t>(bn * D), 0.f);
-      for (std::int64_t h = hk * p.group(); h < (hk + 1) * p.group(); ++h) {
-        const std::int64_t row = p.list_row(b, h, p.nbk, bj);
-        for (std::int64_t e = 0; e < qcounts[static_cast<std::size_t>(row)]; ++e) {
-          const std::int64_t bi = qindices[static_cast<std::size_t>(row * p.nbq + e)];
-          const std::int64_t iend = std::min(p.seq_q, (bi + 1) * p.block_q);
-          for (std::int64_t i0 = bi * p.block_q; i0 < iend; i0 += bm) {
-            const std::int64_t m = std::min(bm, iend - i0);
-            if (t.above_diagonal(i0 + m, j0)) continue;
-            t.logits(b, h, i0, m, j0, n, S.data());
-            for (std::int64_t r = 0; r < m; ++r) {
-              const float* g = dout.data() + ((b * p.seq_q + i0 + r) * p.heads + h) * D;
-              const float* qr = t.qrow(b, i0 + r, h);
-              for (std::int64_t c = 0; c < n; ++c) {
-                const auto [P, ds] = dz(b, h, i0 + r, j0 + c, S[static_cast<std::size_t>(r * n + c)]);
-                if (P == 0.f) continue;
-                float* a = dv.data() + c * D;
-                float* w = dk.data() + c * D;
-                for (std::int64_t d = 0; d < D; ++d) {
-                  a[d] += P * g[d];
-                  w[d] += ds * qr[d];
-                }
-              }
-            }
-          }
-        }
-      }
-      for (std::int64_t c = 0; c < n; ++c) {
-        const std::int64_t o = t.krow(b, j0 + c, hk);
-        for (std::int64_t d = 0; d < D; ++d) {
-          store(args[bwd::dk], o + d, dk[static_cast<std::size_t>(c * D + d)]);
-          store(args[bwd::dv], o + d, dv[static_cast<std::size_t>(c * D + d)]);
-        }
-      }
-    });
+    std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
+    Work w{make_tiles(p, q, k, v, args[bwd::q_segment_ids], args[bwd::kv_segment_ids]), bm, bn};
+    w.counts = counts.data();
+    w.indices = indices.data();
+    w.qcounts = qcounts.data();
+    w.qindices = qindices.data();
+    w.dout = dout.data();
+    w.lse_in = ejk::cpu::cpu_buffer(args[bwd::lse].buffer()).as<float>();
+    w.delta = delta.data();
+    w.dq = dq.data();
+    w.dk = dk.data();
+    w.dv = dv.data();
+#if defined(__x86_64__)
+    const TaskFn dq_fn = pick(dq_default, dq_avx2), dkdv_fn = pick(dkdv_default, dkdv_avx2);
+#else
+    const TaskFn dq_fn = dq_default, dkdv_fn = dkdv_default;
+#endif
+    pool.parallel_for(p.batch * p.heads * ((p.seq_q + bm - 1) / bm), [&](std::int64_t task) { dq_fn(w, task); });
+    pool.parallel_for(p.batch * p.kv_heads * ((p.seq_k + bn - 1) / bn), [&](std::int64_t task) { dkdv_fn(w, task); });
+    store_all(args[bwd::dq], dq, pool);
+    store_all(args[bwd::dk], dk, pool);
+    store_all(args[bwd::dv], dv, pool);
   }
 };
 
