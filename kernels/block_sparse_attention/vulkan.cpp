@@ -47,6 +47,14 @@ bool supports16(const Invocation& inv, const DeviceInfo& dev) {
   return vulkan::physical_device(dev.index).storage16;
 }
 
+// Throws when a grid of `tiles` groups along x exceeds the device's limit.
+void check_tiles(const vulkan::VulkanDevice& dev, std::int64_t tiles, const Problem& p, const char* who) {
+  if (tiles > dev.physical().limits.maxComputeWorkGroupCount[0])
+    throw InvalidArgument(std::string(who) + " vulkan: " + std::to_string(tiles) + " tiles of seq_q " + std::to_string(p.seq_q) +
+                          " / seq_k " + std::to_string(p.seq_k) + " exceed the workgroup count of " + dev.info().id() +
+                          "; use a larger tile");
+}
+
 vulkan::VulkanDevice& checked_device(Device& device, const Problem& p, const char* who) {
   auto& dev = vulkan::vulkan_device(device);
   if (p.dtype != DType::f32 && !dev.physical().storage16)
@@ -85,6 +93,7 @@ class VulkanForward final : public Implementation {
     l.spec = {u32(t.bm), u32(t.bn), u32(p.head_dim)};
     l.push = vulkan::push_bytes(push);
     for (std::size_t i = 0; i < fwd::count; ++i) l.buffers.push_back(&args[i].buffer());
+    check_tiles(dev, (p.seq_q + t.bm - 1) / t.bm, p, "block_sparse_attention");
     l.groups = {u32((p.seq_q + t.bm - 1) / t.bm), u32(p.heads), u32(p.batch)};
     l.shared_bytes = u32((2 * t.bn * p.head_dim + t.bn) * 4);
     dev.dispatch(l);
@@ -120,6 +129,7 @@ class VulkanBackward final : public Implementation {
       for (std::size_t i : {bwd::q, bwd::k, bwd::v, bwd::out, bwd::dout, bwd::lse, bwd::kv_block_counts,
                             bwd::kv_block_indices, bwd::q_segment_ids, bwd::kv_segment_ids, bwd::dq})
         l.buffers.push_back(&args[i].buffer());
+      check_tiles(dev, (p.seq_q + t.bm - 1) / t.bm, p, "block_sparse_attention_bwd");
       l.groups = {u32((p.seq_q + t.bm - 1) / t.bm), u32(p.heads), u32(p.batch)};
       l.shared_bytes = u32((2 * t.bn * p.head_dim + t.bn) * 4);
       dev.dispatch(l);
@@ -131,6 +141,7 @@ class VulkanBackward final : public Implementation {
       for (std::size_t i : {bwd::q, bwd::k, bwd::v, bwd::out, bwd::dout, bwd::lse, bwd::q_block_counts,
                             bwd::q_block_indices, bwd::q_segment_ids, bwd::kv_segment_ids, bwd::dk, bwd::dv})
         l.buffers.push_back(&args[i].buffer());
+      check_tiles(dev, (p.seq_k + t.bn - 1) / t.bn, p, "block_sparse_attention_bwd");
       l.groups = {u32((p.seq_k + t.bn - 1) / t.bn), u32(p.kv_heads), u32(p.batch)};
       l.shared_bytes = u32((2 * t.bm * p.head_dim + 3 * t.bm) * 4);
       dev.dispatch(l);
