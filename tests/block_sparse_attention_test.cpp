@@ -231,19 +231,30 @@ TEST_P(BlockSparseAttention, EveryConfigOfASmallSpaceAgrees) {
   const Inputs in = make(ctx, c, DType::f32, 15);
   const auto& dev = ctx.device().info();
   const auto probe = check(ctx, c, in, "heuristic");
-  // The spaces of this invocation, from the kernels' own invocations.
-  const TensorSpec fspecs[] = {in.q.spec(), in.k.spec(), in.v.spec(), in.layout.kv_block_counts.spec(),
-                               in.layout.kv_block_indices.spec(), bsa::absent(), bsa::absent(), in.q.spec(),
-                               {{1, c.heads, c.seq_q}, DType::f32}};
+  // The spaces of this problem, from the kernels' own invocations.
   const bsa::Options ko{.block_q = 4, .block_k = 4, .causal = true, .logits_soft_cap = 3, .local_blocks = 1, .stride = 2};
-  const Invocation finv = bsa::forward_invocation(fspecs, ko);
-  const auto configs = Registry::global().implementation(finv, dev).space(finv, dev).enumerate();
-  ASSERT_GE(configs.size(), 9u);
-  for (const Config& config : configs) {
-    // The backward's space has the same parameters; each config runs both.
-    const Outcome r = check(ctx, c, in, config.canonical(), config, config);
+  const TensorSpec out = in.q.spec(), lse{{1, c.heads, c.seq_q}, DType::f32};
+  const TensorSpec fspecs[] = {in.q.spec(), in.k.spec(), in.v.spec(), in.layout.kv_block_counts.spec(),
+                               in.layout.kv_block_indices.spec(), bsa::absent(), bsa::absent(), out, lse};
+  const TensorSpec bspecs[] = {in.q.spec(), in.k.spec(), in.v.spec(), out, out, lse,
+                               in.layout.kv_block_counts.spec(), in.layout.kv_block_indices.spec(),
+                               in.layout.q_block_counts.spec(), in.layout.q_block_indices.spec(), bsa::absent(),
+                               bsa::absent(), out, in.k.spec(), in.v.spec()};
+  const Invocation finv = bsa::forward_invocation(fspecs, ko), binv = bsa::backward_invocation(bspecs, ko);
+  const auto fconfigs = Registry::global().implementation(finv, dev).space(finv, dev).enumerate();
+  const auto bconfigs = Registry::global().implementation(binv, dev).space(binv, dev).enumerate();
+  ASSERT_EQ(fconfigs.size(), 9u);   // block_m, block_n in 1, 2, 4
+  ASSERT_EQ(bconfigs.size(), 81u);  // and dq_block_m, dq_block_n
+  for (const Config& config : fconfigs) {
+    const Outcome r = check(ctx, c, in, "forward " + config.canonical(), config, {});
     EXPECT_LE(test::relative_error(r.out, probe.out), 1e-5) << config.canonical();
+    EXPECT_LE(test::relative_error(r.lse, probe.lse), 1e-5) << config.canonical();
+  }
+  for (const Config& config : bconfigs) {
+    const Outcome r = check(ctx, c, in, "backward " + config.canonical(), {}, config);
+    EXPECT_LE(test::relative_error(r.dq, probe.dq), 1e-4) << config.canonical();
     EXPECT_LE(test::relative_error(r.dk, probe.dk), 1e-4) << config.canonical();
+    EXPECT_LE(test::relative_error(r.dv, probe.dv), 1e-4) << config.canonical();
   }
 }
 

@@ -2,7 +2,7 @@
 // pool. q, k, v (and out, dout) are converted to f32 once; then
 //   forward  one task per (batch, head, tile of block_m queries): for each live key block of the
 //            tile's query block, tiles of block_n keys: scores, online softmax, accumulation;
-//   dq       the same tasks, with P from the saved lse and dz = P (dP - D);
+//   dq       the same tasks (their own tile), with P from the saved lse and dz = P (dP - D);
 //   dk, dv   one task per (batch, kv head, tile of block_n keys): for each head of the group and
 //            each live query block of the tile's key block (the transposed lists), tiles of
 //            block_m queries; the group's heads are summed in the task, so nothing is shared.
@@ -115,34 +115,40 @@ struct Geometry {
   std::int64_t bm, bn;
 };
 
-Geometry read_config(const Problem& p, const Config& config, const char* k) {
-  const std::int64_t bm = config.get("block_m"), bn = config.get("block_n");
+// The tile named by `prefix` ("" or "dq_") in config.
+Geometry read_config(const Problem& p, const Config& config, const char* k, const std::string& prefix = "") {
+  const std::int64_t bm = config.get(prefix + "block_m"), bn = config.get(prefix + "block_n");
   if (bm <= 0 || bn <= 0 || p.block_q % bm != 0 || p.block_k % bn != 0)
-    throw InvalidArgument(std::string(k) + " cpu: config " + config.canonical() + " needs block_m dividing block_q " +
-                          std::to_string(p.block_q) + " and block_n dividing block_k " + std::to_string(p.block_k));
+    throw InvalidArgument(std::string(k) + " cpu: config " + config.canonical() + " needs " + prefix +
+                          "block_m dividing block_q " + std::to_string(p.block_q) + " and " + prefix +
+                          "block_n dividing block_k " + std::to_string(p.block_k));
   return {bm, bn};
 }
 
-ParamSpace cpu_space(const Invocation& inv, const DeviceInfo& dev, Vars vars) {
+// block_m x block_n: the tile of queries by keys (the forward's; the backward's dk/dv pass), and
+// for the backward dq_block_m x dq_block_n, the dq pass's.
+ParamSpace cpu_space(bool backward, const DeviceInfo& dev, Vars vars) {
   ParamSpace s;
-  s.param("block_m", {1, 2, 4, 8, 16, 32, 64})
-      .param("block_n", {1, 2, 4, 8, 16, 32, 64})
-      // A kernel tile lies within one block of the layout.
-      .constraint("block_q % block_m == 0")
-      .constraint("block_k % block_n == 0")
-      // The tile's scores and accumulators stay in the L2 cache.
-      .constraint("(block_m * block_n + 2 * block_m * head_dim) * 4 <= local_mem")
-      .bind(std::move(vars))
-      .bind(device_vars(dev));
-  (void)inv;
+  const std::vector<Value> sizes{1, 2, 4, 8, 16, 32, 64};
+  for (const std::string prefix : {"", "dq_"}) {
+    if (!prefix.empty() && !backward) break;
+    const std::string m = prefix + "block_m", n = prefix + "block_n";
+    s.param(m, sizes).param(n, sizes);
+    // A kernel tile lies within one block of the layout.
+    s.constraint("block_q % " + m + " == 0").constraint("block_k % " + n + " == 0");
+    // The tile's scores and accumulators stay in the L2 cache.
+    s.constraint("(" + m + " * " + n + " + 2 * " + m + " * head_dim) * 4 <= local_mem");
+  }
+  s.bind(std::move(vars)).bind(device_vars(dev));
   return s;
 }
 
 // The largest tiles of a few that fit: more work per list entry, fewer passes over k and v.
-Config cpu_heuristic(const ParamSpace& s, const Invocation& inv, const char* k) {
+Config cpu_heuristic(const ParamSpace& s, const Invocation& inv, const char* k, bool backward) {
   for (std::int64_t bm : {32, 16, 64, 8, 4, 2, 1})
     for (std::int64_t bn : {32, 64, 16, 8, 4, 2, 1}) {
       Config c{{"block_m", bm}, {"block_n", bn}};
+      if (backward) c = Config{{"block_m", bm}, {"block_n", bn}, {"dq_block_m", bm}, {"dq_block_n", bn}};
       if (s.admits(c)) return c;
     }
   throw InvalidArgument(std::string(k) + " cpu: empty parameter space for " + inv.signature());
@@ -344,10 +350,10 @@ class CpuForward final : public Implementation {
   Backend backend() const override { return Backend::cpu; }
   std::vector<ArgDef> args() const override { return forward_args(); }
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
-    return cpu_space(inv, dev, BlockSparseAttentionKernel().vars(inv));
+    return cpu_space(false, dev, BlockSparseAttentionKernel().vars(inv));
   }
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
-    return cpu_heuristic(space(inv, dev), inv, "block_sparse_attention");
+    return cpu_heuristic(space(inv, dev), inv, "block_sparse_attention", false);
   }
 
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
@@ -380,15 +386,16 @@ class CpuBackward final : public Implementation {
   Backend backend() const override { return Backend::cpu; }
   std::vector<ArgDef> args() const override { return backward_args(); }
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
-    return cpu_space(inv, dev, BlockSparseAttentionBwdKernel().vars(inv));
+    return cpu_space(true, dev, BlockSparseAttentionBwdKernel().vars(inv));
   }
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
-    return cpu_heuristic(space(inv, dev), inv, "block_sparse_attention_bwd");
+    return cpu_heuristic(space(inv, dev), inv, "block_sparse_attention_bwd", true);
   }
 
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
     const auto [bm, bn] = read_config(p, config, "block_sparse_attention_bwd");
+    const auto [qbm, qbn] = read_config(p, config, "block_sparse_attention_bwd", "dq_");
     auto& pool = ejk::cpu::cpu_device(device).pool();
     const auto counts = ints(args[bwd::kv_block_counts]), indices = ints(args[bwd::kv_block_indices]);
     const auto qcounts = ints(args[bwd::q_block_counts]), qindices = ints(args[bwd::q_block_indices]);
@@ -423,7 +430,10 @@ class CpuBackward final : public Implementation {
 #else
     const TaskFn dq_fn = dq_default, dkdv_fn = dkdv_default;
 #endif
-    pool.parallel_for(p.batch * p.heads * ((p.seq_q + bm - 1) / bm), [&](std::int64_t task) { dq_fn(w, task); });
+    Work wq = w;  // the dq pass's own tile
+    wq.bm = qbm;
+    wq.bn = qbn;
+    pool.parallel_for(p.batch * p.heads * ((p.seq_q + qbm - 1) / qbm), [&](std::int64_t task) { dq_fn(wq, task); });
     pool.parallel_for(p.batch * p.kv_heads * ((p.seq_k + bn - 1) / bn), [&](std::int64_t task) { dkdv_fn(w, task); });
     store_all(args[bwd::dq], dq, pool);
     store_all(args[bwd::dk], dk, pool);

@@ -1,7 +1,8 @@
 // block_sparse_attention on OpenCL: block_sparse_attention.cl's kernels on the device's queue.
 //   forward   bsa_fwd, one group of block_m work-items per (query tile, head, batch);
-//   backward  bsa_dq (the forward's grid) then bsa_dkdv, one group of block_n work-items per
-//             (key tile, kv head, batch) walking the transposed lists.
+//   backward  bsa_dq (the forward's grid, its own tile dq_block_m x dq_block_n) then bsa_dkdv,
+//             one group of block_n work-items per (key tile, kv head, batch) walking the
+//             transposed lists, block_m queries staged at a time.
 // The tile sizes and head_dim are -D options (they size local memory and registers); shapes,
 // the dtype and the options are a Params struct, so one program serves every dtype.
 #include <algorithm>
@@ -49,7 +50,7 @@ class OpenCLForward final : public Implementation {
     return device_space(false, BlockSparseAttentionKernel().vars(inv), dev);
   }
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
-    return device_heuristic(space(inv, dev), inv, is_cpu(dev));
+    return device_heuristic(space(inv, dev), inv, is_cpu(dev), false);
   }
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
@@ -75,17 +76,18 @@ class OpenCLBackward final : public Implementation {
     return device_space(true, BlockSparseAttentionBwdKernel().vars(inv), dev);
   }
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
-    return device_heuristic(space(inv, dev), inv, is_cpu(dev));
+    return device_heuristic(space(inv, dev), inv, is_cpu(dev), true);
   }
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
     const Tile t = read_tile(p, config, "block_sparse_attention_bwd opencl");
+    const Tile tq = read_tile(p, config, "block_sparse_attention_bwd opencl", "dq_");
     auto& dev = opencl::opencl_device(device);
     const Params params = make_params<Params>(p);
     if (p.batch * p.seq_q > 0) {
-      auto dq = program(dev, p, t, "bsa_dq");
-      dev.launch(*dq, opencl::Range(z((p.seq_q + t.bm - 1) / t.bm * t.bm), z(p.heads), z(p.batch)),
-                 opencl::Range(z(t.bm), 1, 1), opencl::StructArg::of(params), args[bwd::q], args[bwd::k], args[bwd::v],
+      auto dq = program(dev, p, tq, "bsa_dq");
+      dev.launch(*dq, opencl::Range(z((p.seq_q + tq.bm - 1) / tq.bm * tq.bm), z(p.heads), z(p.batch)),
+                 opencl::Range(z(tq.bm), 1, 1), opencl::StructArg::of(params), args[bwd::q], args[bwd::k], args[bwd::v],
                  args[bwd::out], args[bwd::dout], args[bwd::lse], args[bwd::kv_block_counts],
                  args[bwd::kv_block_indices], args[bwd::q_segment_ids], args[bwd::kv_segment_ids], args[bwd::dq]);
     }

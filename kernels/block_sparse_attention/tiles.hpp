@@ -10,32 +10,41 @@
 
 namespace ejk::kernels::block_sparse_attention {
 
-// block_m: queries per tile (the forward's and dq's work-items per group, one query row each);
-// block_n: keys per tile (staged in local memory; dk/dv's work-items per group, a key row each).
+// block_m: queries per tile (the forward's work-items per group, one query row each);
+// block_n: keys per tile (staged in local memory). The backward has a pair for each pass:
+// block_m, block_n for dk/dv (block_n work-items per group, a key row each; block_m queries
+// staged) and dq_block_m, dq_block_n for dq (the forward's geometry).
 struct Tile {
   std::int64_t bm = 0, bn = 0;
 };
 
-inline Tile read_tile(const Problem& p, const Config& config, const std::string& who) {
-  const Tile t{config.get("block_m"), config.get("block_n")};
+// The tile named by `prefix` ("" or "dq_") in config.
+inline Tile read_tile(const Problem& p, const Config& config, const std::string& who, const std::string& prefix = "") {
+  const Tile t{config.get(prefix + "block_m"), config.get(prefix + "block_n")};
   auto pow2 = [](std::int64_t v) { return v > 0 && (v & (v - 1)) == 0; };
   if (!pow2(t.bm) || !pow2(t.bn) || p.block_q % t.bm != 0 || p.block_k % t.bn != 0)
-    throw InvalidArgument(who + ": config " + config.canonical() + " needs powers of two block_m dividing block_q " +
-                          std::to_string(p.block_q) + " and block_n dividing block_k " + std::to_string(p.block_k));
+    throw InvalidArgument(who + ": config " + config.canonical() + " needs powers of two " + prefix +
+                          "block_m dividing block_q " + std::to_string(p.block_q) + " and " + prefix +
+                          "block_n dividing block_k " + std::to_string(p.block_k));
   return t;
 }
 
 inline ParamSpace device_space(bool backward, Vars vars, const DeviceInfo& dev) {
   ParamSpace s;
-  s.param("block_m", {1, 2, 4, 8, 16, 32, 64, 128})
-      .param("block_n", {1, 2, 4, 8, 16, 32, 64})
-      // A kernel tile lies within one block of the layout, so a tile is live or skipped whole.
-      .constraint("block_q % block_m == 0")
-      .constraint("block_k % block_n == 0")
-      .constraint("block_m <= max_workgroup_size")
-      // Staged keys and values (and their segment ids) in f32.
-      .constraint("(2 * block_n * head_dim + block_n) * 4 <= local_mem");
-  if (backward) {
+  const std::vector<Value> rows{1, 2, 4, 8, 16, 32, 64, 128}, keys{1, 2, 4, 8, 16, 32, 64};
+  // A kernel tile lies within one block of the layout, so a tile is live or skipped whole.
+  auto query_pass = [&](const std::string& m, const std::string& n) {
+    s.param(m, rows).param(n, keys);
+    s.constraint("block_q % " + m + " == 0").constraint("block_k % " + n + " == 0");
+    // A group of block_m work-items; staged keys and values (and their segment ids) in f32.
+    s.constraint(m + " <= max_workgroup_size").constraint("(2 * " + n + " * head_dim + " + n + ") * 4 <= local_mem");
+  };
+  if (!backward) {
+    query_pass("block_m", "block_n");
+  } else {
+    query_pass("dq_block_m", "dq_block_n");
+    s.param("block_m", rows).param("block_n", keys);
+    s.constraint("block_q % block_m == 0").constraint("block_k % block_n == 0");
     // dk/dv: a group of block_n work-items; staged queries, dout, lse, D and segment ids.
     s.constraint("block_n <= max_workgroup_size").constraint("(2 * block_m * head_dim + 3 * block_m) * 4 <= local_mem");
   }
@@ -45,21 +54,28 @@ inline ParamSpace device_space(bool backward, Vars vars, const DeviceInfo& dev) 
 
 // GPUs: wide groups (a query row per work-item) and key tiles of 16 to 32 rows; CPU drivers:
 // narrower groups, which they vectorise across work-items.
-inline Config device_heuristic(const ParamSpace& s, const Invocation& inv, bool cpu) {
+inline Config device_heuristic(const ParamSpace& s, const Invocation& inv, bool cpu, bool backward) {
   static const std::vector<std::pair<std::int64_t, std::int64_t>> gpu = {{64, 32}, {64, 16}, {32, 32}, {32, 16},
                                                                        {16, 16}, {16, 8},  {8, 8},   {4, 4}};
   static const std::vector<std::pair<std::int64_t, std::int64_t>> host = {{16, 32}, {16, 16}, {32, 16}, {8, 16},
                                                                         {8, 8},   {4, 8},   {4, 4}};
   for (const auto& [bm, bn] : cpu ? host : gpu) {
     Config c{{"block_m", bm}, {"block_n", bn}};
+    if (backward) {
+      // dk/dv: block_n work-items, so the pair swaps roles.
+      c = Config{{"dq_block_m", bm}, {"dq_block_n", bn}, {"block_m", bn}, {"block_n", bm}};
+    }
     if (s.admits(c)) return c;
   }
   // Layout blocks with small power-of-two factors: the largest tiles that divide them.
   auto all = s.enumerate();
   if (all.empty()) throw SelectionError(inv.kernel + ": no tile fits the layout's blocks for " + inv.signature());
+  auto size = [&](const Config& c) {
+    return c.get("block_m") * c.get("block_n") * (backward ? c.get("dq_block_m") * c.get("dq_block_n") : 1);
+  };
   Config best = all.front();
   for (const auto& c : all)
-    if (c.get("block_m") * c.get("block_n") > best.get("block_m") * best.get("block_n")) best = c;
+    if (size(c) > size(best)) best = c;
   return best;
 }
 

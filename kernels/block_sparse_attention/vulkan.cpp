@@ -1,8 +1,9 @@
 // block_sparse_attention on Vulkan: the passes of block_sparse_attention.glsl, dispatched in
 // order (the device puts a barrier between dispatches):
 //   forward   fwd, one group of block_m invocations per (query tile, head, batch);
-//   backward  dq (the forward's grid), then dkdv, one group of block_n invocations per (key
-//             tile, kv head, batch) walking the transposed lists.
+//   backward  dq (the forward's grid, its own tile dq_block_m x dq_block_n), then dkdv, one
+//             group of block_n invocations per (key tile, kv head, batch) walking the
+//             transposed lists, block_m queries staged at a time.
 // "16" modules read and write f16/bf16 through 16-bit storage; the others only f32. The tile
 // sizes and head_dim are specialization constants; everything else is a push constant.
 #include <algorithm>
@@ -78,7 +79,7 @@ class VulkanForward final : public Implementation {
     return device_space(false, BlockSparseAttentionKernel().vars(inv), dev);
   }
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
-    return device_heuristic(space(inv, dev), inv, !dev.discrete);
+    return device_heuristic(space(inv, dev), inv, !dev.discrete, false);
   }
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
@@ -111,31 +112,33 @@ class VulkanBackward final : public Implementation {
     return device_space(true, BlockSparseAttentionBwdKernel().vars(inv), dev);
   }
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
-    return device_heuristic(space(inv, dev), inv, !dev.discrete);
+    return device_heuristic(space(inv, dev), inv, !dev.discrete, true);
   }
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
     const Tile t = read_tile(p, config, "block_sparse_attention_bwd vulkan");
+    const Tile tq = read_tile(p, config, "block_sparse_attention_bwd vulkan", "dq_");
     auto& dev = checked_device(device, p, "block_sparse_attention_bwd");
     const Push push = make_params<Push>(p);
     vulkan::Launch l;
-    l.spec = {u32(t.bm), u32(t.bn), u32(p.head_dim)};
     l.push = vulkan::push_bytes(push);
     const std::string dq = module("dq", p), dkdv = module("dkdv", p);
     if (p.batch * p.seq_q > 0) {
       l.spirv = dq;
-      l.local_size = {u32(t.bm), 1, 1};
+      l.spec = {u32(tq.bm), u32(tq.bn), u32(p.head_dim)};
+      l.local_size = {u32(tq.bm), 1, 1};
       l.buffers.clear();
       for (std::size_t i : {bwd::q, bwd::k, bwd::v, bwd::out, bwd::dout, bwd::lse, bwd::kv_block_counts,
                             bwd::kv_block_indices, bwd::q_segment_ids, bwd::kv_segment_ids, bwd::dq})
         l.buffers.push_back(&args[i].buffer());
-      check_tiles(dev, (p.seq_q + t.bm - 1) / t.bm, p, "block_sparse_attention_bwd");
-      l.groups = {u32((p.seq_q + t.bm - 1) / t.bm), u32(p.heads), u32(p.batch)};
-      l.shared_bytes = u32((2 * t.bn * p.head_dim + t.bn) * 4);
+      check_tiles(dev, (p.seq_q + tq.bm - 1) / tq.bm, p, "block_sparse_attention_bwd");
+      l.groups = {u32((p.seq_q + tq.bm - 1) / tq.bm), u32(p.heads), u32(p.batch)};
+      l.shared_bytes = u32((2 * tq.bn * p.head_dim + tq.bn) * 4);
       dev.dispatch(l);
     }
     if (p.batch * p.seq_k > 0) {
       l.spirv = dkdv;
+      l.spec = {u32(t.bm), u32(t.bn), u32(p.head_dim)};
       l.local_size = {u32(t.bn), 1, 1};
       l.buffers.clear();
       for (std::size_t i : {bwd::q, bwd::k, bwd::v, bwd::out, bwd::dout, bwd::lse, bwd::q_block_counts,
