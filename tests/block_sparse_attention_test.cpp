@@ -179,6 +179,18 @@ TEST_P(BlockSparseAttention, EachPatternAlone) {
   check(ctx, c, make(ctx, c, DType::f32, 8), "block_q 4, block_k 8, seq_q 21, seq_k 45");
 }
 
+TEST_P(BlockSparseAttention, WideHeadsAndMultiQuery) {
+  Context ctx(GetParam());
+  Case c;
+  c.batch = 1;
+  c.seq_q = c.seq_k = 40;
+  c.heads = 3;
+  c.kv_heads = 1;
+  c.dim = 128;
+  c.layout = {.block_q = 16, .block_k = 16, .causal = true, .local_blocks = 0, .stride = 2};
+  check(ctx, c, make(ctx, c, DType::f16, 16), "head_dim 128, one kv head for 3 heads, f16");
+}
+
 TEST_P(BlockSparseAttention, SoftCapAndSegmentIds) {
   Context ctx(GetParam());
   Case c;
