@@ -145,6 +145,50 @@ __kernel __attribute__((reqd_work_group_size(BLOCK_M, 1, 1))) void bsa_fwd(
   lse[(b * P.heads + h) * P.seq_q + i] = l > 0.0f ? m + log(l) : -INFINITY;
 }
 
+// dq of one query row over a staged tile of n keys from j0: dq += scale * dz * k with
+// dz = P (dP - D) through the cap's slope, P = exp(z - L).
+void dq_row(const Params P, const float* qr, const float* g, __local const float* ks, __local const float* vs,
+            __local const int* ksg, int n, int i, int j0, int qsg, float L, float D, float* acc) {
+  const int dd = P.seq_k - P.seq_q;
+  for (int c = 0; c < n; ++c) {
+    const int j = j0 + c;
+    if ((HAS(F_CAUSAL) && j > i + dd) || (HAS(F_SEGMENTS) && ksg[c] != qsg)) continue;
+    float dot = 0.0f, dp = 0.0f;
+    for (int d = 0; d < HEAD_DIM; ++d) {
+      dot = mad(qr[d], ks[c * HEAD_DIM + d], dot);
+      dp = mad(g[d], vs[c * HEAD_DIM + d], dp);
+    }
+    const float z = cap_logit(P, dot);
+    const float ds = exp(z - L) * (dp - D) * cap_slope(P, z) * P.scale;
+    for (int d = 0; d < HEAD_DIM; ++d) acc[d] = mad(ds, ks[c * HEAD_DIM + d], acc[d]);
+  }
+}
+
+// dk, dv of one key row j over a staged tile of m queries from i0 (q staged times the scale,
+// so dk needs no further scaling).
+void dkdv_row(const Params P, const float* kr, const float* vr, __local const float* qs, __local const float* gs,
+              __local const float* ls, __local const float* dl, __local const int* qsg, int m, int i0, int j, int ksg,
+              float* dka, float* dva) {
+  const int dd = P.seq_k - P.seq_q;
+  for (int r = 0; r < m; ++r) {
+    const int i = i0 + r;
+    const float L = ls[r];
+    if (L == -INFINITY || (HAS(F_CAUSAL) && j > i + dd) || (HAS(F_SEGMENTS) && qsg[r] != ksg)) continue;
+    float dot = 0.0f, dp = 0.0f;
+    for (int d = 0; d < HEAD_DIM; ++d) {
+      dot = mad(qs[r * HEAD_DIM + d], kr[d], dot);
+      dp = mad(gs[r * HEAD_DIM + d], vr[d], dp);
+    }
+    const float z = cap_logit(P, dot);
+    const float p = exp(z - L);
+    const float ds = p * (dp - dl[r]) * cap_slope(P, z);
+    for (int d = 0; d < HEAD_DIM; ++d) {
+      dva[d] = mad(p, gs[r * HEAD_DIM + d], dva[d]);
+      dka[d] = mad(ds, qs[r * HEAD_DIM + d], dka[d]);
+    }
+  }
+}
+
 // dq: the forward's tiles again, with P = exp(z - lse) and dz = P (dP - D) (D = dout.out).
 __kernel __attribute__((reqd_work_group_size(BLOCK_M, 1, 1))) void bsa_dq(
     const Params P, __global const ushort* q, __global const ushort* k, __global const ushort* v,
@@ -177,19 +221,7 @@ __kernel __attribute__((reqd_work_group_size(BLOCK_M, 1, 1))) void bsa_dq(
       stage_keys(P, k, v, kseg, b, j0, n, hk, lid, BLOCK_M, ks, vs, ksg);
       barrier(CLK_LOCAL_MEM_FENCE);
       // A row with no allowed key (and a row past the sequence) has lse -inf: zero gradient.
-      if (L != -INFINITY)
-      for (int c = 0; c < n; ++c) {
-        const int j = j0 + c;
-        if ((HAS(F_CAUSAL) && j > i + dd) || (HAS(F_SEGMENTS) && ksg[c] != qsg)) continue;
-        float dot = 0.0f, dp = 0.0f;
-        for (int d = 0; d < HEAD_DIM; ++d) {
-          dot = mad(qr[d], ks[c * HEAD_DIM + d], dot);
-          dp = mad(g[d], vs[c * HEAD_DIM + d], dp);
-        }
-        const float z = cap_logit(P, dot);
-        const float ds = exp(z - L) * (dp - D) * cap_slope(P, z) * P.scale;
-        for (int d = 0; d < HEAD_DIM; ++d) acc[d] = mad(ds, ks[c * HEAD_DIM + d], acc[d]);
-      }
+      if (L != -INFINITY) dq_row(P, qr, g, ks, vs, ksg, n, i, j0, qsg, L, D, acc);
     }
   }
   if (!valid) return;
@@ -209,7 +241,7 @@ __kernel __attribute__((reqd_work_group_size(BLOCK_N, 1, 1))) void bsa_dkdv(
   const int j0 = get_group_id(0) * BLOCK_N, j = j0 + lid, group = P.heads / P.kv_heads;
   const int dd = P.seq_k - P.seq_q;
   const bool valid = j < P.seq_k;
-  __local float qs[BLOCK_M * HEAD_DIM], gs[BLOCK_M * HEAD_DIM], ls[BLOCK_M], ds_[BLOCK_M];
+  __local float qs[BLOCK_M * HEAD_DIM], gs[BLOCK_M * HEAD_DIM], ls[BLOCK_M], dl[BLOCK_M];
   __local int qsg[BLOCK_M];
   float kr[HEAD_DIM], vr[HEAD_DIM], dka[HEAD_DIM], dva[HEAD_DIM];
   for (int d = 0; d < HEAD_DIM; ++d) {
@@ -241,29 +273,12 @@ __kernel __attribute__((reqd_work_group_size(BLOCK_N, 1, 1))) void bsa_dkdv(
           const int base = qrow(P, b, i0 + r, h);
           float D = 0.0f;
           for (int d = 0; d < HEAD_DIM; ++d) D = mad(ld(dout, base + d, P.dtype), ld(out, base + d, P.dtype), D);
-          ds_[r] = D;
+          dl[r] = D;
           ls[r] = lse[(b * P.heads + h) * P.seq_q + i0 + r];
           if (HAS(F_SEGMENTS)) qsg[r] = qseg[b * P.seq_q + i0 + r];
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (valid)
-        for (int r = 0; r < m; ++r) {
-          const int i = i0 + r;
-          const float L = ls[r];
-          if (L == -INFINITY || (HAS(F_CAUSAL) && j > i + dd) || (HAS(F_SEGMENTS) && qsg[r] != ksg)) continue;
-          float dot = 0.0f, dp = 0.0f;
-          for (int d = 0; d < HEAD_DIM; ++d) {
-            dot = mad(qs[r * HEAD_DIM + d], kr[d], dot);
-            dp = mad(gs[r * HEAD_DIM + d], vr[d], dp);
-          }
-          const float z = cap_logit(P, dot);
-          const float p = exp(z - L);
-          const float ds = p * (dp - ds_[r]) * cap_slope(P, z);  // times scale: q is staged scaled
-          for (int d = 0; d < HEAD_DIM; ++d) {
-            dva[d] = mad(p, gs[r * HEAD_DIM + d], dva[d]);
-            dka[d] = mad(ds, qs[r * HEAD_DIM + d], dka[d]);
-          }
-        }
+        if (valid) dkdv_row(P, kr, vr, qs, gs, ls, dl, qsg, m, i0, j, ksg, dka, dva);
       }
     }
   }
