@@ -11,6 +11,7 @@
 // products keep 16 partial sums so that they vectorise without reassociation.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
@@ -73,6 +74,105 @@ bool has_avx2() {
   for (; d < n; ++d) s += a[d] * b[d];
   for (float x : lanes) s += x;
   return s;
+}
+
+// Eight floats in a GCC vector: one AVX register in the AVX2 build, two SSE ones otherwise.
+// The loads and stores below are always inlined, so the ABI GCC warns about (vectors passed by
+// value without AVX) never exists in this file; the other helpers take pointers only.
+#pragma GCC diagnostic ignored "-Wpsabi"
+using vf8 = float __attribute__((vector_size(32)));
+using vi8 = std::int32_t __attribute__((vector_size(32)));
+[[gnu::always_inline]] inline vf8 vload(const float* p) {
+  vf8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+[[gnu::always_inline]] inline void vstore(float* p, vf8 v) { std::memcpy(p, &v, sizeof v); }
+
+// x[c] = e^(x[c] - top) for c < n (n a multiple of 8): 2^y as an exact power of two times a
+// degree-6 polynomial (Cephes exp2f's coefficients, as flash_attention's CPU kernels); -inf
+// gives exactly 0.
+[[gnu::always_inline]] inline void exp_shifted(float* x, std::int64_t n, float top) {
+  for (std::int64_t c = 0; c < n; c += 8) {
+    const vf8 y = (vload(x + c) - top) * 1.44269504088896340736f;
+    const vi8 under = y < -126.f;
+    vf8 t = y < -126.f ? vf8{} - 126.f : y;
+    const vf8 r = (t + 12582912.f) - 12582912.f;  // rounds to an integer (1.5 * 2^23)
+    const vf8 f = t - r;
+    vf8 q = vf8{} + 1.535336188319500e-4f;
+    q = q * f + 1.339887440266574e-3f;
+    q = q * f + 9.618437357674640e-3f;
+    q = q * f + 5.550332471162809e-2f;
+    q = q * f + 2.402264791363012e-1f;
+    q = q * f + 6.931472028550421e-1f;
+    q = q * f + 1.f;
+    const vi8 bits = (__builtin_convertvector(r, vi8) + 127) << 23;
+    vf8 scale;
+    std::memcpy(&scale, &bits, sizeof scale);
+    vstore(x + c, under ? vf8{} : q * scale);
+  }
+}
+
+// S[r * n8 + c] = q_r . Kt[:, c] for r < m, c < n8 (a multiple of 8), with row r of q at
+// q + r * ldq: four rows by eight keys held in registers across head_dim.
+[[gnu::always_inline]] inline void scores(const float* q, std::int64_t ldq, std::int64_t m, const float* Kt,
+                                          std::int64_t n8, std::int64_t D, float* S) {
+  std::int64_t r = 0;
+  for (; r + 4 <= m; r += 4)
+    for (std::int64_t c = 0; c < n8; c += 8) {
+      vf8 a0{}, a1{}, a2{}, a3{};
+      const float *q0 = q + r * ldq, *q1 = q0 + ldq, *q2 = q1 + ldq, *q3 = q2 + ldq;
+      for (std::int64_t d = 0; d < D; ++d) {
+        const vf8 k = vload(Kt + d * n8 + c);
+        a0 += q0[d] * k;
+        a1 += q1[d] * k;
+        a2 += q2[d] * k;
+        a3 += q3[d] * k;
+      }
+      vstore(S + r * n8 + c, a0);
+      vstore(S + (r + 1) * n8 + c, a1);
+      vstore(S + (r + 2) * n8 + c, a2);
+      vstore(S + (r + 3) * n8 + c, a3);
+    }
+  for (; r < m; ++r)
+    for (std::int64_t c = 0; c < n8; c += 8) {
+      vf8 a{};
+      for (std::int64_t d = 0; d < D; ++d) a += q[r * ldq + d] * vload(Kt + d * n8 + c);
+      vstore(S + r * n8 + c, a);
+    }
+}
+
+// acc[r * D + d] += sum_{c < n} P[r * n8 + c] v_c[d], row c of v at v + c * ldv: four rows by
+// eight columns of acc held in registers across the keys.
+[[gnu::always_inline]] inline void accumulate(const float* P, std::int64_t n8, std::int64_t m, std::int64_t n,
+                                              const float* v, std::int64_t ldv, std::int64_t D, float* acc) {
+  const std::int64_t D8 = D / 8 * 8;
+  std::int64_t r = 0;
+  for (; r + 4 <= m; r += 4)
+    for (std::int64_t d = 0; d < D8; d += 8) {
+      float* o = acc + r * D + d;
+      vf8 a0 = vload(o), a1 = vload(o + D), a2 = vload(o + 2 * D), a3 = vload(o + 3 * D);
+      const float* p = P + r * n8;
+      for (std::int64_t c = 0; c < n; ++c) {
+        const vf8 x = vload(v + c * ldv + d);
+        a0 += p[c] * x;
+        a1 += p[n8 + c] * x;
+        a2 += p[2 * n8 + c] * x;
+        a3 += p[3 * n8 + c] * x;
+      }
+      vstore(o, a0);
+      vstore(o + D, a1);
+      vstore(o + 2 * D, a2);
+      vstore(o + 3 * D, a3);
+    }
+  for (std::int64_t rr = 0; rr < m; ++rr) {
+    const bool vectorised = rr < r;
+    for (std::int64_t d = vectorised ? D8 : 0; d < D; ++d) {
+      float a = acc[rr * D + d];
+      for (std::int64_t c = 0; c < n; ++c) a += P[rr * n8 + c] * v[c * ldv + d];
+      acc[rr * D + d] = a;
+    }
+  }
 }
 
 // The problem's arrays and the masked, capped logits of a tile.
@@ -169,10 +269,12 @@ struct Work {
   const std::int64_t bm = w.bm, bn = w.bn, D = p.head_dim, tiles = (p.seq_q + bm - 1) / bm;
   const std::int64_t tile = task % tiles, h = task / tiles % p.heads, b = task / (tiles * p.heads);
   const std::int64_t i0 = tile * bm, m = std::min(bm, p.seq_q - i0), bi = i0 / p.block_q, hk = h / p.group();
+  const std::int64_t bn8 = (bn + 7) / 8 * 8, dd = p.seq_k - p.seq_q;
   thread_local std::vector<float> scratch;
-  scratch.assign(static_cast<std::size_t>(bm * bn + bm * D + 2 * bm), 0.f);
+  scratch.assign(static_cast<std::size_t>(bm * bn8 + D * bn8 + bm * D + 2 * bm), 0.f);
   float* S = scratch.data();
-  float* acc = S + bm * bn;
+  float* Kt = S + bm * bn8;
+  float* acc = Kt + D * bn8;
   float* mx = acc + bm * D;
   float* l = mx + bm;
   std::fill(mx, mx + bm, neg_inf);
@@ -182,27 +284,41 @@ struct Work {
     const std::int64_t jend = std::min(p.seq_k, (bj + 1) * p.block_k);
     for (std::int64_t j0 = bj * p.block_k; j0 < jend; j0 += bn) {
       if (w.t.above_diagonal(i0 + m, j0)) break;
-      const std::int64_t n = std::min(bn, jend - j0);
-      w.t.logits(b, h, i0, m, j0, n, S);
+      const std::int64_t n = std::min(bn, jend - j0), n8 = (n + 7) / 8 * 8;
+      // Keys transposed, padded to eight with zeros.
+      for (std::int64_t c = 0; c < n8; ++c) {
+        const float* kr = c < n ? w.t.k + w.t.krow(b, j0 + c, hk) : nullptr;
+        for (std::int64_t d = 0; d < D; ++d) Kt[d * n8 + c] = kr ? kr[d] : 0.f;
+      }
+      scores(w.t.qrow(b, i0, h), p.heads * D, m, Kt, n8, D, S);
       for (std::int64_t r = 0; r < m; ++r) {
-        float* s = S + r * n;
+        float* s = S + r * n8;
+        const std::int64_t i = i0 + r;
         float top = mx[r];
-        for (std::int64_t c = 0; c < n; ++c) top = std::max(top, s[c]);
-        if (top == neg_inf) continue;  // nothing allowed yet in this row
+        for (std::int64_t c = 0; c < n8; ++c) {
+          const std::int64_t j = j0 + c;
+          if (c >= n || (p.causal && j > i + dd) || (w.t.qseg && w.t.qseg[b * p.seq_q + i] != w.t.kseg[b * p.seq_k + j])) {
+            s[c] = neg_inf;
+            continue;
+          }
+          const float u = s[c] * w.t.scale;
+          s[c] = w.t.cap > 0 ? w.t.cap * std::tanh(u / w.t.cap) : u;
+          top = std::max(top, s[c]);
+        }
+        if (top == neg_inf) {  // nothing allowed yet in this row: P 0, the row unchanged
+          std::fill(s, s + n8, 0.f);
+          continue;
+        }
         const float alpha = std::exp(mx[r] - top);
+        exp_shifted(s, n8, top);
         float sum = 0;
-        for (std::int64_t c = 0; c < n; ++c) sum += (s[c] = std::exp(s[c] - top));
+        for (std::int64_t c = 0; c < n; ++c) sum += s[c];
         l[r] = l[r] * alpha + sum;
         mx[r] = top;
         float* a = acc + r * D;
         for (std::int64_t d = 0; d < D; ++d) a[d] *= alpha;
-        for (std::int64_t c = 0; c < n; ++c) {
-          if (s[c] == 0.f) continue;
-          const float pc = s[c];
-          const float* vr = w.t.v + w.t.krow(b, j0 + c, hk);
-          for (std::int64_t d = 0; d < D; ++d) a[d] += pc * vr[d];
-        }
       }
+      accumulate(S, n8, m, n, w.t.v + w.t.krow(b, j0, hk), p.kv_heads * D, D, acc);
     }
   }
   for (std::int64_t r = 0; r < m; ++r) {
