@@ -7,8 +7,8 @@
 //            each live query block of the tile's key block (the transposed lists), tiles of
 //            block_m queries; the group's heads are summed in the task, so nothing is shared.
 // Tiles wholly above the causal diagonal are skipped as the blocks absent from the lists are.
-// Each task body is compiled twice (default and AVX2+FMA, picked at run time), and the dot
-// products keep 16 partial sums so that they vectorise without reassociation.
+// Each task body is compiled twice (default and AVX2+FMA, picked at run time); the tile
+// products hold 4 x 8 blocks in GCC vector registers and the exponentials are vectorised.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -175,7 +175,7 @@ using vi8 = std::int32_t __attribute__((vector_size(32)));
   }
 }
 
-// The problem's arrays and the masked, capped logits of a tile.
+// The problem's arrays.
 struct Tiles {
   const Problem& p;
   const float *q, *k, *v;
@@ -190,25 +190,6 @@ struct Tiles {
   }
   // True when no (i, j) of queries [i0, i1) and keys from j0 is below the causal diagonal.
   bool above_diagonal(std::int64_t i1, std::int64_t j0) const { return p.causal && j0 > i1 - 1 + p.seq_k - p.seq_q; }
-  // S[r * n + t] = z(i0 + r, j0 + t), or -inf where not allowed.
-  [[gnu::always_inline]] inline void logits(std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t m, std::int64_t j0, std::int64_t n,
-              float* S) const {
-    const std::int64_t hk = h / p.group(), D = p.head_dim, dd = p.seq_k - p.seq_q;
-    for (std::int64_t r = 0; r < m; ++r) {
-      const std::int64_t i = i0 + r;
-      for (std::int64_t t = 0; t < n; ++t) {
-        const std::int64_t j = j0 + t;
-        float& s = S[r * n + t];
-        if (i >= p.seq_q || j >= p.seq_k || (p.causal && j > i + dd) ||
-            (qseg && qseg[b * p.seq_q + i] != kseg[b * p.seq_k + j])) {
-          s = neg_inf;
-          continue;
-        }
-        const float u = dot(qrow(b, i, h), k + krow(b, j, hk), D) * scale;
-        s = cap > 0 ? cap * std::tanh(u / cap) : u;
-      }
-    }
-  }
 };
 
 struct Geometry {
@@ -329,26 +310,52 @@ struct Work {
   }
 }
 
-// P and dz * softmax_scale of one allowed pair from its logit z: P (dP - D) times the cap's
-// derivative 1 - tanh^2 = 1 - (z / cap)^2.
-struct Grad {
-  float P = 0, ds = 0;
-};
-[[gnu::always_inline]] inline Grad grad(const Work& w, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j,
-                                        float z) {
+// Logits of a tile from raw scores (q . k): scaled, capped, masked (-inf) where not allowed and
+// past the n keys; returns nothing, works in place on rows of n8.
+[[gnu::always_inline]] inline void mask_logits(const Work& w, std::int64_t b, std::int64_t i0, std::int64_t m,
+                                               std::int64_t j0, std::int64_t n, std::int64_t n8, float* S) {
   const Problem& p = w.t.p;
-  const std::int64_t at = (b * p.heads + h) * p.seq_q + i;
-  const float L = w.lse_in[at];
-  if (z == neg_inf || L == neg_inf) return {};
-  const float P = std::exp(z - L);
-  const float dp = dot(w.dout + ((b * p.seq_q + i) * p.heads + h) * p.head_dim, w.t.v + w.t.krow(b, j, h / p.group()),
-                       p.head_dim);
-  float ds = P * (dp - w.delta[at]);
-  if (w.t.cap > 0) {
-    const float th = z / w.t.cap;
-    ds *= 1.f - th * th;
+  const std::int64_t dd = p.seq_k - p.seq_q;
+  for (std::int64_t r = 0; r < m; ++r) {
+    const std::int64_t i = i0 + r;
+    float* s = S + r * n8;
+    for (std::int64_t c = 0; c < n8; ++c) {
+      const std::int64_t j = j0 + c;
+      if (c >= n || (p.causal && j > i + dd) || (w.t.qseg && w.t.qseg[b * p.seq_q + i] != w.t.kseg[b * p.seq_k + j])) {
+        s[c] = neg_inf;
+        continue;
+      }
+      const float u = s[c] * w.t.scale;
+      s[c] = w.t.cap > 0 ? w.t.cap * std::tanh(u / w.t.cap) : u;
+    }
   }
-  return {P, ds * w.t.scale};
+}
+
+// Rows c < n8 of x (row c at x + c * ldx, n of them real, the rest zero) transposed into
+// T[d * n8 + c].
+[[gnu::always_inline]] inline void transpose_rows(const float* x, std::int64_t ldx, std::int64_t n, std::int64_t n8,
+                                                  std::int64_t D, float* T) {
+  for (std::int64_t c = 0; c < n8; ++c)
+    for (std::int64_t d = 0; d < D; ++d) T[d * n8 + c] = c < n ? x[c * ldx + d] : 0.f;
+}
+
+// Row r of a tile: S (logits z) becomes P = e^(z - lse) and dS (dout . v) becomes
+// dz * softmax_scale = P (dP - D) times the cap's derivative 1 - tanh^2 = 1 - (z / cap)^2; all
+// zero when the row has no allowed key (lse -inf).
+[[gnu::always_inline]] inline void grad_row(const Work& w, std::int64_t at, float* S, float* dS, std::int64_t n8) {
+  const float L = w.lse_in[at], Di = w.delta[at], cap = w.t.cap, scale = w.t.scale;
+  if (L == neg_inf) {
+    std::fill(S, S + n8, 0.f);
+    std::fill(dS, dS + n8, 0.f);
+    return;
+  }
+  float z[64];  // n8 <= 64: block_n is at most 64, a power of two
+  std::copy_n(S, n8, z);
+  exp_shifted(S, n8, L);
+  for (std::int64_t c = 0; c < n8; ++c) {
+    const float th = cap > 0 && S[c] > 0.f ? z[c] / cap : 0.f;
+    dS[c] = S[c] * (dS[c] - Di) * (1.f - th * th) * scale;
+  }
 }
 
 // dq: one (batch, head, query tile).
@@ -357,30 +364,31 @@ struct Grad {
   const std::int64_t bm = w.bm, bn = w.bn, D = p.head_dim, tiles = (p.seq_q + bm - 1) / bm;
   const std::int64_t tile = task % tiles, h = task / tiles % p.heads, b = task / (tiles * p.heads);
   const std::int64_t i0 = tile * bm, m = std::min(bm, p.seq_q - i0), bi = i0 / p.block_q, hk = h / p.group();
+  const std::int64_t bn8 = (bn + 7) / 8 * 8, ld = p.heads * D, ldk = p.kv_heads * D;
   thread_local std::vector<float> scratch;
-  scratch.assign(static_cast<std::size_t>(bm * bn + bm * D), 0.f);
+  scratch.assign(static_cast<std::size_t>(2 * bm * bn8 + 2 * D * bn8 + bm * D), 0.f);
   float* S = scratch.data();
-  float* acc = S + bm * bn;
+  float* dS = S + bm * bn8;
+  float* Kt = dS + bm * bn8;
+  float* Vt = Kt + D * bn8;
+  float* acc = Vt + D * bn8;
   const std::int64_t row = p.list_row(b, h, p.nbq, bi);
   for (std::int64_t e = 0; e < w.counts[row]; ++e) {
     const std::int64_t bj = w.indices[row * p.nbk + e];
     const std::int64_t jend = std::min(p.seq_k, (bj + 1) * p.block_k);
     for (std::int64_t j0 = bj * p.block_k; j0 < jend; j0 += bn) {
       if (w.t.above_diagonal(i0 + m, j0)) break;
-      const std::int64_t n = std::min(bn, jend - j0);
-      w.t.logits(b, h, i0, m, j0, n, S);
-      for (std::int64_t r = 0; r < m; ++r)
-        for (std::int64_t c = 0; c < n; ++c) {
-          const float ds = grad(w, b, h, i0 + r, j0 + c, S[r * n + c]).ds;
-          if (ds == 0.f) continue;
-          const float* kr = w.t.k + w.t.krow(b, j0 + c, hk);
-          float* a = acc + r * D;
-          for (std::int64_t d = 0; d < D; ++d) a[d] += ds * kr[d];
-        }
+      const std::int64_t n = std::min(bn, jend - j0), n8 = (n + 7) / 8 * 8;
+      transpose_rows(w.t.k + w.t.krow(b, j0, hk), ldk, n, n8, D, Kt);
+      transpose_rows(w.t.v + w.t.krow(b, j0, hk), ldk, n, n8, D, Vt);
+      scores(w.t.qrow(b, i0, h), ld, m, Kt, n8, D, S);
+      mask_logits(w, b, i0, m, j0, n, n8, S);
+      scores(w.dout + ((b * p.seq_q + i0) * p.heads + h) * D, ld, m, Vt, n8, D, dS);
+      for (std::int64_t r = 0; r < m; ++r) grad_row(w, (b * p.heads + h) * p.seq_q + i0 + r, S + r * n8, dS + r * n8, n8);
+      accumulate(dS, n8, m, n, w.t.k + w.t.krow(b, j0, hk), ldk, D, acc);
     }
   }
-  for (std::int64_t r = 0; r < m; ++r)
-    std::copy_n(acc + r * D, D, w.dq + ((b * p.seq_q + i0 + r) * p.heads + h) * D);
+  for (std::int64_t r = 0; r < m; ++r) std::copy_n(acc + r * D, D, w.dq + ((b * p.seq_q + i0 + r) * p.heads + h) * D);
 }
 
 // dk, dv: one (batch, kv head, key tile), the group's heads summed here.
@@ -389,11 +397,20 @@ struct Grad {
   const std::int64_t bm = w.bm, bn = w.bn, D = p.head_dim, tiles = (p.seq_k + bn - 1) / bn;
   const std::int64_t tile = task % tiles, hk = task / tiles % p.kv_heads, b = task / (tiles * p.kv_heads);
   const std::int64_t j0 = tile * bn, n = std::min(bn, p.seq_k - j0), bj = j0 / p.block_k;
+  const std::int64_t n8 = (n + 7) / 8 * 8, bm8 = (bm + 7) / 8 * 8, ld = p.heads * D, ldk = p.kv_heads * D;
   thread_local std::vector<float> scratch;
-  scratch.assign(static_cast<std::size_t>(bm * bn + 2 * bn * D), 0.f);
+  scratch.assign(static_cast<std::size_t>(2 * bm * n8 + 2 * n8 * bm8 + 2 * D * n8 + 2 * n8 * D), 0.f);
   float* S = scratch.data();
-  float* dk = S + bm * bn;
-  float* dv = dk + bn * D;
+  float* dS = S + bm * n8;
+  float* PT = dS + bm * n8;  // P and dS transposed: [n8][bm8]
+  float* dST = PT + n8 * bm8;
+  float* Kt = dST + n8 * bm8;
+  float* Vt = Kt + D * n8;
+  float* dk = Vt + D * n8;
+  float* dv = dk + n8 * D;
+  // The task's keys and values, transposed once for every query tile.
+  transpose_rows(w.t.k + w.t.krow(b, j0, hk), ldk, n, n8, D, Kt);
+  transpose_rows(w.t.v + w.t.krow(b, j0, hk), ldk, n, n8, D, Vt);
   for (std::int64_t h = hk * p.group(); h < (hk + 1) * p.group(); ++h) {
     const std::int64_t row = p.list_row(b, h, p.nbk, bj);
     for (std::int64_t e = 0; e < w.qcounts[row]; ++e) {
@@ -402,21 +419,18 @@ struct Grad {
       for (std::int64_t i0 = bi * p.block_q; i0 < iend; i0 += bm) {
         const std::int64_t m = std::min(bm, iend - i0);
         if (w.t.above_diagonal(i0 + m, j0)) continue;
-        w.t.logits(b, h, i0, m, j0, n, S);
-        for (std::int64_t r = 0; r < m; ++r) {
-          const float* g = w.dout + ((b * p.seq_q + i0 + r) * p.heads + h) * D;
-          const float* qr = w.t.qrow(b, i0 + r, h);
+        scores(w.t.qrow(b, i0, h), ld, m, Kt, n8, D, S);
+        mask_logits(w, b, i0, m, j0, n, n8, S);
+        scores(w.dout + ((b * p.seq_q + i0) * p.heads + h) * D, ld, m, Vt, n8, D, dS);
+        for (std::int64_t r = 0; r < m; ++r) grad_row(w, (b * p.heads + h) * p.seq_q + i0 + r, S + r * n8, dS + r * n8, n8);
+        for (std::int64_t r = 0; r < m; ++r)
           for (std::int64_t c = 0; c < n; ++c) {
-            const Grad x = grad(w, b, h, i0 + r, j0 + c, S[r * n + c]);
-            if (x.P == 0.f) continue;
-            float* a = dv + c * D;
-            float* k = dk + c * D;
-            for (std::int64_t d = 0; d < D; ++d) {
-              a[d] += x.P * g[d];
-              k[d] += x.ds * qr[d];
-            }
+            PT[c * bm8 + r] = S[r * n8 + c];
+            dST[c * bm8 + r] = dS[r * n8 + c];
           }
-        }
+        // dv_c += sum_r P[r, c] dout_r; dk_c += sum_r dz[r, c] q_r.
+        accumulate(PT, bm8, n, m, w.dout + ((b * p.seq_q + i0) * p.heads + h) * D, ld, D, dv);
+        accumulate(dST, bm8, n, m, w.t.qrow(b, i0, h), ld, D, dk);
       }
     }
   }
