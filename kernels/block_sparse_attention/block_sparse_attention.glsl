@@ -137,45 +137,49 @@ void main() {
         for (int x = lid; x < n; x += int(BLOCK_M)) ksg[x] = kseg[b * pc.seq_k + j0 + x];
       barrier();
 #if PASS == BSA_FWD
-      if (!valid) continue;
-      float s[BLOCK_N];
-      float top = m;
-      for (int c = 0; c < n; ++c) {
-        const int j = j0 + c;
-        s[c] = NEG_INF;
-        if ((HAS(F_CAUSAL) && j > i + dd) || (HAS(F_SEGMENTS) && ksg[c] != qsg)) continue;
-        float dot = 0.0;
-        for (int d = 0; d < int(HEAD_DIM); ++d) dot = fma(qr[d], ks[c * int(HEAD_DIM) + d], dot);
-        s[c] = cap_logit(dot);
-        top = max(top, s[c]);
-      }
-      if (top == NEG_INF) continue;  // nothing allowed in this row yet
-      const float alpha = m == NEG_INF ? 0.0 : exp(m - top);
-      float sum = 0.0;
-      for (int c = 0; c < n; ++c) {
-        s[c] = s[c] == NEG_INF ? 0.0 : exp(s[c] - top);
-        sum += s[c];
-      }
-      l = l * alpha + sum;
-      m = top;
-      for (int d = 0; d < int(HEAD_DIM); ++d) {
-        float a = acc[d] * alpha;
-        for (int c = 0; c < n; ++c) a = fma(s[c], vs[c * int(HEAD_DIM) + d], a);
-        acc[d] = a;
+      // Per-row work inside ifs: control flow around the barriers stays uniform.
+      if (valid) {
+        float s[BLOCK_N];
+        float top = m;
+        for (int c = 0; c < n; ++c) {
+          const int j = j0 + c;
+          s[c] = NEG_INF;
+          if ((HAS(F_CAUSAL) && j > i + dd) || (HAS(F_SEGMENTS) && ksg[c] != qsg)) continue;
+          float dot = 0.0;
+          for (int d = 0; d < int(HEAD_DIM); ++d) dot = fma(qr[d], ks[c * int(HEAD_DIM) + d], dot);
+          s[c] = cap_logit(dot);
+          top = max(top, s[c]);
+        }
+        if (top != NEG_INF) {  // else nothing is allowed in this row yet
+          const float alpha = m == NEG_INF ? 0.0 : exp(m - top);
+          float sum = 0.0;
+          for (int c = 0; c < n; ++c) {
+            s[c] = s[c] == NEG_INF ? 0.0 : exp(s[c] - top);
+            sum += s[c];
+          }
+          l = l * alpha + sum;
+          m = top;
+          for (int d = 0; d < int(HEAD_DIM); ++d) {
+            float a = acc[d] * alpha;
+            for (int c = 0; c < n; ++c) a = fma(s[c], vs[c * int(HEAD_DIM) + d], a);
+            acc[d] = a;
+          }
+        }
       }
 #else
-      if (L == NEG_INF) continue;  // no allowed key: zero gradient (and invalid rows)
-      for (int c = 0; c < n; ++c) {
-        const int j = j0 + c;
-        if ((HAS(F_CAUSAL) && j > i + dd) || (HAS(F_SEGMENTS) && ksg[c] != qsg)) continue;
-        float dot = 0.0, dp = 0.0;
-        for (int d = 0; d < int(HEAD_DIM); ++d) {
-          dot = fma(qr[d], ks[c * int(HEAD_DIM) + d], dot);
-          dp = fma(g[d], vs[c * int(HEAD_DIM) + d], dp);
+      if (L != NEG_INF) {  // else no allowed key: zero gradient (and invalid rows)
+        for (int c = 0; c < n; ++c) {
+          const int j = j0 + c;
+          if ((HAS(F_CAUSAL) && j > i + dd) || (HAS(F_SEGMENTS) && ksg[c] != qsg)) continue;
+          float dot = 0.0, dp = 0.0;
+          for (int d = 0; d < int(HEAD_DIM); ++d) {
+            dot = fma(qr[d], ks[c * int(HEAD_DIM) + d], dot);
+            dp = fma(g[d], vs[c * int(HEAD_DIM) + d], dp);
+          }
+          const float z = cap_logit(dot);
+          const float ds = exp(z - L) * (dp - D) * cap_slope(z) * pc.scale;
+          for (int d = 0; d < int(HEAD_DIM); ++d) acc[d] = fma(ds, ks[c * int(HEAD_DIM) + d], acc[d]);
         }
-        const float z = cap_logit(dot);
-        const float ds = exp(z - L) * (dp - D) * cap_slope(z) * pc.scale;
-        for (int d = 0; d < int(HEAD_DIM); ++d) acc[d] = fma(ds, ks[c * int(HEAD_DIM) + d], acc[d]);
       }
 #endif
     }
@@ -253,22 +257,23 @@ void main() {
           if (HAS(F_SEGMENTS)) qsg[r] = qseg[b * pc.seq_q + i0 + r];
         }
         barrier();
-        if (!valid) continue;
-        for (int r = 0; r < m; ++r) {
-          const int i = i0 + r;
-          const float L = ls[r];
-          if (L == NEG_INF || (HAS(F_CAUSAL) && j > i + dd) || (HAS(F_SEGMENTS) && qsg[r] != ksg)) continue;
-          float dot = 0.0, dp = 0.0;
-          for (int d = 0; d < int(HEAD_DIM); ++d) {
-            dot = fma(qs[r * int(HEAD_DIM) + d], kr[d], dot);
-            dp = fma(gs[r * int(HEAD_DIM) + d], vr[d], dp);
-          }
-          const float z = cap_logit(dot);
-          const float p = exp(z - L);
-          const float ds = p * (dp - dl[r]) * cap_slope(z);  // times scale: q is staged scaled
-          for (int d = 0; d < int(HEAD_DIM); ++d) {
-            dva[d] = fma(p, gs[r * int(HEAD_DIM) + d], dva[d]);
-            dka[d] = fma(ds, qs[r * int(HEAD_DIM) + d], dka[d]);
+        if (valid) {
+          for (int r = 0; r < m; ++r) {
+            const int i = i0 + r;
+            const float L = ls[r];
+            if (L == NEG_INF || (HAS(F_CAUSAL) && j > i + dd) || (HAS(F_SEGMENTS) && qsg[r] != ksg)) continue;
+            float dot = 0.0, dp = 0.0;
+            for (int d = 0; d < int(HEAD_DIM); ++d) {
+              dot = fma(qs[r * int(HEAD_DIM) + d], kr[d], dot);
+              dp = fma(gs[r * int(HEAD_DIM) + d], vr[d], dp);
+            }
+            const float z = cap_logit(dot);
+            const float p = exp(z - L);
+            const float ds = p * (dp - dl[r]) * cap_slope(z);  // times scale: q is staged scaled
+            for (int d = 0; d < int(HEAD_DIM); ++d) {
+              dva[d] = fma(p, gs[r * int(HEAD_DIM) + d], dva[d]);
+              dka[d] = fma(ds, qs[r * int(HEAD_DIM) + d], dka[d]);
+            }
           }
         }
       }
