@@ -1,4 +1,6 @@
 // Every built-in kernel and its implementations.
+#include "block_sparse_attention/block_sparse_attention.hpp"
+#include "block_sparse_attention/impls.hpp"
 #include "decode_attention/impls.hpp"
 #include "ejk/registry.hpp"
 #include "flash_attention/flash_attention.hpp"
@@ -75,6 +77,18 @@ void register_builtin_kernels(Registry& r) {
 #ifdef EJK_HAVE_VULKAN
   r.add(kernels::native_sparse_attention::vulkan_implementation());
   r.add(kernels::native_sparse_attention::vulkan_bwd_implementation());
+#endif
+  r.add(std::make_shared<kernels::block_sparse_attention::BlockSparseAttentionKernel>());
+  r.add(std::make_shared<kernels::block_sparse_attention::BlockSparseAttentionBwdKernel>());
+  r.add(kernels::block_sparse_attention::cpu_implementation());
+  r.add(kernels::block_sparse_attention::cpu_bwd_implementation());
+#ifdef EJK_HAVE_OPENCL
+  r.add(kernels::block_sparse_attention::opencl_implementation());
+  r.add(kernels::block_sparse_attention::opencl_bwd_implementation());
+#endif
+#ifdef EJK_HAVE_VULKAN
+  r.add(kernels::block_sparse_attention::vulkan_implementation());
+  r.add(kernels::block_sparse_attention::vulkan_bwd_implementation());
 #endif
   add_decode_kernel(r, std::make_shared<kernels::page_attention::PageAttentionKernel>(), kernels::page_attention::engine);
   add_decode_kernel(r, std::make_shared<kernels::ragged_decode_attention::RaggedDecodeAttentionKernel>(),

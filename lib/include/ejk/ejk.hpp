@@ -2,6 +2,7 @@
 // Everything public in one include.
 #include "ejk/attention.hpp"
 #include "ejk/batched.hpp"
+#include "ejk/block_sparse_attention.hpp"
 #include "ejk/bundle.hpp"
 #include "ejk/cache.hpp"
 #include "ejk/config.hpp"

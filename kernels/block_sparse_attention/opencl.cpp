@@ -1,0 +1,110 @@
+// block_sparse_attention on OpenCL: block_sparse_attention.cl's kernels on the device's queue.
+//   forward   bsa_fwd, one group of block_m work-items per (query tile, head, batch);
+//   backward  bsa_dq (the forward's grid, its own tile dq_block_m x dq_block_n) then bsa_dkdv,
+//             one group of block_n work-items per (key tile, kv head, batch) walking the
+//             transposed lists, block_m queries staged at a time.
+// The tile sizes and head_dim are -D options (they size local memory and registers); shapes,
+// the dtype and the options are a Params struct, so one program serves every dtype.
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backends/opencl/opencl_device.hpp"
+#include "block_sparse_attention/block_sparse_attention.hpp"
+#include "block_sparse_attention/impls.hpp"
+#include "block_sparse_attention/tiles.hpp"
+#include "ejk/error.hpp"
+
+namespace ejk::kernels::block_sparse_attention {
+namespace {
+
+constexpr const char* source_key = "block_sparse_attention/block_sparse_attention.cl";
+
+// Mirrors the program's Params.
+struct Params {
+  std::int32_t batch, seq_q, seq_k, heads;
+  std::int32_t kv_heads, block_q, block_k, nbq;
+  std::int32_t nbk, lb, lh;
+  std::uint32_t flags, dtype;
+  float scale, cap;
+};
+
+bool is_cpu(const DeviceInfo& dev) { return (opencl::device_type(dev) & CL_DEVICE_TYPE_CPU) != 0; }
+
+std::shared_ptr<opencl::ClKernel> program(opencl::OpenCLDevice& dev, const Problem& p, const Tile& t, const char* name) {
+  const std::string options = " -DBLOCK_M=" + std::to_string(t.bm) + " -DBLOCK_N=" + std::to_string(t.bn) +
+                              " -DHEAD_DIM=" + std::to_string(p.head_dim);
+  return dev.kernel(source_key, options, name);
+}
+
+std::size_t z(std::int64_t v) { return static_cast<std::size_t>(v); }
+
+class OpenCLForward final : public Implementation {
+ public:
+  std::string_view kernel() const override { return "block_sparse_attention"; }
+  Backend backend() const override { return Backend::opencl; }
+  std::vector<ArgDef> args() const override { return forward_args(); }
+  std::vector<std::string> sources() const override { return {source_key}; }
+  ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
+    return device_space(false, BlockSparseAttentionKernel().vars(inv), dev);
+  }
+  Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
+    return device_heuristic(space(inv, dev), inv, is_cpu(dev), false);
+  }
+  void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
+    const Problem p = Problem::of(inv);
+    const Tile t = read_tile(p, config, "block_sparse_attention opencl");
+    if (p.batch * p.seq_q == 0) return;
+    auto& dev = opencl::opencl_device(device);
+    const Params params = make_params<Params>(p);
+    auto k = program(dev, p, t, "bsa_fwd");
+    dev.launch(*k, opencl::Range(z((p.seq_q + t.bm - 1) / t.bm * t.bm), z(p.heads), z(p.batch)),
+               opencl::Range(z(t.bm), 1, 1), opencl::StructArg::of(params), args[fwd::q], args[fwd::k], args[fwd::v],
+               args[fwd::kv_block_counts], args[fwd::kv_block_indices], args[fwd::q_segment_ids],
+               args[fwd::kv_segment_ids], args[fwd::out], args[fwd::lse]);
+  }
+};
+
+class OpenCLBackward final : public Implementation {
+ public:
+  std::string_view kernel() const override { return "block_sparse_attention_bwd"; }
+  Backend backend() const override { return Backend::opencl; }
+  std::vector<ArgDef> args() const override { return backward_args(); }
+  std::vector<std::string> sources() const override { return {source_key}; }
+  ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
+    return device_space(true, BlockSparseAttentionBwdKernel().vars(inv), dev);
+  }
+  Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
+    return device_heuristic(space(inv, dev), inv, is_cpu(dev), true);
+  }
+  void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
+    const Problem p = Problem::of(inv);
+    const Tile t = read_tile(p, config, "block_sparse_attention_bwd opencl");
+    const Tile tq = read_tile(p, config, "block_sparse_attention_bwd opencl", "dq_");
+    auto& dev = opencl::opencl_device(device);
+    const Params params = make_params<Params>(p);
+    if (p.batch * p.seq_q > 0) {
+      auto dq = program(dev, p, tq, "bsa_dq");
+      dev.launch(*dq, opencl::Range(z((p.seq_q + tq.bm - 1) / tq.bm * tq.bm), z(p.heads), z(p.batch)),
+                 opencl::Range(z(tq.bm), 1, 1), opencl::StructArg::of(params), args[bwd::q], args[bwd::k], args[bwd::v],
+                 args[bwd::out], args[bwd::dout], args[bwd::lse], args[bwd::kv_block_counts],
+                 args[bwd::kv_block_indices], args[bwd::q_segment_ids], args[bwd::kv_segment_ids], args[bwd::dq]);
+    }
+    if (p.batch * p.seq_k > 0) {
+      auto dkdv = program(dev, p, t, "bsa_dkdv");
+      dev.launch(*dkdv, opencl::Range(z((p.seq_k + t.bn - 1) / t.bn * t.bn), z(p.kv_heads), z(p.batch)),
+                 opencl::Range(z(t.bn), 1, 1), opencl::StructArg::of(params), args[bwd::q], args[bwd::k], args[bwd::v],
+                 args[bwd::out], args[bwd::dout], args[bwd::lse], args[bwd::q_block_counts],
+                 args[bwd::q_block_indices], args[bwd::q_segment_ids], args[bwd::kv_segment_ids], args[bwd::dk],
+                 args[bwd::dv]);
+    }
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<const Implementation> opencl_implementation() { return std::make_shared<OpenCLForward>(); }
+std::shared_ptr<const Implementation> opencl_bwd_implementation() { return std::make_shared<OpenCLBackward>(); }
+
+}  // namespace ejk::kernels::block_sparse_attention
