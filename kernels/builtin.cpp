@@ -3,6 +3,7 @@
 #include "ejk/registry.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "flash_attention/impls.hpp"
+#include "linear_attention/impls.hpp"
 #include "matmul/impls.hpp"
 #include "matmul/matmul.hpp"
 #include "mla_attention/impls.hpp"
@@ -58,6 +59,12 @@ void register_builtin_kernels(Registry& r) {
 #ifdef EJK_HAVE_VULKAN
   r.add(kernels::mla_attention::vulkan_implementation());
 #endif
+  for (auto v : {kernels::linear_attention::Variant::recurrent, kernels::linear_attention::Variant::gla,
+                 kernels::linear_attention::Variant::lightning})
+    for (bool backward : {false, true}) {
+      r.add(std::make_shared<kernels::linear_attention::LinearAttentionKernel>(v, backward));
+      r.add(kernels::linear_attention::cpu_implementation(v, backward));
+    }
   add_decode_kernel(r, std::make_shared<kernels::page_attention::PageAttentionKernel>(), kernels::page_attention::engine);
   add_decode_kernel(r, std::make_shared<kernels::ragged_decode_attention::RaggedDecodeAttentionKernel>(),
                     kernels::ragged_decode_attention::engine);

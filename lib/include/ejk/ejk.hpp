@@ -13,6 +13,7 @@
 #include "ejk/expr.hpp"
 #include "ejk/invocation.hpp"
 #include "ejk/kernel.hpp"
+#include "ejk/linear_attention.hpp"
 #include "ejk/measurement.hpp"
 #include "ejk/mla.hpp"
 #include "ejk/ops.hpp"
