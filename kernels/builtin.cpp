@@ -64,6 +64,12 @@ void register_builtin_kernels(Registry& r) {
     for (bool backward : {false, true}) {
       r.add(std::make_shared<kernels::linear_attention::LinearAttentionKernel>(v, backward));
       r.add(kernels::linear_attention::cpu_implementation(v, backward));
+#ifdef EJK_HAVE_OPENCL
+      r.add(kernels::linear_attention::opencl_implementation(v, backward));
+#endif
+#ifdef EJK_HAVE_VULKAN
+      r.add(kernels::linear_attention::vulkan_implementation(v, backward));
+#endif
     }
   add_decode_kernel(r, std::make_shared<kernels::page_attention::PageAttentionKernel>(), kernels::page_attention::engine);
   add_decode_kernel(r, std::make_shared<kernels::ragged_decode_attention::RaggedDecodeAttentionKernel>(),

@@ -9,9 +9,9 @@ namespace ejk::kernels::linear_attention {
 
 ParamSpace device_space(Variant v, bool backward, const Invocation& inv, const DeviceInfo& dev) {
   ParamSpace s;
-  s.param("block_v", {16, 32, 64})
+  s.param("block_v", {8, 16, 32, 64})
       // A slice wider than the widest value dimension only repeats the one below.
-      .constraint("block_v == 16 || block_v / 2 < max_dim");
+      .constraint("block_v == 8 || block_v / 2 < max_dim");
   if (v == Variant::recurrent) {
     s.param("k_split", {1, 2, 4, 8})
         .constraint("block_v * k_split <= max_workgroup_size")
@@ -19,16 +19,23 @@ ParamSpace device_space(Variant v, bool backward, const Invocation& inv, const D
         // The state's rows of one work-item stay in registers.
         .constraint("(max_dim + k_split - 1) / k_split <= 64");
   } else {
-    s.param("chunk", {16, 32, 64})
+    s.param("chunk", {8, 16, 32, 64})
         .param("threads", {64, 128, 256})
-        .constraint("chunk == 16 || chunk / 2 < seq")
+        .constraint("chunk == 8 || chunk / 2 < seq")
         .constraint("threads <= max_workgroup_size")
-        // Queries, keys and their cumulative gates, values and theirs, the scores and the state
-        // slice (rows padded by one word), in f32.
-        .constraint("(3 * chunk * (max_dim + 1) + 2 * chunk * (block_v + 1) + chunk * (chunk + 1)"
-                    " + max_dim * (block_v + 1) + 2 * chunk) * 4 <= local_mem");
+        // More work-items than (token, column) outputs of a chunk only idle.
+        .constraint("threads == 64 || threads <= chunk * block_v")
+        // Queries, keys (and their cumulative row gates), values (and their column gates), the
+        // scores and the state slice (rows padded by one word), in f32.
+        .constraint("(chunk * (max_dim + 1) * (2 + row_gates) + chunk * (block_v + 1) * (1 + col_gates)"
+                    " + chunk * (chunk + 1) + max_dim * (block_v + 1) + 2 * chunk) * 4 <= local_mem");
   }
-  s.bind(LinearAttentionKernel(v, backward).vars(inv)).bind(device_vars(dev));
+  // Whether a pass has per-channel row / column gates (the backward's passes swap gk and gv).
+  const Problem p = Problem::of(inv);
+  const bool any = p.has_gk || p.has_gv;
+  s.bind(LinearAttentionKernel(v, backward).vars(inv))
+      .bind(device_vars(dev))
+      .bind({{"row_gates", std::int64_t{p.backward ? any : p.has_gk}}, {"col_gates", std::int64_t{p.backward ? any : p.has_gv}}});
   return s;
 }
 
@@ -46,8 +53,9 @@ Config device_heuristic(Variant v, bool backward, const Invocation& inv, const D
     struct T {
       int chunk, bv, threads;
     };
-    const std::vector<T> gpu_tries{{64, 32, 256}, {32, 32, 256}, {32, 16, 128}, {16, 32, 128}, {16, 16, 128}, {16, 16, 64}};
-    const std::vector<T> cpu_tries{{32, 64, 64}, {32, 32, 64}, {16, 32, 64}, {16, 16, 64}};
+    const std::vector<T> gpu_tries{{64, 32, 256}, {32, 32, 256}, {32, 16, 128}, {16, 32, 128},
+                                   {16, 16, 128}, {16, 16, 64}, {8, 16, 64}};
+    const std::vector<T> cpu_tries{{32, 64, 64}, {32, 32, 64}, {16, 32, 64}, {16, 16, 64}, {8, 16, 64}};
     for (const T& t : gpu ? gpu_tries : cpu_tries)
       tries.push_back(Config{{"block_v", std::int64_t{t.bv}}, {"chunk", std::int64_t{t.chunk}}, {"threads", std::int64_t{t.threads}}});
   }

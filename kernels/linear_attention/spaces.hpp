@@ -15,7 +15,7 @@ namespace ejk::kernels::linear_attention {
 constexpr std::int64_t gate_threads = 64;
 
 struct Tiles {
-  std::int64_t block_v = 16, k_split = 1, chunk = 0, group = 64;  // chunk 0: the token kernel
+  std::int64_t block_v = 8, k_split = 1, chunk = 0, group = 64;  // chunk 0: the token kernel
   std::int64_t threads(std::int64_t /*R*/) const { return chunk ? group : block_v * k_split; }
 };
 
