@@ -123,7 +123,8 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void la_token(ENGI
 #ifdef CH
 // One group per (slice of BV value columns, head, sequence), chunk after chunk: scores with
 // their relative decays (exact for any gates), the output from the state and the scores, then
-// one state update; the state [R, BV] in local memory.
+// one state update; the state [R, BV] in local memory. Keys and their gates are stored
+// channel-major, so that work-items of consecutive scores read consecutive words.
 #define RP (R + 1)
 #define BVP (BV + 1)
 #define CHP (CH + 1)
@@ -131,9 +132,9 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void la_chunk(ENGI
   const int sl = get_group_id(0), h = get_group_id(1), n = get_group_id(2), lid = get_local_id(0);
   SEQUENCE(n, start, L)
   const int c0 = sl * BV;
-  __local float lq[CH * RP], lk[CH * RP], lv[CH * BVP], lA[CH * CHP], lS[R * BVP], braw[CH], bc[CH];
+  __local float lq[CH * RP], lk[R * CHP], lv[CH * BVP], lA[CH * CHP], lS[R * BVP], braw[CH], bc[CH];
 #if HAS_RG
-  __local float lB[CH * RP];
+  __local float lB[R * CHP];
 #endif
 #if HAS_CG
   __local float lC[CH * BVP];
@@ -157,9 +158,9 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void la_chunk(ENGI
 #endif
       }
       lq[t * RP + i] = q;
-      lk[t * RP + i] = k;
+      lk[i * CHP + t] = k;
 #if HAS_RG
-      lB[t * RP + i] = b;
+      lB[i * CHP + t] = b;
 #endif
     }
     for (int e = lid; e < CH * BV; e += THREADS) {
@@ -185,7 +186,7 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void la_chunk(ENGI
 #if HAS_RG
     for (int i = lid; i < R; i += THREADS) {
       float run = 0.f;
-      for (int t = 0; t < CH; ++t) lB[t * RP + i] = run += braw[t] + lB[t * RP + i];
+      for (int t = 0; t < CH; ++t) lB[i * CHP + t] = run += braw[t] + lB[i * CHP + t];
     }
 #endif
 #if HAS_CG
@@ -204,9 +205,9 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void la_chunk(ENGI
       float acc = 0.f;
       if (s <= t) {
 #if HAS_RG
-        for (int i = 0; i < R; ++i) acc = mad(lq[t * RP + i] * lk[s * RP + i], exp(lB[t * RP + i] - lB[s * RP + i]), acc);
+        for (int i = 0; i < R; ++i) acc = mad(lq[t * RP + i] * lk[i * CHP + s], exp(lB[i * CHP + t] - lB[i * CHP + s]), acc);
 #else
-        for (int i = 0; i < R; ++i) acc = mad(lq[t * RP + i], lk[s * RP + i], acc);
+        for (int i = 0; i < R; ++i) acc = mad(lq[t * RP + i], lk[i * CHP + s], acc);
         acc *= exp(bc[t] - bc[s]);
 #endif
       }
@@ -217,7 +218,7 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void la_chunk(ENGI
     for (int e = lid; e < CH * R; e += THREADS) {
       const int t = e / R, i = e % R;
 #if HAS_RG
-      lq[t * RP + i] *= exp(lB[t * RP + i]);
+      lq[t * RP + i] *= exp(lB[i * CHP + t]);
 #else
       lq[t * RP + i] *= exp(bc[t]);
 #endif
@@ -245,9 +246,9 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void la_chunk(ENGI
     for (int e = lid; e < CH * R; e += THREADS) {
       const int t = e / R, i = e % R;
 #if HAS_RG
-      lk[t * RP + i] *= exp(lB[(CH - 1) * RP + i] - lB[t * RP + i]);
+      lk[i * CHP + t] *= exp(lB[i * CHP + (CH - 1)] - lB[i * CHP + t]);
 #else
-      lk[t * RP + i] *= exp(bc[CH - 1] - bc[t]);
+      lk[i * CHP + t] *= exp(bc[CH - 1] - bc[t]);
 #endif
     }
 #if HAS_CG
@@ -260,7 +261,7 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void la_chunk(ENGI
     for (int e = lid; e < R * BV; e += THREADS) {
       const int i = e / BV, j = e % BV;
 #if HAS_RG
-      float d = exp(lB[(CH - 1) * RP + i]);
+      float d = exp(lB[i * CHP + (CH - 1)]);
 #else
       float d = exp(bc[CH - 1]);
 #endif
@@ -268,7 +269,7 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void la_chunk(ENGI
       d *= exp(lC[(CH - 1) * BVP + j]);
 #endif
       float acc = lS[i * BVP + j] * d;
-      for (int t = 0; t < CH; ++t) acc = mad(lk[t * RP + i], lv[t * BVP + j], acc);
+      for (int t = 0; t < CH; ++t) acc = mad(lk[i * CHP + t], lv[t * BVP + j], acc);
       lS[i * BVP + j] = acc;
     }
     barrier(CLK_LOCAL_MEM_FENCE);

@@ -150,11 +150,12 @@ void main() {
 #elif PASS == LA_CHUNK
 // One group per (slice of BV value columns, head, sequence), chunk after chunk: scores with
 // their relative decays (exact for any gates), the output from the state and the scores, then
-// one state update; the state [R, BV] in shared memory.
+// one state update; the state [R, BV] in shared memory. Keys and their gates are stored
+// channel-major, so that invocations of consecutive scores read consecutive words.
 const uint CH = TILE;
 const uint RP = R + 1, BVP = BV + 1, CHP = CH + 1;
-shared float lq[CH * RP], lk[CH * RP], lv[CH * BVP], lA[CH * CHP], lS[R * BVP], braw[CH], bc[CH];
-shared float lB[HAS_RG != 0u ? CH * RP : 1];
+shared float lq[CH * RP], lk[R * CHP], lv[CH * BVP], lA[CH * CHP], lS[R * BVP], braw[CH], bc[CH];
+shared float lB[HAS_RG != 0u ? R * CHP : 1];
 shared float lC[HAS_CG != 0u ? CH * BVP : 1];
 
 void main() {
@@ -181,8 +182,8 @@ void main() {
         }
       }
       lq[t * RP + i] = q;
-      lk[t * RP + i] = k;
-      if (HAS_RG != 0u) lB[t * RP + i] = b;
+      lk[i * CHP + t] = k;
+      if (HAS_RG != 0u) lB[i * CHP + t] = b;
     }
     for (uint e = lid; e < CH * BV; e += THREADS) {
       const uint t = e / BV, j = e % BV;
@@ -205,8 +206,8 @@ void main() {
       for (uint i = lid; i < R; i += THREADS) {
         float run = 0.0;
         for (uint t = 0; t < CH; ++t) {
-          run += braw[t] + lB[t * RP + i];
-          lB[t * RP + i] = run;
+          run += braw[t] + lB[i * CHP + t];
+          lB[i * CHP + t] = run;
         }
       }
     if (HAS_CG != 0u)
@@ -230,9 +231,9 @@ void main() {
       float acc = 0.0;
       if (s <= t) {
         if (HAS_RG != 0u) {
-          for (uint i = 0; i < R; ++i) acc = fma(lq[t * RP + i] * lk[s * RP + i], exp(lB[t * RP + i] - lB[s * RP + i]), acc);
+          for (uint i = 0; i < R; ++i) acc = fma(lq[t * RP + i] * lk[i * CHP + s], exp(lB[i * CHP + t] - lB[i * CHP + s]), acc);
         } else {
-          for (uint i = 0; i < R; ++i) acc = fma(lq[t * RP + i], lk[s * RP + i], acc);
+          for (uint i = 0; i < R; ++i) acc = fma(lq[t * RP + i], lk[i * CHP + s], acc);
           acc *= exp(bc[t] - bc[s]);
         }
       }
@@ -242,7 +243,7 @@ void main() {
     // Queries decayed from the chunk's start.
     for (uint e = lid; e < CH * R; e += THREADS) {
       const uint t = e / R, i = e % R;
-      lq[t * RP + i] *= exp(HAS_RG != 0u ? lB[t * RP + i] : bc[t]);
+      lq[t * RP + i] *= exp(HAS_RG != 0u ? lB[i * CHP + t] : bc[t]);
     }
     barrier();
     for (uint e = lid; e < CH * BV; e += THREADS) {
@@ -266,7 +267,7 @@ void main() {
     // Keys and values decayed to the chunk's end.
     for (uint e = lid; e < CH * R; e += THREADS) {
       const uint t = e / R, i = e % R;
-      lk[t * RP + i] *= exp(HAS_RG != 0u ? lB[(CH - 1) * RP + i] - lB[t * RP + i] : bc[CH - 1] - bc[t]);
+      lk[i * CHP + t] *= exp(HAS_RG != 0u ? lB[i * CHP + (CH - 1)] - lB[i * CHP + t] : bc[CH - 1] - bc[t]);
     }
     if (HAS_CG != 0u)
       for (uint e = lid; e < CH * BV; e += THREADS) {
@@ -276,10 +277,10 @@ void main() {
     barrier();
     for (uint e = lid; e < R * BV; e += THREADS) {
       const uint i = e / BV, j = e % BV;
-      float d = exp(HAS_RG != 0u ? lB[(CH - 1) * RP + i] : bc[CH - 1]);
+      float d = exp(HAS_RG != 0u ? lB[i * CHP + (CH - 1)] : bc[CH - 1]);
       if (HAS_CG != 0u) d *= exp(lC[(CH - 1) * BVP + j]);
       float acc = lS[i * BVP + j] * d;
-      for (uint t = 0; t < CH; ++t) acc = fma(lk[t * RP + i], lv[t * BVP + j], acc);
+      for (uint t = 0; t < CH; ++t) acc = fma(lk[i * CHP + t], lv[t * BVP + j], acc);
       lS[i * BVP + j] = acc;
     }
     barrier();

@@ -25,10 +25,11 @@ ParamSpace device_space(Variant v, bool backward, const Invocation& inv, const D
         .constraint("threads <= max_workgroup_size")
         // More work-items than (token, column) outputs of a chunk only idle.
         .constraint("threads == 64 || threads <= chunk * block_v")
-        // Queries, keys (and their cumulative row gates), values (and their column gates), the
-        // scores and the state slice (rows padded by one word), in f32.
-        .constraint("(chunk * (max_dim + 1) * (2 + row_gates) + chunk * (block_v + 1) * (1 + col_gates)"
-                    " + chunk * (chunk + 1) + max_dim * (block_v + 1) + 2 * chunk) * 4 <= local_mem");
+        // Queries, keys (channel-major) and their cumulative row gates, values and their column
+        // gates, the scores and the state slice (rows padded by one word), in f32.
+        .constraint("(chunk * (max_dim + 1) + max_dim * (chunk + 1) * (1 + row_gates)"
+                    " + chunk * (block_v + 1) * (1 + col_gates) + chunk * (chunk + 1) + max_dim * (block_v + 1)"
+                    " + 2 * chunk) * 4 <= local_mem");
   }
   // Whether a pass has per-channel row / column gates (the backward's passes swap gk and gv).
   const Problem p = Problem::of(inv);

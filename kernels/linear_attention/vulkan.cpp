@@ -143,8 +143,8 @@ class VulkanLinearAttention final : public Implementation {
                    at(ps.init),  cu,          at(ps.out),   at(ps.final)};
       l.groups = {u32((ps.C + tiles.block_v - 1) / tiles.block_v), u32(p.heads), u32(p.num_seqs)};
       const std::int64_t R = ps.R, BV = tiles.block_v, CH = tiles.chunk;
-      l.shared_bytes = tiles.chunk ? u32((CH * (R + 1) * (rg ? 3 : 2) + CH * (BV + 1) * (cg ? 2 : 1) + CH * (CH + 1) +
-                                          R * (BV + 1) + 2 * CH + 2) * 4)
+      l.shared_bytes = tiles.chunk ? u32((CH * (R + 1) + R * (CH + 1) * (rg ? 2 : 1) + CH * (BV + 1) * (cg ? 2 : 1) +
+                                          CH * (CH + 1) + R * (BV + 1) + 2 * CH + 2) * 4)
                                    : u32((3 * R + 2 * BV + threads) * 4);
       dev.dispatch(l);
     }
