@@ -329,7 +329,13 @@ void store_state(const Ctx& x, const float* S) {
           const float w = A[I(t * CH + s)];
           const float* vr = vs.data() + s * bv;
           const float* cs = Cg.data() + s * bv;
-          for (std::int64_t c = 0; c < bv; ++c) o[c] += w * vr[c] * fexp(ct[c] - cs[c]);
+          std::int64_t c = 0;
+          for (; c + 8 <= bv; c += 8) {
+            v8 d = *reinterpret_cast<const v8*>(ct + c) - *reinterpret_cast<const v8*>(cs + c);
+            fexp8(d);
+            *reinterpret_cast<v8*>(o + c) += w * *reinterpret_cast<const v8*>(vr + c) * d;
+          }
+          for (; c < bv; ++c) o[c] += w * vr[c] * fexp(ct[c] - cs[c]);
         }
       }
       const std::int64_t th = x.token(p0 + t) * H + x.h;
