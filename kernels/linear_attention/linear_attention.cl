@@ -224,21 +224,28 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void la_chunk(ENGI
 #endif
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int e = lid; e < CH * BV; e += THREADS) {
-      const int t = e / BV, j = e % BV;
-      if (t < nv && c0 + j < C) {
-        float inter = 0.f;
-        for (int i = 0; i < R; ++i) inter = mad(lq[t * RP + i], lS[i * BVP + j], inter);
-        float intra = 0.f;
+    // Four tokens per work-item: each state word read from local memory serves four outputs.
+    for (int e = lid; e < (CH / 4) * BV; e += THREADS) {
+      const int t0 = (e / BV) * 4, j = e % BV;
+      if (t0 < nv && c0 + j < C) {
+        float inter[4] = {0.f, 0.f, 0.f, 0.f};
+        for (int i = 0; i < R; ++i) {
+          const float sv = lS[i * BVP + j];
+          for (int k = 0; k < 4; ++k) inter[k] = mad(lq[(t0 + k) * RP + i], sv, inter[k]);
+        }
+        for (int k = 0; k < 4 && t0 + k < nv; ++k) {
+          const int t = t0 + k;
+          float intra = 0.f, o = inter[k];
 #if HAS_CG
-        const float ct = lC[t * BVP + j];
-        inter *= exp(ct);
-        for (int s = 0; s <= t; ++s) intra = mad(lA[t * CHP + s] * lv[s * BVP + j], exp(ct - lC[s * BVP + j]), intra);
+          const float ct = lC[t * BVP + j];
+          o *= exp(ct);
+          for (int s = 0; s <= t; ++s) intra = mad(lA[t * CHP + s] * lv[s * BVP + j], exp(ct - lC[s * BVP + j]), intra);
 #else
-        for (int s = 0; s <= t; ++s) intra = mad(lA[t * CHP + s], lv[s * BVP + j], intra);
+          for (int s = 0; s <= t; ++s) intra = mad(lA[t * CHP + s], lv[s * BVP + j], intra);
 #endif
-        const int th = (start + (reverse ? L - 1 - (p0 + t) : p0 + t)) * heads + h;
-        store(OUT, th * C + c0 + j, out_scale * (inter + intra), out_dtype);
+          const int th = (start + (reverse ? L - 1 - (p0 + t) : p0 + t)) * heads + h;
+          store(OUT, th * C + c0 + j, out_scale * (o + intra), out_dtype);
+        }
       }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -258,19 +265,27 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void la_chunk(ENGI
     }
 #endif
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int e = lid; e < R * BV; e += THREADS) {
-      const int i = e / BV, j = e % BV;
+    // Four state rows per work-item: each value word read serves four rows.
+    for (int e = lid; e < ((R + 3) / 4) * BV; e += THREADS) {
+      const int i0 = (e / BV) * 4, j = e % BV;
+      float acc[4];
+      for (int k = 0; k < 4; ++k) {
+        const int i = min(i0 + k, R - 1);
 #if HAS_RG
-      float d = exp(lB[i * CHP + (CH - 1)]);
+        float d = exp(lB[i * CHP + (CH - 1)]);
 #else
-      float d = exp(bc[CH - 1]);
+        float d = exp(bc[CH - 1]);
 #endif
 #if HAS_CG
-      d *= exp(lC[(CH - 1) * BVP + j]);
+        d *= exp(lC[(CH - 1) * BVP + j]);
 #endif
-      float acc = lS[i * BVP + j] * d;
-      for (int t = 0; t < CH; ++t) acc = mad(lk[i * CHP + t], lv[t * BVP + j], acc);
-      lS[i * BVP + j] = acc;
+        acc[k] = lS[i * BVP + j] * d;
+      }
+      for (int t = 0; t < CH; ++t) {
+        const float vv = lv[t * BVP + j];
+        for (int k = 0; k < 4; ++k) acc[k] = mad(lk[min(i0 + k, R - 1) * CHP + t], vv, acc[k]);
+      }
+      for (int k = 0; k < 4 && i0 + k < R; ++k) lS[(i0 + k) * BVP + j] = acc[k];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
   }

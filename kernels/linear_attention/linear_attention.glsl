@@ -246,21 +246,28 @@ void main() {
       lq[t * RP + i] *= exp(HAS_RG != 0u ? lB[i * CHP + t] : bc[t]);
     }
     barrier();
-    for (uint e = lid; e < CH * BV; e += THREADS) {
-      const uint t = e / BV, j = e % BV;
-      if (t < nv && c0 + j < C) {
-        float inter = 0.0;
-        for (uint i = 0; i < R; ++i) inter = fma(lq[t * RP + i], lS[i * BVP + j], inter);
-        float intra = 0.0;
-        if (HAS_CG != 0u) {
-          const float ct = lC[t * BVP + j];
-          inter *= exp(ct);
-          for (uint s = 0; s <= t; ++s) intra = fma(lA[t * CHP + s] * lv[s * BVP + j], exp(ct - lC[s * BVP + j]), intra);
-        } else {
-          for (uint s = 0; s <= t; ++s) intra = fma(lA[t * CHP + s], lv[s * BVP + j], intra);
+    // Four tokens per invocation: each state word read from shared memory serves four outputs.
+    for (uint e = lid; e < (CH / 4) * BV; e += THREADS) {
+      const uint t0 = (e / BV) * 4, j = e % BV;
+      if (t0 < nv && c0 + j < C) {
+        float inter[4] = float[4](0.0, 0.0, 0.0, 0.0);
+        for (uint i = 0; i < R; ++i) {
+          const float sv = lS[i * BVP + j];
+          [[unroll]] for (uint k = 0; k < 4; ++k) inter[k] = fma(lq[(t0 + k) * RP + i], sv, inter[k]);
         }
-        const uint th = uint(token_of(p0 + int(t), L, start)) * pc.heads + h;
-        store_out(th * C + c0 + j, pc.out_scale * (inter + intra));
+        for (uint k = 0; k < 4 && t0 + k < nv; ++k) {
+          const uint t = t0 + k;
+          float intra = 0.0, o = inter[k];
+          if (HAS_CG != 0u) {
+            const float ct = lC[t * BVP + j];
+            o *= exp(ct);
+            for (uint s = 0; s <= t; ++s) intra = fma(lA[t * CHP + s] * lv[s * BVP + j], exp(ct - lC[s * BVP + j]), intra);
+          } else {
+            for (uint s = 0; s <= t; ++s) intra = fma(lA[t * CHP + s], lv[s * BVP + j], intra);
+          }
+          const uint th = uint(token_of(p0 + int(t), L, start)) * pc.heads + h;
+          store_out(th * C + c0 + j, pc.out_scale * (o + intra));
+        }
       }
     }
     barrier();
@@ -275,13 +282,21 @@ void main() {
         lv[t * BVP + j] *= exp(lC[(CH - 1) * BVP + j] - lC[t * BVP + j]);
       }
     barrier();
-    for (uint e = lid; e < R * BV; e += THREADS) {
-      const uint i = e / BV, j = e % BV;
-      float d = exp(HAS_RG != 0u ? lB[i * CHP + (CH - 1)] : bc[CH - 1]);
-      if (HAS_CG != 0u) d *= exp(lC[(CH - 1) * BVP + j]);
-      float acc = lS[i * BVP + j] * d;
-      for (uint t = 0; t < CH; ++t) acc = fma(lk[i * CHP + t], lv[t * BVP + j], acc);
-      lS[i * BVP + j] = acc;
+    // Four state rows per invocation: each value word read serves four rows.
+    for (uint e = lid; e < ((R + 3) / 4) * BV; e += THREADS) {
+      const uint i0 = (e / BV) * 4, j = e % BV;
+      float acc[4];
+      [[unroll]] for (uint k = 0; k < 4; ++k) {
+        const uint i = min(i0 + k, R - 1);
+        float d = exp(HAS_RG != 0u ? lB[i * CHP + (CH - 1)] : bc[CH - 1]);
+        if (HAS_CG != 0u) d *= exp(lC[(CH - 1) * BVP + j]);
+        acc[k] = lS[i * BVP + j] * d;
+      }
+      for (uint t = 0; t < CH; ++t) {
+        const float vv = lv[t * BVP + j];
+        [[unroll]] for (uint k = 0; k < 4; ++k) acc[k] = fma(lk[min(i0 + k, R - 1) * CHP + t], vv, acc[k]);
+      }
+      for (uint k = 0; k < 4 && i0 + k < R; ++k) lS[(i0 + k) * BVP + j] = acc[k];
     }
     barrier();
   }
