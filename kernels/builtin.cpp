@@ -7,6 +7,7 @@
 #include "flash_attention/impls.hpp"
 #include "grouped_matmul/grouped_matmul.hpp"
 #include "grouped_matmul/impls.hpp"
+#include "linear_attention/impls.hpp"
 #include "matmul/impls.hpp"
 #include "matmul/matmul.hpp"
 #include "mean_pooling/impls.hpp"
@@ -90,6 +91,18 @@ void register_builtin_kernels(Registry& r) {
   r.add(kernels::block_sparse_attention::vulkan_implementation());
   r.add(kernels::block_sparse_attention::vulkan_bwd_implementation());
 #endif
+  for (auto v : {kernels::linear_attention::Variant::recurrent, kernels::linear_attention::Variant::gla,
+                 kernels::linear_attention::Variant::lightning})
+    for (bool backward : {false, true}) {
+      r.add(std::make_shared<kernels::linear_attention::LinearAttentionKernel>(v, backward));
+      r.add(kernels::linear_attention::cpu_implementation(v, backward));
+#ifdef EJK_HAVE_OPENCL
+      r.add(kernels::linear_attention::opencl_implementation(v, backward));
+#endif
+#ifdef EJK_HAVE_VULKAN
+      r.add(kernels::linear_attention::vulkan_implementation(v, backward));
+#endif
+    }
   add_decode_kernel(r, std::make_shared<kernels::page_attention::PageAttentionKernel>(), kernels::page_attention::engine);
   add_decode_kernel(r, std::make_shared<kernels::ragged_decode_attention::RaggedDecodeAttentionKernel>(),
                     kernels::ragged_decode_attention::engine);

@@ -16,6 +16,7 @@
 #include "ejk/grouped_matmul.hpp"
 #include "ejk/invocation.hpp"
 #include "ejk/kernel.hpp"
+#include "ejk/linear_attention.hpp"
 #include "ejk/measurement.hpp"
 #include "ejk/mla.hpp"
 #include "ejk/native_sparse_attention.hpp"
