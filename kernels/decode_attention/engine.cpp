@@ -191,6 +191,14 @@ double tolerance(const Engine& e, std::int64_t keys) {
   return default_tolerance(e.dtype) * std::max(1.0, growth);
 }
 
+double moved_bytes(const Engine& e, std::int64_t keys_per_seq, std::int64_t index_words) {
+  const double el = static_cast<double>(dtype_size(e.dtype));
+  const double keys = static_cast<double>(e.num_seqs) * static_cast<double>(keys_per_seq);
+  return el * (2.0 * keys * static_cast<double>(e.kv_heads * e.head_dim) +
+               2.0 * static_cast<double>(e.tokens * e.heads * e.head_dim)) +
+         4.0 * static_cast<double>(index_words);
+}
+
 Vars vars(const Engine& e) {
   return {{"num_seqs", e.num_seqs},
           {"tokens", e.tokens},

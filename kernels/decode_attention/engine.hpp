@@ -21,6 +21,7 @@
 //
 // A row that sees no key (an empty sequence, a window before the context) gives 0, with or
 // without a sink (the sink has no value).
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -86,6 +87,12 @@ std::vector<double> reference(const Engine& e, const HostArrays& args);
 // f32 accumulation over up to `keys` probabilities and head_dim products: the dtype's tolerance
 // grows like the square root of the longer of the two (as flash_attention's).
 double tolerance(const Engine& e, std::int64_t keys);
+
+// Bytes a call moves once: keys and values of keys_per_seq keys per sequence, queries and
+// outputs, and index_words 4-byte index entries.
+double moved_bytes(const Engine& e, std::int64_t keys_per_seq, std::int64_t index_words);
+// Keys per sequence a paged cache can hold: the table's reach, at most the whole cache.
+inline std::int64_t paged_keys(const Engine& e) { return std::min(e.capacity(), e.num_blocks * e.block_size); }
 
 // Named sizes for constraints and heuristics.
 Vars vars(const Engine& e);

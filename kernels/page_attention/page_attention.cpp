@@ -89,10 +89,8 @@ double PageAttentionKernel::flops(const Invocation& inv) const {
 
 double PageAttentionKernel::bytes(const Invocation& inv) const {
   const da::Engine e = engine(inv);
-  const double el = static_cast<double>(dtype_size(e.dtype));
-  const double keys = static_cast<double>(e.num_seqs) * static_cast<double>(std::min(e.capacity(), e.num_blocks * e.block_size));
-  return el * (2.0 * keys * static_cast<double>(e.kv_heads * e.head_dim) + 2.0 * static_cast<double>(e.tokens * e.heads * e.head_dim)) +
-         4.0 * static_cast<double>(e.num_seqs * (1 + e.max_blocks));
+  // Index words: context_lens and block_tables.
+  return da::moved_bytes(e, da::paged_keys(e), e.num_seqs * (1 + e.max_blocks));
 }
 
 HostArrays PageAttentionKernel::reference(const Invocation& inv, const HostArrays& args) const {

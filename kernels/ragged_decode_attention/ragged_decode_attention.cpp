@@ -101,10 +101,8 @@ double RaggedDecodeAttentionKernel::flops(const Invocation& inv) const {
 
 double RaggedDecodeAttentionKernel::bytes(const Invocation& inv) const {
   const da::Engine e = engine(inv);
-  const double el = static_cast<double>(dtype_size(e.dtype));
-  return el * (2.0 * static_cast<double>(e.num_seqs * keys(e) * e.kv_heads * e.head_dim) +
-               2.0 * static_cast<double>(e.tokens * e.heads * e.head_dim)) +
-         8.0 * static_cast<double>(e.num_seqs);
+  // Index words: sequence_start and sequence_end.
+  return da::moved_bytes(e, keys(e), 2 * e.num_seqs);
 }
 
 HostArrays RaggedDecodeAttentionKernel::reference(const Invocation& inv, const HostArrays& args) const {
@@ -127,16 +125,7 @@ HostArrays RaggedDecodeAttentionKernel::inputs(const Invocation& inv, std::uint6
 Invocation RaggedDecodeAttentionKernel::from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
                                                    const nlohmann::json& options) const {
   const std::string list = "batch, heads, head_dim, seq; optional kv_heads";
-  const auto allowed = size_names();
-  for (const auto& [n, _] : sizes)
-    if (std::find(allowed.begin(), allowed.end(), n) == allowed.end())
-      throw InvalidArgument(std::string(kernel_name) + " has no size '" + n + "' (sizes: " + list + ")");
-  auto size = [&](const char* n, std::int64_t fallback) {
-    auto it = sizes.find(n);
-    if (it != sizes.end()) return it->second;
-    if (fallback < 0) throw InvalidArgument(std::string(kernel_name) + " needs size '" + n + "' (sizes: " + list + ")");
-    return fallback;
-  };
+  const RecipeSizes size(kernel_name, sizes, size_names(), list);
   const std::int64_t batch = size("batch", -1), heads = size("heads", -1), dim = size("head_dim", -1);
   const std::int64_t seq = size("seq", -1), kv_heads = size("kv_heads", heads);
   Options o;

@@ -116,12 +116,8 @@ double RaggedPageAttentionKernel::flops(const Invocation& inv) const {
 
 double RaggedPageAttentionKernel::bytes(const Invocation& inv) const {
   const da::Engine e = engine(inv);
-  const double el = static_cast<double>(dtype_size(e.dtype));
-  const double keys =
-      static_cast<double>(e.num_seqs) * static_cast<double>(std::min(e.capacity(), e.num_blocks * e.block_size));
-  return el * (2.0 * keys * static_cast<double>(e.kv_heads * e.head_dim) +
-               2.0 * static_cast<double>(e.tokens * e.heads * e.head_dim)) +
-         4.0 * static_cast<double>(e.num_seqs * (2 + e.max_blocks));
+  // Index words: context lens, query_start_loc and block_tables.
+  return da::moved_bytes(e, da::paged_keys(e), e.num_seqs * (2 + e.max_blocks));
 }
 
 HostArrays RaggedPageAttentionKernel::reference(const Invocation& inv, const HostArrays& args) const {
@@ -154,16 +150,7 @@ HostArrays RaggedPageAttentionKernel::inputs(const Invocation& inv, std::uint64_
 Invocation RaggedPageAttentionKernel::from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
                                                  const nlohmann::json& options) const {
   const std::string list = "num_seqs, q_len, context, heads, head_dim; optional kv_heads, block_size";
-  const auto allowed = size_names();
-  for (const auto& [n, _] : sizes)
-    if (std::find(allowed.begin(), allowed.end(), n) == allowed.end())
-      throw InvalidArgument(std::string(kernel_name) + " has no size '" + n + "' (sizes: " + list + ")");
-  auto size = [&](const char* n, std::int64_t fallback) {
-    auto it = sizes.find(n);
-    if (it != sizes.end()) return it->second;
-    if (fallback < 0) throw InvalidArgument(std::string(kernel_name) + " needs size '" + n + "' (sizes: " + list + ")");
-    return fallback;
-  };
+  const RecipeSizes size(kernel_name, sizes, size_names(), list);
   const std::int64_t seqs = size("num_seqs", -1), q_len = size("q_len", -1), context = size("context", -1);
   const std::int64_t heads = size("heads", -1), dim = size("head_dim", -1), kv_heads = size("kv_heads", heads);
   const std::int64_t bs = size("block_size", 16);
