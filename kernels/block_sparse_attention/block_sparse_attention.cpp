@@ -521,16 +521,7 @@ Invocation recipe_invocation(bool backward, const std::map<std::string, std::int
   const char* size_list = "seq (or seq_q and seq_k), heads, head_dim; optional batch, kv_heads";
   const char* option_list =
       "block_q, block_k, causal, local_blocks, stride, mask, logits_soft_cap, softmax_scale, segments";
-  const auto names = recipe_sizes();
-  for (const auto& [name, _] : sizes)
-    if (std::find(names.begin(), names.end(), name) == names.end())
-      throw InvalidArgument(k + " has no size '" + name + "' (sizes: " + size_list + ")");
-  auto size = [&](const char* name, std::int64_t fallback) {
-    auto it = sizes.find(name);
-    if (it != sizes.end()) return it->second;
-    if (fallback < 0) throw InvalidArgument(k + " needs size '" + name + "' (sizes: " + size_list + ")");
-    return fallback;
-  };
+  const RecipeSizes size(k, sizes, recipe_sizes(), size_list);
   const bool both = sizes.count("seq_q") && sizes.count("seq_k");
   const std::int64_t seq = both ? 0 : size("seq", -1);
   const std::int64_t batch = size("batch", 1), heads = size("heads", -1), dim = size("head_dim", -1);

@@ -497,19 +497,12 @@ Invocation LinearAttentionKernel::from_sizes(const std::map<std::string, std::in
                                              const nlohmann::json& options) const {
   const std::string kname(name());
   const std::string list = "seq, heads, head_dim; optional batch (1), v_head_dim (head_dim), num_seqs (packed)";
-  const auto known = recipe_sizes();
-  for (const auto& [n, _] : sizes)
-    if (std::find(known.begin(), known.end(), n) == known.end())
-      throw InvalidArgument(kname + " has no size '" + n + "' (sizes: " + list + ")");
+  const RecipeSizes given(kname, sizes, recipe_sizes(), list);
   auto size = [&](const char* n, std::int64_t fallback) {
-    auto it = sizes.find(n);
-    if (it != sizes.end()) {
-      if (it->second <= 0 && std::string(n) != "seq")
-        throw InvalidArgument(kname + " size '" + n + "' must be positive, got " + std::to_string(it->second));
-      return it->second;
-    }
-    if (fallback < 0) throw InvalidArgument(kname + " needs size '" + n + "' (sizes: " + list + ")");
-    return fallback;
+    const std::int64_t v = given(n, fallback);
+    if (sizes.count(n) && v <= 0 && std::string(n) != "seq")
+      throw InvalidArgument(kname + " size '" + n + "' must be positive, got " + std::to_string(v));
+    return v;
   };
   const std::int64_t seq = size("seq", -1), H = size("heads", -1), K = size("head_dim", -1);
   const std::int64_t B = size("batch", 1), V = size("v_head_dim", K), N = size("num_seqs", 0);

@@ -274,19 +274,12 @@ std::vector<std::string> recipe_sizes() {
 Invocation MlaDecodeKernel::from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
                                        const nlohmann::json& options) const {
   const std::string list = "batch, heads, context; optional qk_nope_head_dim, rope_dim, v_head_dim, kv_lora_rank, block_size";
-  const auto known = recipe_sizes();
-  for (const auto& [name, _] : sizes)
-    if (std::find(known.begin(), known.end(), name) == known.end())
-      throw InvalidArgument(std::string(kname) + " has no size '" + name + "' (sizes: " + list + ")");
+  const RecipeSizes given(kname, sizes, recipe_sizes(), list);
   auto size = [&](const char* name, std::int64_t fallback) {
-    auto it = sizes.find(name);
-    if (it != sizes.end()) {
-      if (it->second <= 0 && std::string(name) != "context")
-        throw InvalidArgument(std::string(kname) + " size '" + name + "' must be positive, got " + std::to_string(it->second));
-      return it->second;
-    }
-    if (fallback < 0) throw InvalidArgument(std::string(kname) + " needs size '" + name + "' (sizes: " + list + ")");
-    return fallback;
+    const std::int64_t v = given(name, fallback);
+    if (sizes.count(name) && v <= 0 && std::string(name) != "context")
+      throw InvalidArgument(std::string(kname) + " size '" + name + "' must be positive, got " + std::to_string(v));
+    return v;
   };
   double scale = 0.0;
   for (const auto& [key, v] : options.items()) {

@@ -394,19 +394,12 @@ Invocation invocation_of(bool backward, const std::map<std::string, std::int64_t
                          const nlohmann::json& options) {
   const std::string kname = backward ? "native_sparse_attention_bwd" : "native_sparse_attention";
   const std::string list = "batch, seq, heads; optional kv_heads, head_dim, head_dim_v, selected";
-  const auto known = recipe_sizes();
-  for (const auto& [name, _] : sizes)
-    if (std::find(known.begin(), known.end(), name) == known.end())
-      throw InvalidArgument(kname + " has no size '" + name + "' (sizes: " + list + ")");
+  const RecipeSizes given(kname, sizes, recipe_sizes(), list);
   auto size = [&](const char* name, std::int64_t fallback) {
-    auto it = sizes.find(name);
-    if (it != sizes.end()) {
-      if (it->second <= 0)
-        throw InvalidArgument(kname + " size '" + name + "' must be positive, got " + std::to_string(it->second));
-      return it->second;
-    }
-    if (fallback < 0) throw InvalidArgument(kname + " needs size '" + name + "' (sizes: " + list + ")");
-    return fallback;
+    const std::int64_t v = given(name, fallback);
+    if (sizes.count(name) && v <= 0)
+      throw InvalidArgument(kname + " size '" + name + "' must be positive, got " + std::to_string(v));
+    return v;
   };
   std::int64_t block_size = 64, sequences = 1;
   double scale = 0.0;

@@ -66,6 +66,20 @@ class Kernel {
   virtual std::map<std::string, std::int64_t> example_sizes() const { return {}; }
 };
 
+// The sizes a recipe gave a kernel's from_sizes. Names outside `known` are refused at
+// construction; size(name, fallback) is the given value, else the fallback, and a size without
+// one (fallback < 0) is required. Errors name the kernel and `list`, the sizes it takes.
+class RecipeSizes {
+ public:
+  RecipeSizes(std::string kernel, const std::map<std::string, std::int64_t>& sizes,
+              const std::vector<std::string>& known, std::string list);
+  std::int64_t operator()(const char* name, std::int64_t fallback) const;
+
+ private:
+  std::string kernel_, list_;
+  const std::map<std::string, std::int64_t>& sizes_;
+};
+
 class Implementation {
  public:
   virtual ~Implementation() = default;

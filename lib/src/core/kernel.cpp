@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <random>
+#include <utility>
 
 #include "ejk/error.hpp"
 
@@ -37,6 +38,21 @@ HostArrays Kernel::inputs(const Invocation& inv, std::uint64_t seed) const {
 Invocation Kernel::from_sizes(const std::map<std::string, std::int64_t>& /*sizes*/, DType /*dtype*/,
                               const nlohmann::json& /*options*/) const {
   throw InvalidArgument("kernel " + std::string(name()) + " cannot be described by a recipe's sizes");
+}
+
+RecipeSizes::RecipeSizes(std::string kernel, const std::map<std::string, std::int64_t>& sizes,
+                         const std::vector<std::string>& known, std::string list)
+    : kernel_(std::move(kernel)), list_(std::move(list)), sizes_(sizes) {
+  for (const auto& [name, _] : sizes)
+    if (std::find(known.begin(), known.end(), name) == known.end())
+      throw InvalidArgument(kernel_ + " has no size '" + name + "' (sizes: " + list_ + ")");
+}
+
+std::int64_t RecipeSizes::operator()(const char* name, std::int64_t fallback) const {
+  auto it = sizes_.find(name);
+  if (it != sizes_.end()) return it->second;
+  if (fallback < 0) throw InvalidArgument(kernel_ + " needs size '" + name + "' (sizes: " + list_ + ")");
+  return fallback;
 }
 
 Vars device_vars(const DeviceInfo& dev) {
