@@ -339,6 +339,24 @@ void host_parallel(std::int64_t n, Fn fn) {
   for (auto& f : rest) f.get();
 }
 
+// out[i] = base[i] + x[i] (base null: 0) over the n elements of a tensor's raw bytes x in its
+// storage dtype: the backward's sums stay f32 on the host, and the device's partial gradients
+// come back without conversion.
+void add_raw(float* out, const float* base, const std::vector<std::byte>& x, DType t, std::int64_t n) {
+  host_parallel(n, [&](std::int64_t j) {
+    const auto i = static_cast<std::size_t>(j);
+    float v;
+    if (t == DType::f32) {
+      std::memcpy(&v, x.data() + 4 * i, 4);
+    } else {
+      std::uint16_t h;
+      std::memcpy(&h, x.data() + 2 * i, 2);
+      v = t == DType::f16 ? f16_to_f32(h) : bf16_to_f32(h);
+    }
+    out[i] = base ? base[i] + v : v;
+  });
+}
+
 // Forward FLOPs per unmasked (query, key) pair over all batches and heads: q.k and p.v, 2 * D each.
 double head_flops(const Ring& ring) { return 4.0 * static_cast<double>(ring.batch * ring.heads * ring.head_dim); }
 
@@ -436,7 +454,8 @@ AttentionGrads ring_attention_bwd(const Context& ctx, const Tensor& q, const Ten
   const std::int64_t most = *std::max_element(ring.len.begin(), ring.len.end());
   const std::size_t block_floats = static_cast<std::size_t>(ring.batch * most * ring.kv_heads * ring.head_dim);
 
-  std::vector<double> dq(static_cast<std::size_t>(q.numel()), 0.0);
+  std::vector<float> dq(static_cast<std::size_t>(q.numel()), 0.f);
+  bool dq_seen = false;
   // dk then dv of the block in hand, summed over the ranks it has visited (f32 on the wire).
   std::vector<float> grad_in(2 * block_floats, 0.f), grad_out(2 * block_floats, 0.f);
   AttentionGrads part{ctx.empty(q.shape(), q.dtype()), {}, {}, {}, {}};
@@ -487,10 +506,8 @@ AttentionGrads ring_attention_bwd(const Context& ctx, const Tensor& q, const Ten
         ++st.blocks;
         st.flops += 2.5 * head_flops(ring) * static_cast<double>(pairs);
         t0 = Clock::now();
-        const std::vector<double> g = part.dq.read();
-        host_parallel(static_cast<std::int64_t>(dq.size()), [&](std::int64_t i) {
-          dq[static_cast<std::size_t>(i)] += g[static_cast<std::size_t>(i)];
-        });
+        add_raw(dq.data(), dq_seen ? dq.data() : nullptr, part.dq.read_bytes(), ring.dtype, q.numel());
+        dq_seen = true;
         st.host_s += since(t0);
         computed = true;
       } catch (const std::exception& e) {
@@ -502,15 +519,15 @@ AttentionGrads ring_attention_bwd(const Context& ctx, const Tensor& q, const Ten
     st.wait_s += since(t0);
     t0 = Clock::now();
     const std::size_t n = static_cast<std::size_t>(ring.kv_elems(s));
-    if (step == 0) std::fill(grad_in.begin(), grad_in.begin() + static_cast<std::ptrdiff_t>(2 * n), 0.f);
-    std::copy(grad_in.begin(), grad_in.begin() + static_cast<std::ptrdiff_t>(2 * n), grad_out.begin());
+    // This block's sums so far: none at step 0, else what the left neighbour sent.
+    const float* base = step == 0 ? nullptr : grad_in.data();
     if (computed) {
-      const std::vector<double> gk = part.dk.read(), gv = part.dv.read();
-      host_parallel(static_cast<std::int64_t>(n), [&](std::int64_t j) {
-        const auto i = static_cast<std::size_t>(j);
-        grad_out[i] += static_cast<float>(gk[i]);
-        grad_out[n + i] += static_cast<float>(gv[i]);
-      });
+      add_raw(grad_out.data(), base, part.dk.read_bytes(), ring.dtype, static_cast<std::int64_t>(n));
+      add_raw(grad_out.data() + n, base ? base + n : nullptr, part.dv.read_bytes(), ring.dtype, static_cast<std::int64_t>(n));
+    } else if (base) {
+      std::copy(grad_in.begin(), grad_in.begin() + static_cast<std::ptrdiff_t>(2 * n), grad_out.begin());
+    } else {
+      std::fill(grad_out.begin(), grad_out.begin() + static_cast<std::ptrdiff_t>(2 * n), 0.f);
     }
     st.host_s += since(t0);
   }
