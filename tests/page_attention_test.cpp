@@ -97,6 +97,34 @@ TEST_P(PageAttention, HeadLayoutsAndOptions) {
   }
 }
 
+// OpenCL's register-streamed pass 1 (stream = 1; GPUs' heuristic) on every layout and dtype:
+// CPU-hosted drivers' heuristic picks the tile pass, so it is asked for here.
+TEST_P(PageAttention, StreamPassMatchesReference) {
+  if (GetParam().rfind("opencl", 0) != 0) GTEST_SKIP() << "the stream pass is OpenCL's";
+  std::vector<Case> cases;
+  cases.push_back({"gqa"});
+  cases.push_back({.name = "mqa", .heads = 8, .kv_heads = 1, .dim = 40, .block_size = 8});
+  cases.push_back({.name = "mha", .heads = 3, .kv_heads = 3, .dim = 32, .block_size = 4, .contexts = {5, 1, 64}});
+  cases.push_back({.name = "softcap and scale", .softcap = 2.5, .scale = 0.3});
+  cases.push_back({.name = "odd head_dim", .heads = 2, .kv_heads = 1, .dim = 37, .block_size = 8, .contexts = {20, 50}});
+  cases.push_back({.name = "head_dim 128, GQA 4", .heads = 8, .kv_heads = 2, .dim = 128, .contexts = {300, 0, 129}});
+  cases.push_back({.name = "head_dim 100", .heads = 4, .kv_heads = 1, .dim = 100, .block_size = 8, .contexts = {77, 16}});
+  for (const auto& c : cases)
+    for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+      Built b = build(ctx, c, t, 3);
+      const auto& impl = Registry::global().implementation(b.inv, ctx.device().info());
+      std::vector<Config> stream;
+      for (const auto& cfg : impl.space(b.inv, ctx.device().info()).enumerate())
+        if (cfg.get("stream") == 1) stream.push_back(cfg);
+      ASSERT_FALSE(stream.empty()) << c.name << " " << to_string(t);
+      // The most and the fewest keys per work-item and tile, with the most splits.
+      for (const Config& cfg : {stream.front(), stream.back()}) {
+        const auto r = run(ctx, c, t, cfg);
+        EXPECT_LE(r.error, r.tolerance) << c.name << " " << to_string(t) << " " << cfg.canonical() << ": " << test::head(r.got);
+      }
+    }
+}
+
 TEST_P(PageAttention, EveryConfigOfASmallSpaceAgrees) {
   const Case c{.name = "space", .heads = 4, .kv_heads = 2, .dim = 32, .block_size = 8, .contexts = {150, 3, 64}};
   Built b = build(ctx, c, DType::f16, 9);

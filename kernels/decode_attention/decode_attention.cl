@@ -255,3 +255,197 @@ __kernel void decode_reduce(__global const float* part_acc, __global const float
   // No key seen: a is 0 whatever L holds (a sink alone).
   store(out, dtype, row * head_dim + d, L > 0.0f ? a / L : 0.0f);
 }
+
+#ifdef KPT
+// Pass 1, register-streamed (decode_stream): the same result as decode_partial, with K and V
+// never staged in local memory. Work-item tid owns the 8-element slice c = tid % DS of head_dim
+// and the keys kg, kg + KG, ... of each tile (kg = tid / DS; KPT keys each, BKS a tile), and
+// holds the raw words of the next tile's keys while it works on this one: a paged cache's reads
+// are latency-bound, and loads in flight across the whole tile loop are what keeps the memory
+// busy. Partial dots meet in local memory once per tile; every (row, key) score is one work-item;
+// P V accumulates per work-item over its own keys and the key groups' sums meet once at the end.
+// Three barriers a tile: each local array's next write comes after a barrier that all its
+// readers have passed. Every work-item keeps every row's running maximum (m), so that the
+// max pass reads it privately. ESZ (4, or 2 for f16/bf16) sizes the raw words.
+#define DS (DMAX / 8)
+#define KG (T / DS)
+#define BKS (KG * KPT)
+#define SB (BKS + 1)
+#define WORK_DOTS (R * BKS * (DS + 1))
+#define WORK_RED (KG * R * (DMAX + 1))
+#define WORK (WORK_DOTS > WORK_RED ? WORK_DOTS : WORK_RED)
+#if ESZ == 4
+typedef float8 raw_t;
+#else
+typedef uint4 raw_t;
+#endif
+
+// Eight elements of a row from element i, the slice starting at d of a row of n: one vector load
+// where n is a multiple of 8 (slices are then aligned), else element by element; zeros past n.
+raw_t load_raw(__global const uchar* base, size_t i, int d, int n) {
+  if (d >= n) return (raw_t)(0);
+#if ESZ == 4
+  __global const float* p = (__global const float*)base;
+  if ((n & 7) == 0) return ((__global const float8*)p)[i / 8];
+  float x[8];
+  for (int e = 0; e < 8; ++e) x[e] = d + e < n ? p[i + e] : 0.0f;
+  return vload8(0, x);
+#else
+  __global const ushort* p = (__global const ushort*)base;
+  if ((n & 7) == 0) return ((__global const uint4*)p)[i / 8];
+  ushort x[8];
+  for (int e = 0; e < 8; ++e) x[e] = d + e < n ? p[i + e] : (ushort)0;
+  return as_uint4(vload8(0, x));
+#endif
+}
+
+float8 to_f8(raw_t w, int dtype) {
+#if ESZ == 4
+  return w;
+#else
+  if (dtype == 1) return vload_half8(0, (const half*)&w);
+  return as_float8(convert_uint8(as_ushort8(w)) << 16);
+#endif
+}
+
+float sum8(float8 x) { return ((x.s0 + x.s1) + (x.s2 + x.s3)) + ((x.s4 + x.s5) + (x.s6 + x.s7)); }
+
+__kernel __attribute__((reqd_work_group_size(T, 1, 1))) void decode_stream(
+    __global const uchar* q, __global const uchar* k, __global const uchar* v, __global const int* tables,
+    __global const int* kv_begin, __global const int* kv_end, __global const int* q_loc, __global float* part_acc,
+    __global float* part_ml, int dtype, int flags, int num_seqs, int heads, int kv_heads, int head_dim,
+    int block_size, int max_blocks, int num_blocks, int seq_len, int splits, int window, float qscale, float cap2) {
+  __local float8 qs[R * DS];
+  __local float work[WORK];  // partial dots [R][BKS][DS + 1] in the loop; key groups' sums [KG][R][DMAX + 1] after
+  __local float sc[R * SB], pb[R * SB];
+  __local float m_new[R];  // rows' maxima after this tile
+  __local int lo_row[R], hi_row[R];
+
+  const int split = get_group_id(0), g = get_group_id(1), blk = get_group_id(2);
+  const int tid = get_local_id(0), c = tid % DS, kg = tid / DS;
+  const int G = heads / kv_heads;
+  int s, t0, nq, qlen;
+  if (!find_block(blk, flags, num_seqs, q_loc, &s, &t0, &nq, &qlen)) return;
+  const int kve = kv_end[s];
+  const int kvb = (flags & HAS_BEGIN) ? kv_begin[s] : 0;
+  const int i0 = t0 - ((flags & VARLEN) ? q_loc[s] : s);
+
+  for (int r = tid; r < R; r += T) {
+    const int qi = r / G;
+    const int pos = kve - qlen + i0 + qi;
+    const bool valid = qi < nq;
+    lo_row[r] = valid ? (window > 0 ? max(kvb, pos - window + 1) : kvb) : 0;
+    hi_row[r] = valid ? pos + 1 : 0;
+  }
+  for (int e = tid; e < R * DS; e += T) {
+    const int r = e / DS, d = (e % DS) * 8, qi = r / G;
+    float8 x = (float8)(0.0f);
+    if (qi < nq) x = to_f8(load_raw(q, ((size_t)(t0 + qi) * heads + g * G + r % G) * head_dim + d, d, head_dim), dtype) * qscale;
+    qs[e] = x;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  const int u0 = lo_row[0], u1 = hi_row[(nq - 1) * G];
+  const int span = max(0, u1 - u0);
+  const int chunk = ((span + splits - 1) / splits + BKS - 1) / BKS * BKS;
+  const int c0 = u0 + split * chunk, c1 = min(c0 + chunk, u1);
+  const int lim = ((flags & PAGED) ? max_blocks * block_size : seq_len) - 1;
+  const int d = c * 8;
+
+  float8 acc[R];
+  float m[R], l[R];
+  for (int r = 0; r < R; ++r) acc[r] = (float8)(0.0f), m[r] = NEG, l[r] = 0.0f;
+
+  // The raw words of the tile from B0 into KW, VW (zeros past c1).
+#define LOAD_TILE(B0, KW, VW)                                                                    \
+  for (int i = 0; i < KPT; ++i) {                                                                \
+    const int t = (B0) + kg + KG * i;                                                            \
+    KW[i] = (raw_t)(0);                                                                          \
+    VW[i] = (raw_t)(0);                                                                          \
+    if (t < c1) {                                                                                \
+      /* Unchecked index arrays (the API's check_indices off) stay inside the table and cache. */ \
+      const int tc = clamp(t, 0, lim);                                                           \
+      long at;                                                                                   \
+      if (flags & PAGED) {                                                                       \
+        const int page = clamp(tables[(size_t)s * max_blocks + tc / block_size], 0, num_blocks - 1); \
+        at = (((long)page * kv_heads + g) * block_size + tc % block_size) * head_dim;            \
+      } else {                                                                                   \
+        at = (((long)s * seq_len + tc) * kv_heads + g) * head_dim;                               \
+      }                                                                                          \
+      KW[i] = load_raw(k, (size_t)(at + d), d, head_dim);                                        \
+      VW[i] = load_raw(v, (size_t)(at + d), d, head_dim);                                        \
+    }                                                                                            \
+  }
+
+  raw_t kw[KPT], vw[KPT], kn[KPT], vn[KPT];
+  LOAD_TILE(c0, kw, vw)
+  for (int base = c0; base < c1; base += BKS) {
+    LOAD_TILE(base + BKS, kn, vn)
+    for (int i = 0; i < KPT; ++i) {
+      const float8 kf = to_f8(kw[i], dtype);
+      const int j = kg + KG * i;
+      for (int r = 0; r < R; ++r) work[(r * BKS + j) * (DS + 1) + c] = sum8(qs[r * DS + c] * kf);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int e = tid; e < R * BKS; e += T) {
+      const int r = e / BKS, j = e % BKS, t = base + j;
+      float z = NEG;
+      if (t < c1 && t >= lo_row[r] && t < hi_row[r]) {
+        float u = 0.0f;
+        for (int cc = 0; cc < DS; ++cc) u += work[(r * BKS + j) * (DS + 1) + cc];
+        z = cap2 > 0.0f ? cap2 * tanh(u) : u;
+      }
+      sc[r * SB + j] = z;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int e = tid; e < R * BKS; e += T) {
+      const int r = e / BKS, j = e % BKS;
+      float mx = NEG;
+      for (int jj = 0; jj < BKS; ++jj) mx = fmax(mx, sc[r * SB + jj]);
+      const float mn = fmax(m[r], mx);
+      const float z = sc[r * SB + j];
+      pb[r * SB + j] = z <= NEG * 0.5f ? 0.0f : exp2(z - mn);
+      if (j == 0) m_new[r] = mn;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int r = 0; r < R; ++r) {
+      const float mn = m_new[r], a = exp2(m[r] - mn);
+      m[r] = mn;
+      l[r] *= a;
+      acc[r] *= a;
+    }
+    for (int i = 0; i < KPT; ++i) {
+      const float8 vf = to_f8(vw[i], dtype);
+      const int j = kg + KG * i;
+      for (int r = 0; r < R; ++r) {
+        const float p = pb[r * SB + j];
+        l[r] += p;
+        acc[r] = mad((float8)(p), vf, acc[r]);
+      }
+    }
+    for (int i = 0; i < KPT; ++i) {
+      kw[i] = kn[i];
+      vw[i] = vn[i];
+    }
+  }
+  // The loop's last reads of `work` came before its last barrier: the sums may overwrite it now.
+  for (int r = 0; r < R; ++r) {
+    __local float* o = work + (kg * R + r) * (DMAX + 1);
+    vstore8(acc[r], 0, o + d);
+    if (c == 0) o[DMAX] = l[r];
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int e = tid; e < R * (DMAX + 1); e += T) {
+    const int r = e / (DMAX + 1), dd = e % (DMAX + 1), qi = r / G;
+    if (qi >= nq || (dd >= head_dim && dd < DMAX)) continue;
+    float x = 0.0f;
+    for (int gg = 0; gg < KG; ++gg) x += work[(gg * R + r) * (DMAX + 1) + dd];
+    const size_t at = ((size_t)(t0 + qi) * heads + g * G + r % G) * splits + split;
+    if (dd < head_dim) {
+      part_acc[at * head_dim + dd] = x;
+    } else {
+      part_ml[2 * at] = m[r];
+      part_ml[2 * at + 1] = x;
+    }
+  }
+}
+#endif

@@ -26,11 +26,22 @@ std::int64_t dim_class(std::int64_t d) {
 
 int dtype_code(DType t) { return t == DType::f32 ? 0 : t == DType::f16 ? 1 : 2; }
 
-// Local memory of pass 1 in bytes (the kernel's __local arrays), for rows R, keys bk, class dm.
+// Local memory of pass 1 in bytes (the kernel's __local arrays), for rows R, keys bk, class dm:
+// decode_partial's, and decode_stream's (q, the larger of the partial dots and the key groups'
+// sums, scores, probabilities, maxima and bounds).
 std::string shared_expr(const std::string& rows) {
-  return "4 * (" + rows + " * head_dim_class + block_k * (2 * head_dim_class + 4) + " + rows + " * (block_k + 1) + 5 * " +
-         rows + ") + 8 * block_k";
+  const std::string tile = "4 * (" + rows + " * head_dim_class + block_k * (2 * head_dim_class + 4) + " + rows +
+                           " * (block_k + 1) + 5 * " + rows + ") + 8 * block_k";
+  const std::string dots = rows + " * block_k * (head_dim_class / 8 + 1)";
+  const std::string sums = "threads / (head_dim_class / 8) * " + rows + " * (head_dim_class + 1)";
+  const std::string stream = "4 * (" + rows + " * head_dim_class + " + dots + " + " + sums + " + 2 * " + rows +
+                             " * (block_k + 1) + 4 * " + rows + ")";
+  // Both bounds hold the pass's own size; the other pass's term is zeroed by `stream`.
+  return "(1 - stream) * (" + tile + ") + stream * (" + stream + ")";
 }
+
+// decode_stream's keys per work-item and tile.
+std::int64_t stream_kpt(std::int64_t block_k, std::int64_t dm, std::int64_t threads) { return block_k * (dm / 8) / threads; }
 
 class OpenCLDecode final : public Implementation {
  public:
@@ -44,17 +55,26 @@ class OpenCLDecode final : public Implementation {
     const Engine e = b_.engine(inv);
     const std::string rows = e.varlen ? "(group * block_q)" : "group";
     ParamSpace s;
-    s.param("splits", {1, 2, 4, 8, 16, 32}).param("block_k", {16, 32, 64}).param("threads", {64, 128, 256});
+    // stream: pass 1 as decode_stream (1) or decode_partial (0); block_k sets the keys of a tile
+    // either way.
+    s.param("splits", {1, 2, 4, 8, 16, 32})
+        .param("block_k", {8, 16, 32, 64})
+        .param("threads", {64, 128, 256})
+        .param("stream", {0, 1});
     if (e.varlen) s.param("block_q", {1, 2, 4, 8});
     s.constraint("splits == 1 || splits * block_k <= max_keys")
         .constraint("threads <= max_workgroup_size")
         // NVIDIA's driver launches at most 256 work-items of a kernel this size.
         .constraint("threads <= 256")
         .constraint(shared_expr(rows) + " <= local_mem")
-        // Accumulators per work-item stay in registers (and CPU drivers compile in seconds).
-        .constraint(rows + " * head_dim_class <= 16 * threads")
-        // Every work-item takes part in staging a key tile's addresses.
-        .constraint("block_k <= threads")
+        // decode_partial: accumulators per work-item stay in registers (and CPU drivers compile
+        // in seconds), and every work-item takes part in staging a key tile's addresses.
+        .constraint("stream == 1 || (block_k >= 16 && " + rows + " * head_dim_class <= 16 * threads && block_k <= threads)")
+        // decode_stream: whole 8-element slices of a row per work-item, 1 to 4 keys each, and
+        // the rows' accumulators plus two tiles of raw words within ~96 registers.
+        .constraint("stream == 0 || (threads >= head_dim_class / 8 && block_k * (head_dim_class / 8) % threads == 0 && "
+                    "block_k * (head_dim_class / 8) >= threads && block_k * (head_dim_class / 8) <= 4 * threads && " +
+                    rows + " * 8 + 8 * dtype_size * (block_k * (head_dim_class / 8) / threads) <= 96)")
         .bind(vars(e))
         .bind(device_vars(dev))
         .bind({{"head_dim_class", dim_class(e.head_dim)}});
@@ -65,16 +85,29 @@ class OpenCLDecode final : public Implementation {
     const Engine e = b_.engine(inv);
     const std::int64_t bq = query_block(e);
     const bool cpu = is_cpu(dev);
-    // GPUs: 128 work-items and 16-key tiles, and splits for about eight waves of the ~6 groups
-    // resident per compute unit: the paged reads are latency-bound, and more groups in flight
-    // hide it (on the H100 at batch 32, context 4096: 32 splits of 16-key tiles read the cache at
-    // 1.39 TB/s, 8 splits of 32-key tiles, two waves, at 1.04). CPU drivers run a group as a
-    // loop on one core: fewer work-items, 32-key tiles, and two groups per core.
+    // GPUs: decode_stream with 128 work-items and two keys each, and splits for about two waves
+    // of ~8 groups per compute unit: loads of the next tile stay in flight through the whole loop
+    // (on the H100 at batch 32, context 4096, f16: 8 splits read the cache at 2.46 TB/s, 16 at
+    // 2.31, 32 at 2.11; decode_partial's best was 1.39). CPU drivers run a group as a loop on one
+    // core: decode_partial with fewer work-items, 32-key tiles, and two groups per core.
+    ParamSpace space = this->space(inv, dev);
+    const std::int64_t dm = dim_class(e.head_dim);
+    if (!cpu) {
+      for (std::int64_t kpt : {2, 4, 1})
+        for (std::int64_t t : {128, 64, 256}) {
+          const std::int64_t bk = kpt * t / (dm / 8);
+          Config c{{"splits", heuristic_splits(e, bq, bk, std::max<std::int64_t>(1, dev.compute_units) * 8)},
+                   {"block_k", bk},
+                   {"threads", t},
+                   {"stream", 1}};
+          if (e.varlen) c.set("block_q", bq);
+          if (space.admits(c)) return c;
+        }
+    }
     const std::int64_t threads = heuristic_threads(e, bq, cpu ? 64 : 128), bk = cpu ? 32 : 16;
     const std::int64_t parallel = std::max<std::int64_t>(1, dev.compute_units) * (cpu ? 1 : 24);
-    Config c{{"splits", heuristic_splits(e, bq, bk, parallel)}, {"block_k", bk}, {"threads", threads}};
+    Config c{{"splits", heuristic_splits(e, bq, bk, parallel)}, {"block_k", bk}, {"threads", threads}, {"stream", 0}};
     if (e.varlen) c.set("block_q", bq);
-    ParamSpace space = this->space(inv, dev);
     if (space.admits(c)) return c;
     for (std::int64_t k : {16, 32, 64})
       for (std::int64_t t : {128, 64, 256}) {
@@ -91,19 +124,25 @@ class OpenCLDecode final : public Implementation {
     const Engine e = b_.engine(inv);
     auto& dev = opencl::opencl_device(device);
     const std::int64_t splits = config.get("splits"), bk = config.get("block_k"), threads = config.get("threads");
-    const std::int64_t bq = e.varlen ? config.get("block_q") : 1;
-    if (splits <= 0 || bk <= 0 || threads <= 0 || bq <= 0)
-      throw InvalidArgument(b_.kernel + " opencl: config " + config.canonical() + " needs positive values");
-    if (threads < bk)
+    const std::int64_t bq = e.varlen ? config.get("block_q") : 1, stream = config.get("stream");
+    const std::int64_t dm = dim_class(e.head_dim);
+    if (splits <= 0 || bk <= 0 || threads <= 0 || bq <= 0 || (stream != 0 && stream != 1))
+      throw InvalidArgument(b_.kernel + " opencl: config " + config.canonical() + " needs positive values and stream 0 or 1");
+    if (!stream && threads < bk)
       throw InvalidArgument(b_.kernel + " opencl: config " + config.canonical() + " needs threads >= block_k");
+    if (stream && (threads < dm / 8 || bk * (dm / 8) % threads != 0 || stream_kpt(bk, dm, threads) < 1))
+      throw InvalidArgument(b_.kernel + " opencl: config " + config.canonical() +
+                            " needs whole 8-element slices per work-item and at least one key each (stream)");
     const double elems = static_cast<double>(std::max(e.tokens * e.heads, e.num_blocks * e.block_size * e.kv_heads)) *
                          static_cast<double>(e.head_dim) * static_cast<double>(splits);
     if (elems > static_cast<double>(INT_MAX) * 4.0 || e.tokens + e.num_seqs > INT_MAX / 2)
       throw InvalidArgument(b_.kernel + " opencl: arrays too large for 32-bit work-item indices");
-    const std::int64_t R = rows(e, bq), dm = dim_class(e.head_dim);
+    const std::int64_t R = rows(e, bq);
     std::string options = " -DT=" + std::to_string(threads) + " -DBK=" + std::to_string(bk) + " -DR=" + std::to_string(R) +
                           " -DBQ=" + std::to_string(bq) + " -DDMAX=" + std::to_string(dm);
-    auto partial = dev.kernel(source_key, options, "decode_partial");
+    if (stream)
+      options += " -DKPT=" + std::to_string(stream_kpt(bk, dm, threads)) + " -DESZ=" + std::to_string(dtype_size(e.dtype));
+    auto partial = dev.kernel(source_key, options, stream ? "decode_stream" : "decode_partial");
     auto reduce = dev.kernel(source_key, options, "decode_reduce");
 
     const std::int64_t parts = std::max<std::int64_t>(1, e.tokens * e.heads * splits);
