@@ -266,7 +266,9 @@ __kernel void decode_reduce(__global const float* part_acc, __global const float
 // P V accumulates per work-item over its own keys and the key groups' sums meet once at the end.
 // Three barriers a tile: each local array's next write comes after a barrier that all its
 // readers have passed. Every work-item keeps every row's running maximum (m), so that the
-// max pass reads it privately. ESZ (4, or 2 for f16/bf16) sizes the raw words.
+// max pass reads it privately. DT (0 f32, 1 f16, 2 bf16), PG (paged) and VEC (head_dim a
+// multiple of 8: whole aligned slices) are compile-time here: the raw words' size, their
+// conversion and the key addresses are in the loop's every step, and registers set occupancy.
 #define DS (DMAX / 8)
 #define KG (T / DS)
 #define BKS (KG * KPT)
@@ -274,48 +276,45 @@ __kernel void decode_reduce(__global const float* part_acc, __global const float
 #define WORK_DOTS (R * BKS * (DS + 1))
 #define WORK_RED (KG * R * (DMAX + 1))
 #define WORK (WORK_DOTS > WORK_RED ? WORK_DOTS : WORK_RED)
-#if ESZ == 4
+#if DT == 0
 typedef float8 raw_t;
 #else
 typedef uint4 raw_t;
 #endif
 
-// Eight elements of a row from element i, the slice starting at d of a row of n: one vector load
-// where n is a multiple of 8 (slices are then aligned), else element by element; zeros past n.
+// Eight elements from element i, the slice starting at d of a row of n, element by element
+// (zeros past n): rows whose length is not a multiple of 8, where slices are not aligned.
 raw_t load_raw(__global const uchar* base, size_t i, int d, int n) {
-  if (d >= n) return (raw_t)(0);
-#if ESZ == 4
+#if DT == 0
   __global const float* p = (__global const float*)base;
-  if ((n & 7) == 0) return ((__global const float8*)p)[i / 8];
   float x[8];
   for (int e = 0; e < 8; ++e) x[e] = d + e < n ? p[i + e] : 0.0f;
   return vload8(0, x);
 #else
   __global const ushort* p = (__global const ushort*)base;
-  if ((n & 7) == 0) return ((__global const uint4*)p)[i / 8];
   ushort x[8];
   for (int e = 0; e < 8; ++e) x[e] = d + e < n ? p[i + e] : (ushort)0;
   return as_uint4(vload8(0, x));
 #endif
 }
 
-float8 to_f8(raw_t w, int dtype) {
-#if ESZ == 4
-  return w;
+// The f32 values of raw words held in a private variable: a macro on the variable itself, since
+// a copy into a function argument made NVIDIA's compiler split the 16-byte loads feeding it.
+#if DT == 0
+#define TO_F8(w) (w)
+#elif DT == 1
+#define TO_F8(w) vload_half8(0, (const half*)&(w))
 #else
-  if (dtype == 1) return vload_half8(0, (const half*)&w);
-  return as_float8(convert_uint8(as_ushort8(w)) << 16);
+#define TO_F8(w) as_float8(convert_uint8(as_ushort8(w)) << 16)
 #endif
-}
 
 float sum8(float8 x) { return ((x.s0 + x.s1) + (x.s2 + x.s3)) + ((x.s4 + x.s5) + (x.s6 + x.s7)); }
 
 __kernel __attribute__((reqd_work_group_size(T, 1, 1))) void decode_stream(
-    __global const uchar* q, __global const uchar* k, __global const uchar* v, __global const int* tables,
+    __global const raw_t* q, __global const raw_t* k, __global const raw_t* v, __global const int* tables,
     __global const int* kv_begin, __global const int* kv_end, __global const int* q_loc, __global float* part_acc,
     __global float* part_ml, int dtype, int flags, int num_seqs, int heads, int kv_heads, int head_dim,
     int block_size, int max_blocks, int num_blocks, int seq_len, int splits, int window, float qscale, float cap2) {
-  __local float8 qs[R * DS];
   __local float work[WORK];  // partial dots [R][BKS][DS + 1] in the loop; key groups' sums [KG][R][DMAX + 1] after
   __local float sc[R * SB], pb[R * SB];
   __local float m_new[R];  // rows' maxima after this tile
@@ -323,7 +322,7 @@ __kernel __attribute__((reqd_work_group_size(T, 1, 1))) void decode_stream(
 
   const int split = get_group_id(0), g = get_group_id(1), blk = get_group_id(2);
   const int tid = get_local_id(0), c = tid % DS, kg = tid / DS;
-  const int G = heads / kv_heads;
+  const int G = R / BQ;  // heads / kv_heads, known here at compile time
   int s, t0, nq, qlen;
   if (!find_block(blk, flags, num_seqs, q_loc, &s, &t0, &nq, &qlen)) return;
   const int kve = kv_end[s];
@@ -337,12 +336,6 @@ __kernel __attribute__((reqd_work_group_size(T, 1, 1))) void decode_stream(
     lo_row[r] = valid ? (window > 0 ? max(kvb, pos - window + 1) : kvb) : 0;
     hi_row[r] = valid ? pos + 1 : 0;
   }
-  for (int e = tid; e < R * DS; e += T) {
-    const int r = e / DS, d = (e % DS) * 8, qi = r / G;
-    float8 x = (float8)(0.0f);
-    if (qi < nq) x = to_f8(load_raw(q, ((size_t)(t0 + qi) * heads + g * G + r % G) * head_dim + d, d, head_dim), dtype) * qscale;
-    qs[e] = x;
-  }
   barrier(CLK_LOCAL_MEM_FENCE);
   const int u0 = lo_row[0], u1 = hi_row[(nq - 1) * G];
   const int span = max(0, u1 - u0);
@@ -350,40 +343,67 @@ __kernel __attribute__((reqd_work_group_size(T, 1, 1))) void decode_stream(
   const int c0 = u0 + split * chunk, c1 = min(c0 + chunk, u1);
   const int lim = ((flags & PAGED) ? max_blocks * block_size : seq_len) - 1;
   const int d = c * 8;
+  const bool live = d < head_dim;
 
+  // This work-item's slice of every row's query, scaled.
+  float8 qr[R];
+  for (int r = 0; r < R; ++r) {
+    const int qi = r / G;
+    const size_t at = ((size_t)(t0 + qi) * heads + g * G + r % G) * head_dim + d;
+    qr[r] = (float8)(0.0f);
+#if VEC
+    if (qi < nq && d < head_dim) {
+      const raw_t w = q[at / 8];
+      qr[r] = TO_F8(w) * qscale;
+    }
+#else
+    if (qi < nq && d < head_dim) {
+      const raw_t w = load_raw((__global const uchar*)q, at, d, head_dim);
+      qr[r] = TO_F8(w) * qscale;
+    }
+#endif
+  }
   float8 acc[R];
   float m[R], l[R];
   for (int r = 0; r < R; ++r) acc[r] = (float8)(0.0f), m[r] = NEG, l[r] = 0.0f;
 
-  // The raw words of the tile from B0 into KW, VW (zeros past c1).
+  // The raw words of the tile from B0 into KW, VW (zeros past c1). Page sizes are mostly powers
+  // of two: a shift and a mask then stand for the division.
+  const int bs_shift = (block_size & (block_size - 1)) == 0 ? 31 - clz(block_size) : -1;
+#if PG
+#define KEY_ROW(tc)                                                                              \
+  ((clamp(tables[s * max_blocks + (bs_shift >= 0 ? (tc) >> bs_shift : (tc) / block_size)], 0, num_blocks - 1) * \
+        kv_heads + g) * block_size +                                                             \
+   (bs_shift >= 0 ? (tc) & (block_size - 1) : (tc) % block_size))
+#else
+#define KEY_ROW(tc) ((s * seq_len + (tc)) * kv_heads + g)
+#endif
+#if VEC
+#define KEY_LOAD(src, row) (src)[(row) * (head_dim / 8) + c]
+#else
+#define KEY_LOAD(src, row) load_raw((__global const uchar*)(src), (size_t)(row) * head_dim + d, d, head_dim)
+#endif
 #define LOAD_TILE(B0, KW, VW)                                                                    \
   for (int i = 0; i < KPT; ++i) {                                                                \
     const int t = (B0) + kg + KG * i;                                                            \
     KW[i] = (raw_t)(0);                                                                          \
     VW[i] = (raw_t)(0);                                                                          \
-    if (t < c1) {                                                                                \
+    if (t < c1 && live) {                                                                        \
       /* Unchecked index arrays (the API's check_indices off) stay inside the table and cache. */ \
       const int tc = clamp(t, 0, lim);                                                           \
-      long at;                                                                                   \
-      if (flags & PAGED) {                                                                       \
-        const int page = clamp(tables[(size_t)s * max_blocks + tc / block_size], 0, num_blocks - 1); \
-        at = (((long)page * kv_heads + g) * block_size + tc % block_size) * head_dim;            \
-      } else {                                                                                   \
-        at = (((long)s * seq_len + tc) * kv_heads + g) * head_dim;                               \
-      }                                                                                          \
-      KW[i] = load_raw(k, (size_t)(at + d), d, head_dim);                                        \
-      VW[i] = load_raw(v, (size_t)(at + d), d, head_dim);                                        \
+      const int row = KEY_ROW(tc); /* the key's row of head_dim elements in the cache */         \
+      KW[i] = KEY_LOAD(k, row);                                                                  \
+      VW[i] = KEY_LOAD(v, row);                                                                  \
     }                                                                                            \
   }
-
   raw_t kw[KPT], vw[KPT], kn[KPT], vn[KPT];
   LOAD_TILE(c0, kw, vw)
   for (int base = c0; base < c1; base += BKS) {
     LOAD_TILE(base + BKS, kn, vn)
     for (int i = 0; i < KPT; ++i) {
-      const float8 kf = to_f8(kw[i], dtype);
+      const float8 kf = TO_F8(kw[i]);
       const int j = kg + KG * i;
-      for (int r = 0; r < R; ++r) work[(r * BKS + j) * (DS + 1) + c] = sum8(qs[r * DS + c] * kf);
+      for (int r = 0; r < R; ++r) work[(r * BKS + j) * (DS + 1) + c] = sum8(qr[r] * kf);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int e = tid; e < R * BKS; e += T) {
@@ -414,7 +434,7 @@ __kernel __attribute__((reqd_work_group_size(T, 1, 1))) void decode_stream(
       acc[r] *= a;
     }
     for (int i = 0; i < KPT; ++i) {
-      const float8 vf = to_f8(vw[i], dtype);
+      const float8 vf = TO_F8(vw[i]);
       const int j = kg + KG * i;
       for (int r = 0; r < R; ++r) {
         const float p = pb[r * SB + j];

@@ -71,10 +71,10 @@ class OpenCLDecode final : public Implementation {
         // in seconds), and every work-item takes part in staging a key tile's addresses.
         .constraint("stream == 1 || (block_k >= 16 && " + rows + " * head_dim_class <= 16 * threads && block_k <= threads)")
         // decode_stream: whole 8-element slices of a row per work-item, 1 to 4 keys each, and
-        // the rows' accumulators plus two tiles of raw words within ~96 registers.
+        // the rows' queries and accumulators plus two tiles of raw words within ~160 registers.
         .constraint("stream == 0 || (threads >= head_dim_class / 8 && block_k * (head_dim_class / 8) % threads == 0 && "
                     "block_k * (head_dim_class / 8) >= threads && block_k * (head_dim_class / 8) <= 4 * threads && " +
-                    rows + " * 8 + 8 * dtype_size * (block_k * (head_dim_class / 8) / threads) <= 96)")
+                    rows + " * 16 + 8 * dtype_size * (block_k * (head_dim_class / 8) / threads) <= 160)")
         .bind(vars(e))
         .bind(device_vars(dev))
         .bind({{"head_dim_class", dim_class(e.head_dim)}});
@@ -85,18 +85,18 @@ class OpenCLDecode final : public Implementation {
     const Engine e = b_.engine(inv);
     const std::int64_t bq = query_block(e);
     const bool cpu = is_cpu(dev);
-    // GPUs: decode_stream with 128 work-items and two keys each, and splits for about two waves
-    // of ~8 groups per compute unit: loads of the next tile stay in flight through the whole loop
-    // (on the H100 at batch 32, context 4096, f16: 8 splits read the cache at 2.46 TB/s, 16 at
-    // 2.31, 32 at 2.11; decode_partial's best was 1.39). CPU drivers run a group as a loop on one
-    // core: decode_partial with fewer work-items, 32-key tiles, and two groups per core.
+    // GPUs: decode_stream with 64 work-items and four keys each, and splits for about two waves
+    // of ~8 groups per compute unit: the loads of the next tile stay in flight through the whole
+    // loop. On the H100 at batch 32, context 4096, f16 (pass 1 and reduce): 8 splits read the
+    // cache at 2.38 TB/s, 4 at 2.13, 16 at 2.30; 128 work-items with four keys 2.34, with two
+    // 2.05; decode_partial's best was 1.40.
     ParamSpace space = this->space(inv, dev);
     const std::int64_t dm = dim_class(e.head_dim);
     if (!cpu) {
-      for (std::int64_t kpt : {2, 4, 1})
-        for (std::int64_t t : {128, 64, 256}) {
+      for (std::int64_t kpt : {4, 2, 1})
+        for (std::int64_t t : {64, 128, 256}) {
           const std::int64_t bk = kpt * t / (dm / 8);
-          Config c{{"splits", heuristic_splits(e, bq, bk, std::max<std::int64_t>(1, dev.compute_units) * 8)},
+          Config c{{"splits", heuristic_splits(e, bq, bk, std::max<std::int64_t>(1, dev.compute_units) * 4)},
                    {"block_k", bk},
                    {"threads", t},
                    {"stream", 1}};
@@ -135,13 +135,15 @@ class OpenCLDecode final : public Implementation {
                             " needs whole 8-element slices per work-item and at least one key each (stream)");
     const double elems = static_cast<double>(std::max(e.tokens * e.heads, e.num_blocks * e.block_size * e.kv_heads)) *
                          static_cast<double>(e.head_dim) * static_cast<double>(splits);
-    if (elems > static_cast<double>(INT_MAX) * 4.0 || e.tokens + e.num_seqs > INT_MAX / 2)
+    if (elems > static_cast<double>(INT_MAX) * 4.0 || e.tokens + e.num_seqs > INT_MAX / 2 ||
+        static_cast<double>(e.num_seqs) * static_cast<double>(e.max_blocks) > INT_MAX)
       throw InvalidArgument(b_.kernel + " opencl: arrays too large for 32-bit work-item indices");
     const std::int64_t R = rows(e, bq);
     std::string options = " -DT=" + std::to_string(threads) + " -DBK=" + std::to_string(bk) + " -DR=" + std::to_string(R) +
                           " -DBQ=" + std::to_string(bq) + " -DDMAX=" + std::to_string(dm);
     if (stream)
-      options += " -DKPT=" + std::to_string(stream_kpt(bk, dm, threads)) + " -DESZ=" + std::to_string(dtype_size(e.dtype));
+      options += " -DKPT=" + std::to_string(stream_kpt(bk, dm, threads)) + " -DDT=" + std::to_string(dtype_code(e.dtype)) +
+                 " -DPG=" + std::to_string(e.layout == Layout::paged ? 1 : 0) + " -DVEC=" + std::to_string(e.head_dim % 8 == 0 ? 1 : 0);
     auto partial = dev.kernel(source_key, options, stream ? "decode_stream" : "decode_partial");
     auto reduce = dev.kernel(source_key, options, "decode_reduce");
 
