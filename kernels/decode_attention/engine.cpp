@@ -259,7 +259,9 @@ std::vector<double> shuffled_tables(std::int64_t num_seqs, std::int64_t max_bloc
 namespace ejk::kernels::decode_attention {
 
 std::int64_t heuristic_splits(const Engine& e, std::int64_t block_q, std::int64_t block_k, std::int64_t parallel) {
-  const std::int64_t groups = std::max<std::int64_t>(1, query_blocks(e, block_q) * e.kv_heads);
+  // Groups that hold queries: the launch has up to num_seqs more (query_blocks), which return at once.
+  const std::int64_t busy = e.varlen ? std::max(e.num_seqs, (e.tokens + block_q - 1) / block_q) : query_blocks(e, block_q);
+  const std::int64_t groups = std::max<std::int64_t>(1, busy * e.kv_heads);
   const std::int64_t most = std::max<std::int64_t>(1, e.capacity() / (4 * block_k));
   std::int64_t s = 1;
   while (s < 32 && s * 2 <= most && groups * s < 2 * parallel) s *= 2;
