@@ -36,20 +36,6 @@ DeviceInfo nvidia_like() {
   return d;
 }
 
-// Runs `inv` with its implementation on ctx's device, on the kernel's own random inputs; returns
-// the outputs (the arguments after the inputs) as read back.
-HostArrays run(Context& ctx, const Invocation& inv, const HostArrays& in, std::size_t first_output,
-               const std::optional<Config>& config = {}) {
-  const auto& impl = Registry::global().implementation(inv, ctx.device().info());
-  EXPECT_EQ(impl.backend(), Backend::opencl);
-  std::vector<Tensor> args;
-  for (std::size_t i = 0; i < inv.args.size(); ++i) args.push_back(ctx.from(inv.args[i].shape, inv.args[i].dtype, in[i]));
-  impl.run(inv, config ? *config : impl.heuristic(inv, ctx.device().info()), args, ctx.device());
-  HostArrays out;
-  for (std::size_t i = first_output; i < args.size(); ++i) out.push_back(args[i].read());
-  return out;
-}
-
 Invocation invocation(bool backward, std::int64_t dim, DType t, const nlohmann::json& options,
                       std::map<std::string, std::int64_t> sizes = {}) {
   sizes.merge(std::map<std::string, std::int64_t>{{"batch", 2}, {"seq_q", 21}, {"seq_k", 37}, {"heads", 4},
@@ -65,14 +51,14 @@ void expect_matches(Context& ctx, std::int64_t dim, DType t, const nlohmann::jso
   const fa::FlashAttentionBwdKernel bk;
   const Invocation f = invocation(false, dim, t, opts, sizes);
   HostArrays in = fk.inputs(f, 5);
-  HostArrays got = run(ctx, f, in, fa::fwd::out, fwd_config);
+  HostArrays got = test::run_implementation(ctx, f, in, fa::fwd::out, fwd_config);
   HostArrays want = fk.reference(f, in);
   EXPECT_LE(test::relative_error(got[0], want[0]), fk.tolerance(f)) << label << ": out";
   EXPECT_LE(test::relative_error(got[1], want[1]), fk.tolerance(f)) << label << ": lse";
 
   const Invocation b = invocation(true, dim, t, opts, sizes);
   in = bk.inputs(b, 6);
-  got = run(ctx, b, in, fa::bwd::dq, bwd_config);
+  got = test::run_implementation(ctx, b, in, fa::bwd::dq, bwd_config);
   want = bk.reference(b, in);
   const char* names[] = {"dq", "dk", "dv", "dbias", "dsoftmax_aux"};
   for (std::size_t i = 0; i < 5; ++i)
@@ -91,15 +77,9 @@ TEST_P(FlashAttentionOpenCL, LargestHeadDimOfEachClass) {
 // Broadcast dbias and dsoftmax_aux are sums over many workgroups' results, done in a fixed order.
 TEST_P(FlashAttentionOpenCL, GradientsAreBitwiseRepeatable) {
   Context ctx(GetParam());
-  const fa::FlashAttentionBwdKernel bk;
   const Invocation b = invocation(true, 32, DType::f32, {{"bias", "shared"}, {"sinks", true}, {"dropout", 0.2}},
                                   {{"seq_q", 70}, {"seq_k", 90}});
-  const HostArrays in = bk.inputs(b, 9);
-  const HostArrays first = run(ctx, b, in, fa::bwd::dq);
-  EXPECT_EQ(run(ctx, b, in, fa::bwd::dq), first);
-  const HostArrays want = bk.reference(b, in);
-  EXPECT_LE(test::relative_error(first[3], want[3]), bk.tolerance(b)) << "dbias";
-  EXPECT_LE(test::relative_error(first[4], want[4]), bk.tolerance(b)) << "dsoftmax_aux";
+  test::expect_bitwise_repeatable(ctx, b, 9, fa::bwd::dq, {{3, "dbias"}, {4, "dsoftmax_aux"}});
 }
 
 // The GPU family's space on an NVIDIA-like device: never more than 256 work-items or 48 KiB of
@@ -152,7 +132,7 @@ TEST_P(FlashAttentionOpenCL, ConfigsOutsideTheSpaceAreRefused) {
     EXPECT_FALSE(impl.space(inv, ctx.device().info()).admits(c)) << c.canonical();
     const HostArrays in = Registry::global().kernel(inv.kernel).inputs(inv, 1);
     try {
-      run(ctx, inv, in, first_output, c);
+      test::run_implementation(ctx, inv, in, first_output, c);
       ADD_FAILURE() << "expected InvalidArgument for " << c.canonical();
     } catch (const InvalidArgument& e) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();

@@ -18,19 +18,6 @@ std::vector<std::string> vulkan_devices() {
   return out;
 }
 
-// Runs `inv` with its implementation on ctx's device, on the kernel's own random inputs; returns
-// the outputs (the arguments after the inputs) as read back.
-HostArrays run(Context& ctx, const Invocation& inv, const HostArrays& in, std::size_t first_output,
-               const std::optional<Config>& config = {}) {
-  const auto& impl = Registry::global().implementation(inv, ctx.device().info());
-  std::vector<Tensor> args;
-  for (std::size_t i = 0; i < inv.args.size(); ++i) args.push_back(ctx.from(inv.args[i].shape, inv.args[i].dtype, in[i]));
-  impl.run(inv, config ? *config : impl.heuristic(inv, ctx.device().info()), args, ctx.device());
-  HostArrays out;
-  for (std::size_t i = first_output; i < args.size(); ++i) out.push_back(args[i].read());
-  return out;
-}
-
 Invocation invocation(bool backward, std::int64_t dim, DType t, const nlohmann::json& options,
                       std::map<std::string, std::int64_t> sizes = {}) {
   sizes.merge(std::map<std::string, std::int64_t>{{"batch", 2}, {"seq_q", 21}, {"seq_k", 37}, {"heads", 4},
@@ -49,14 +36,14 @@ TEST_P(FlashAttentionVulkan, LargestHeadDimOfEachClass) {
     const std::string label = std::to_string(dim) + " " + std::string(to_string(t));
     const Invocation f = invocation(false, dim, t, opts);
     HostArrays in = fk.inputs(f, 5);
-    HostArrays got = run(ctx, f, in, fa::fwd::out);
+    HostArrays got = test::run_implementation(ctx, f, in, fa::fwd::out);
     HostArrays want = fk.reference(f, in);
     EXPECT_LE(test::relative_error(got[0], want[0]), fk.tolerance(f)) << label << ": out";
     EXPECT_LE(test::relative_error(got[1], want[1]), fk.tolerance(f)) << label << ": lse";
 
     const Invocation b = invocation(true, dim, t, opts);
     in = bk.inputs(b, 6);
-    got = run(ctx, b, in, fa::bwd::dq);
+    got = test::run_implementation(ctx, b, in, fa::bwd::dq);
     want = bk.reference(b, in);
     const char* names[] = {"dq", "dk", "dv", "dbias", "dsoftmax_aux"};
     for (std::size_t i = 0; i < 5; ++i)
@@ -67,15 +54,9 @@ TEST_P(FlashAttentionVulkan, LargestHeadDimOfEachClass) {
 // Broadcast dbias and dsoftmax_aux are sums over many workgroups' results, done in a fixed order.
 TEST_P(FlashAttentionVulkan, GradientsAreBitwiseRepeatable) {
   Context ctx(GetParam());
-  const fa::FlashAttentionBwdKernel bk;
   const Invocation b = invocation(true, 32, DType::f32, {{"bias", "shared"}, {"sinks", true}, {"dropout", 0.2}},
                                   {{"seq_q", 70}, {"seq_k", 90}});
-  const HostArrays in = bk.inputs(b, 9);
-  const HostArrays first = run(ctx, b, in, fa::bwd::dq);
-  EXPECT_EQ(run(ctx, b, in, fa::bwd::dq), first);
-  const HostArrays want = bk.reference(b, in);
-  EXPECT_LE(test::relative_error(first[3], want[3]), bk.tolerance(b)) << "dbias";
-  EXPECT_LE(test::relative_error(first[4], want[4]), bk.tolerance(b)) << "dsoftmax_aux";
+  test::expect_bitwise_repeatable(ctx, b, 9, fa::bwd::dq, {{3, "dbias"}, {4, "dsoftmax_aux"}});
 }
 
 // The tensor-core forward, on devices that list 16x16x16 f16 cooperative matrices (lavapipe does
@@ -93,7 +74,7 @@ TEST_P(FlashAttentionVulkan, CooperativeMatrixForwardMatchesTheReference) {
   };
   auto expect_close = [&](const Invocation& inv, const Config& c, const std::string& label) {
     const HostArrays in = fk.inputs(inv, 11);
-    const HostArrays got = run(ctx, inv, in, fa::fwd::out, c);
+    const HostArrays got = test::run_implementation(ctx, inv, in, fa::fwd::out, c);
     const HostArrays want = fk.reference(inv, in);
     EXPECT_LE(test::relative_error(got[0], want[0]), fk.tolerance(inv)) << label << " " << c.canonical() << ": out";
     EXPECT_LE(test::relative_error(got[1], want[1]), fk.tolerance(inv)) << label << " " << c.canonical() << ": lse";
@@ -129,7 +110,7 @@ TEST_P(FlashAttentionVulkan, ConfigsOutsideTheSpaceAreRefused) {
     }
     const HostArrays in = Registry::global().kernel(inv.kernel).inputs(inv, 1);
     try {
-      run(ctx, inv, in, first_output, c);
+      test::run_implementation(ctx, inv, in, first_output, c);
       ADD_FAILURE() << "expected InvalidArgument for " << c.canonical();
     } catch (const InvalidArgument& e) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();

@@ -1,13 +1,15 @@
 #pragma once
-// Helpers shared by the tests: the devices under test, result comparison, expected errors and
-// temporary folders.
+// Helpers shared by the tests: the devices under test, running an implementation directly,
+// result comparison, expected errors and temporary folders.
 #include <stdlib.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <source_location>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -41,6 +43,35 @@ inline double relative_error(const std::vector<double>& got, const std::vector<d
     scale = std::max(scale, std::abs(want[i]));
   }
   return scale > 0 ? err / scale : err;
+}
+
+// Runs `inv` with the implementation the registry picks for ctx's device (which must be of that
+// device's backend), on the host values `in` of every argument, under `config` or else the
+// heuristic's; returns the arguments from `first_output` on as read back.
+inline HostArrays run_implementation(Context& ctx, const Invocation& inv, const HostArrays& in, std::size_t first_output,
+                                     const std::optional<Config>& config = {}) {
+  const auto& impl = Registry::global().implementation(inv, ctx.device().info());
+  EXPECT_EQ(impl.backend(), ctx.device().info().backend);
+  std::vector<Tensor> args;
+  for (std::size_t i = 0; i < inv.args.size(); ++i) args.push_back(ctx.from(inv.args[i].shape, inv.args[i].dtype, in[i]));
+  impl.run(inv, config ? *config : impl.heuristic(inv, ctx.device().info()), args, ctx.device());
+  HostArrays out;
+  for (std::size_t i = first_output; i < args.size(); ++i) out.push_back(args[i].read());
+  return out;
+}
+
+// Runs `inv` twice (see run_implementation) on its kernel's inputs from `seed` and expects the
+// same bits from both runs; then expects the outputs in `checked` (index among the outputs and
+// name) within the kernel's tolerance of its double reference.
+inline void expect_bitwise_repeatable(Context& ctx, const Invocation& inv, std::uint64_t seed, std::size_t first_output,
+                                      const std::vector<std::pair<std::size_t, std::string>>& checked) {
+  const Kernel& kernel = Registry::global().kernel(inv.kernel);
+  const HostArrays in = kernel.inputs(inv, seed);
+  const HostArrays first = run_implementation(ctx, inv, in, first_output);
+  EXPECT_EQ(run_implementation(ctx, inv, in, first_output), first);
+  const HostArrays want = kernel.reference(inv, in);
+  for (const auto& [i, name] : checked)
+    EXPECT_LE(relative_error(first[i], want[i]), kernel.tolerance(inv)) << name;
 }
 
 // A name gtest accepts for a device id ("opencl:0" -> "opencl_0").

@@ -197,11 +197,8 @@ HostArrays GroupedMatmulKernel::inputs(const Invocation& inv, std::uint64_t seed
 Invocation GroupedMatmulKernel::from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
                                            const nlohmann::json& options) const {
   const std::string k(name());
-  for (const auto& [nm, _] : sizes)
-    if (nm != "m" && nm != "k" && nm != "n" && nm != "groups")
-      throw InvalidArgument(k + " has no size '" + nm + "' (sizes: m, k, n, groups)");
-  for (const char* required : {"m", "k", "n", "groups"})
-    if (!sizes.count(required)) throw InvalidArgument(k + " needs size '" + required + "' (sizes: m, k, n, groups)");
+  const RecipeSizes size(k, sizes, size_names(), "m, k, n, groups");
+  const std::int64_t m = size("m", -1), kk = size("k", -1), n = size("n", -1), g = size("groups", -1);
   bool trans = false;
   for (const auto& [key, v] : options.items()) {
     if (mode_ != Mode::gmm || key != "trans_rhs")
@@ -209,7 +206,6 @@ Invocation GroupedMatmulKernel::from_sizes(const std::map<std::string, std::int6
     if (!v.is_boolean()) throw InvalidArgument(k + " option 'trans_rhs' must be a boolean, got " + v.dump());
     trans = v.get<bool>();
   }
-  const std::int64_t m = sizes.at("m"), kk = sizes.at("k"), n = sizes.at("n"), g = sizes.at("groups");
   Invocation inv = mode_ == Mode::gmm
                        ? invocation(mode_, {{m, kk}, dtype}, {trans ? Shape{g, n, kk} : Shape{g, kk, n}, dtype},
                                     {{g}, DType::i32}, {{m, n}, dtype}, trans)

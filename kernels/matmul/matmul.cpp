@@ -152,12 +152,8 @@ double MatmulKernel::tolerance(const Invocation& inv) const {
 
 Invocation MatmulKernel::from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
                                    const nlohmann::json& options) const {
-  for (const auto& [name, _] : sizes)
-    if (name != "m" && name != "n" && name != "k" && name != "batch")
-      throw InvalidArgument("matmul has no size '" + name + "' (sizes: m, n, k, batch)");
-  for (const char* required : {"m", "n", "k"})
-    if (!sizes.count(required)) throw InvalidArgument(std::string("matmul needs size '") + required + "' (sizes: m, n, k, batch)");
-  const std::int64_t m = sizes.at("m"), n = sizes.at("n"), k = sizes.at("k");
+  const RecipeSizes size("matmul", sizes, size_names(), "m, n, k, batch");
+  const std::int64_t m = size("m", -1), n = size("n", -1), k = size("k", -1);
   const bool ta = options.value("trans_a", false), tb = options.value("trans_b", false);
   auto shape = [&](std::int64_t r, std::int64_t c) {
     return sizes.count("batch") ? Shape{sizes.at("batch"), r, c} : Shape{r, c};

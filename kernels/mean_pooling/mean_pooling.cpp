@@ -187,17 +187,14 @@ HostArrays MeanPoolingKernel::inputs(const Invocation& inv, std::uint64_t seed) 
 Invocation MeanPoolingKernel::from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
                                          const nlohmann::json& options) const {
   const std::string k(name());
-  for (const auto& [n, _] : sizes)
-    if (n != "batch" && n != "seq" && n != "dim") throw InvalidArgument(k + " has no size '" + n + "' (sizes: batch, seq, dim)");
-  for (const char* required : {"batch", "seq", "dim"})
-    if (!sizes.count(required)) throw InvalidArgument(k + " needs size '" + required + "' (sizes: batch, seq, dim)");
+  const RecipeSizes size(k, sizes, size_names(), "batch, seq, dim");
+  const std::int64_t b = size("batch", -1), s = size("seq", -1), d = size("dim", -1);
   bool packed = false;
   for (const auto& [key, v] : options.items()) {
     if (key != "packed") throw InvalidArgument(k + " has no option '" + key + "' (options: packed)");
     if (!v.is_boolean()) throw InvalidArgument(k + " option 'packed' must be a boolean, got " + v.dump());
     packed = v.get<bool>();
   }
-  const std::int64_t b = sizes.at("batch"), s = sizes.at("seq"), d = sizes.at("dim");
   const TensorSpec tok = packed ? TensorSpec{{b * s, d}, dtype} : TensorSpec{{b, s, d}, dtype};
   const TensorSpec cu = packed ? TensorSpec{{b + 1}, DType::i32} : absent();
   const TensorSpec pool{{b, d}, dtype};

@@ -16,6 +16,7 @@
 
 #include "backends/opencl/opencl_device.hpp"
 #include "ejk/error.hpp"
+#include "mla_attention/device_space.hpp"
 #include "mla_attention/impls.hpp"
 #include "mla_attention/mla_attention.hpp"
 
@@ -46,28 +47,12 @@ class OpenCLMlaDecode final : public Implementation {
   std::vector<std::string> sources() const override { return {source_key}; }
 
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
-    ParamSpace s;
-    s.param("threads", {64, 128, 256})
-        .param("heads_per_group", {1, 2, 4, 8, 16})
-        .param("block_n", {4, 8, 16, 32})
-        .param("splits", {1, 2, 4, 8, 16, 32})
-        .constraint("heads % heads_per_group == 0")
-        // A staged tile lies within one page.
-        .constraint("block_size % block_n == 0")
-        .constraint("threads <= max_workgroup_size")
-        // More work-items than o_lat columns only idle in the accumulation.
-        .constraint("threads == 64 || threads <= kv_lora_rank")
-        // The group's queries, scores and reduction space in f32, and a tile as stored (rows
-        // padded by one 32-bit word).
-        .constraint("(heads_per_group * (kv_lora_rank + rope_dim) + heads_per_group * block_n + threads"
-                    " + 3 * heads_per_group) * 4 + block_n * (kv_lora_rank + rope_dim + 4 / dtype_size) * dtype_size"
-                    " <= local_mem")
-        // Accumulators stay in registers.
-        .constraint("heads_per_group * ((kv_lora_rank + threads - 1) / threads) <= 32")
-        .constraint("splits == 1 || splits * block_n <= max_context")
-        .bind(MlaDecodeKernel().vars(inv))
-        .bind(device_vars(dev));
-    return s;
+    // The group's queries, scores and reduction space in f32, and a tile as stored (rows padded
+    // by one 32-bit word).
+    return device_space(inv, dev,
+                        "(heads_per_group * (kv_lora_rank + rope_dim) + heads_per_group * block_n + threads"
+                        " + 3 * heads_per_group) * 4 + block_n * (kv_lora_rank + rope_dim + 4 / dtype_size) * dtype_size"
+                        " <= local_mem");
   }
 
   // GPUs: the most heads per staged tile that local memory and registers allow (the cache is

@@ -1,0 +1,35 @@
+#pragma once
+// mla_decode's parameter space on the device backends (OpenCL, Vulkan): both run the same three
+// passes with the same tiling and differ only in how a staged tile is laid out in local memory.
+#include <string_view>
+
+#include "ejk/kernel.hpp"
+#include "mla_attention/mla_attention.hpp"
+
+namespace ejk::kernels::mla_attention {
+
+// threads: work-items per group; heads_per_group: heads sharing each staged tile of cache rows;
+// block_n: cache rows per tile; splits: parts of the context, merged by log-sum-exp.
+// `local_mem_fit` is the backend's constraint that a group's staging fits in local memory.
+inline ParamSpace device_space(const Invocation& inv, const DeviceInfo& dev, std::string_view local_mem_fit) {
+  ParamSpace s;
+  s.param("threads", {64, 128, 256})
+      .param("heads_per_group", {1, 2, 4, 8, 16})
+      .param("block_n", {4, 8, 16, 32})
+      .param("splits", {1, 2, 4, 8, 16, 32})
+      .constraint("heads % heads_per_group == 0")
+      // A staged tile lies within one page.
+      .constraint("block_size % block_n == 0")
+      .constraint("threads <= max_workgroup_size")
+      // More work-items than o_lat columns only idle in the accumulation.
+      .constraint("threads == 64 || threads <= kv_lora_rank")
+      .constraint(local_mem_fit)
+      // Accumulators stay in registers.
+      .constraint("heads_per_group * ((kv_lora_rank + threads - 1) / threads) <= 32")
+      .constraint("splits == 1 || splits * block_n <= max_context")
+      .bind(MlaDecodeKernel().vars(inv))
+      .bind(device_vars(dev));
+  return s;
+}
+
+}  // namespace ejk::kernels::mla_attention
