@@ -85,14 +85,21 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void attention_mer
     wc_l[i] = wc;
   }
   barrier(CLK_LOCAL_MEM_FENCE);
-  const int end = (r0 + nr) * dim;
-  for (int e = r0 * dim + lid * VEC; e < end; e += THREADS * VEC) {
-    const int i = e / dim - r0;
+  if (dim == 0) return;
+  // The work-item's row i and column col advance by a whole step per iteration: no division in
+  // the loop.
+  const int step = THREADS * VEC, drow = step / dim, dcol = step % dim, end = (r0 + nr) * dim;
+  int i = lid * VEC / dim, col = lid * VEC % dim;
+  for (int e = r0 * dim + lid * VEC; e < end; e += step) {
     const float wa = wa_l[i], wc = wc_l[i];
-    if (wa < 0.f) continue;
-    VF x = (VF)(0.f);
-    if (wa != 0.f) x = XCAT(LOAD_, OUT_T)(out, e) * wa;
-    if (wc != 0.f) x += XCAT(LOAD_, PART_T)(part, e) * wc;
-    XCAT(STORE_, OUT_T)(x, out, e);
+    if (wa >= 0.f) {
+      VF x = (VF)(0.f);
+      if (wa != 0.f) x = XCAT(LOAD_, OUT_T)(out, e) * wa;
+      if (wc != 0.f) x += XCAT(LOAD_, PART_T)(part, e) * wc;
+      XCAT(STORE_, OUT_T)(x, out, e);
+    }
+    i += drow;
+    col += dcol;
+    if (col >= dim) col -= dim, ++i;
   }
 }

@@ -129,14 +129,24 @@ void main() {
     wc_s[i] = wc;
   }
   barrier();
-  const uint end = (r0 + nr) * pc.dim;
-  for (uint e = r0 * pc.dim + lid * VEC; e < end; e += THREADS * VEC) {
-    const uint i = e / pc.dim - r0;
+  if (pc.dim == 0u) return;
+  // The invocation's row i and column col advance by a whole step per iteration: no division in
+  // the loop.
+  const uint step = THREADS * VEC, drow = step / pc.dim, dcol = step % pc.dim, end = (r0 + nr) * pc.dim;
+  uint i = lid * VEC / pc.dim, col = lid * VEC % pc.dim;
+  for (uint e = r0 * pc.dim + lid * VEC; e < end; e += step) {
     const float wa = wa_s[i], wc = wc_s[i];
-    if (wa < 0.0) continue;
-    vec4 x = vec4(0.0);
-    if (wa != 0.0) x = load_out(e, pc.out_dtype) * wa;
-    if (wc != 0.0) x += load_part(e, pc.part_dtype) * wc;
-    store_out(e, pc.out_dtype, x);
+    if (wa >= 0.0) {
+      vec4 x = vec4(0.0);
+      if (wa != 0.0) x = load_out(e, pc.out_dtype) * wa;
+      if (wc != 0.0) x += load_part(e, pc.part_dtype) * wc;
+      store_out(e, pc.out_dtype, x);
+    }
+    i += drow;
+    col += dcol;
+    if (col >= pc.dim) {
+      col -= pc.dim;
+      ++i;
+    }
   }
 }

@@ -66,7 +66,12 @@ void narrow(const float* src, std::int64_t n, void* base, DType t, std::int64_t 
   }
   auto* p = static_cast<std::uint16_t*>(base) + i;
   if (t == DType::bf16) {
-    for (std::int64_t c = 0; c < n; ++c) p[c] = f32_to_bf16(src[c]);
+    // f32_to_bf16 inline (round to nearest even, NaN kept quiet), so that the loop vectorises.
+    for (std::int64_t c = 0; c < n; ++c) {
+      const auto f = std::bit_cast<std::uint32_t>(src[c]);
+      const auto rounded = static_cast<std::uint16_t>((f + 0x7fffu + ((f >> 16) & 1u)) >> 16);
+      p[c] = (f & 0x7fffffffu) > 0x7f800000u ? static_cast<std::uint16_t>((f >> 16) | 0x40u) : rounded;
+    }
     return;
   }
 #if defined(__x86_64__)
