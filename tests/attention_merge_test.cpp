@@ -78,6 +78,8 @@ TEST_P(AttentionMerge, MatchesReferenceForEveryDtypePair) {
   check(ctx, {1, 9, 2, 7}, DType::f32, DType::f32, 3, "head_dim 7");
   check(ctx, {1, 3, 2, 1200}, DType::bf16, DType::f16, 4, "head_dim 1200");
   check(ctx, {2, 40, 4, 2}, DType::f16, DType::f32, 5, "head_dim 2");
+  // Rows without elements still merge their log-sum-exps.
+  check(ctx, {2, 9, 3, 0}, DType::f32, DType::f16, 6, "head_dim 0");
 }
 
 TEST_P(AttentionMerge, EveryConfigOfTheSpaceAgrees) {

@@ -36,13 +36,13 @@ Config device_heuristic(const Invocation& inv, const DeviceInfo& dev, bool gpu) 
   };
   Config best;
   double best_used = -1;
-  const std::vector<std::int64_t> order = gpu ? std::vector<std::int64_t>{256, 128, 64} : std::vector<std::int64_t>{64, 128, 256};
-  for (std::int64_t threads : order) {
+  for (std::int64_t threads : {256, 128, 64}) {
     const Config c{{"threads", threads}, {"vec", vec}};
     if (!s.admits(c)) continue;
-    // On GPUs a larger group is worth it only while there are groups for every compute unit.
+    // A larger group is worth it only while there are groups for every compute unit (a few per
+    // unit on GPUs, two per core on CPU-hosted drivers).
     const std::int64_t groups = ceil_div(p.rows(), rows_per_group(threads, vec, D));
-    const bool few = gpu && threads > 64 && groups < 4 * cus;
+    const bool few = threads > 64 && groups < (gpu ? 4 : 2) * cus;
     const double u = used(threads) - (few ? 0.5 : 0.0);
     if (u > best_used + 1e-9) best = c, best_used = u;
   }

@@ -12,8 +12,8 @@ namespace ejk::kernels::attention_merge {
 // threads: work-items per group; vec: elements per work-item, loaded and stored as one vector.
 ParamSpace device_space(const Invocation& inv, const DeviceInfo& dev);
 // The widest vector head_dim allows; of the group sizes, the one that leaves the fewest
-// work-items idle (GPUs: the largest of equals while there are a few groups per compute unit;
-// CPU-hosted drivers such as PoCL and lavapipe: the smallest).
+// work-items idle, the largest of equals while there are groups for every compute unit (four
+// per unit on GPUs, two per core on CPU-hosted drivers such as PoCL and lavapipe).
 Config device_heuristic(const Invocation& inv, const DeviceInfo& dev, bool gpu);
 // Throws InvalidArgument for a config the kernels cannot run (one that did not come from the space).
 void check_config(std::string_view where, const Config& c, const Problem& p);
