@@ -85,7 +85,7 @@ TEST_P(AttentionMerge, MatchesReferenceForEveryDtypePair) {
 TEST_P(AttentionMerge, EveryConfigOfTheSpaceAgrees) {
   Context ctx(GetParam());
   for (const Shape& x : {Shape{2, 5, 3, 64}, Shape{3, 4, 2, 6}})
-    for (auto [o, q] : {std::pair{DType::f32, DType::f32}, std::pair{DType::f16, DType::f32}}) {
+    for (auto [o, q] : {std::pair{DType::f32, DType::f32}, std::pair{DType::f16, DType::f32}, std::pair{DType::bf16, DType::f16}}) {
       const std::string what = to_string(x) + " " + std::string(to_string(o)) + " out";
       const Invocation inv = am::invocation({x, o}, {lse_shape(x), DType::f32}, {x, q}, {lse_shape(x), DType::f32});
       const auto& impl = Registry::global().implementation(inv, ctx.device().info());
