@@ -1,4 +1,6 @@
 // Every built-in kernel and its implementations.
+#include "attention_merge/attention_merge.hpp"
+#include "attention_merge/impls.hpp"
 #include "block_sparse_attention/block_sparse_attention.hpp"
 #include "block_sparse_attention/impls.hpp"
 #include "decode_attention/impls.hpp"
@@ -108,6 +110,14 @@ void register_builtin_kernels(Registry& r) {
                     kernels::ragged_decode_attention::engine);
   add_decode_kernel(r, std::make_shared<kernels::ragged_page_attention::RaggedPageAttentionKernel>(),
                     kernels::ragged_page_attention::engine);
+  r.add(std::make_shared<kernels::attention_merge::AttentionMergeKernel>());
+  r.add(kernels::attention_merge::cpu_implementation());
+#ifdef EJK_HAVE_OPENCL
+  r.add(kernels::attention_merge::opencl_implementation());
+#endif
+#ifdef EJK_HAVE_VULKAN
+  r.add(kernels::attention_merge::vulkan_implementation());
+#endif
   for (auto dir : {kernels::mean_pooling::Direction::forward, kernels::mean_pooling::Direction::backward}) {
     r.add(std::make_shared<kernels::mean_pooling::MeanPoolingKernel>(dir));
     r.add(kernels::mean_pooling::cpu_implementation(dir));

@@ -1,5 +1,6 @@
 #pragma once
-// Flash attention of the C++ API, forward and backward, through the context's executor.
+// Flash attention of the C++ API, forward and backward, and the merge of partial attention
+// results, through the context's executor.
 // Semantics (masks, alignment, dropout, sinks, packed input) are defined in
 // kernels/flash_attention/flash_attention.hpp and described in docs/kernels/flash_attention.md.
 //
@@ -69,5 +70,15 @@ AttentionGrads flash_attention_bwd(const Context& ctx, const Tensor& q, const Te
 void flash_attention_bwd(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                          const Tensor& dout, const Tensor& lse, const AttentionGrads& grads,
                          const AttentionOptions& options = {});
+
+// Merges a partial attention result (part, part_lse), computed over another set of keys, into
+// the accumulator (out, lse) in place by log-sum-exp: out = out * exp(lse - m) + part *
+// exp(part_lse - m), lse = m = log(exp(lse) + exp(part_lse)). out and part are [batch, seq, heads,
+// head_dim] (or packed [total, heads, head_dim]) of f32, f16 or bf16, their dtypes may differ;
+// lse and part_lse f32 [batch, heads, seq] ([heads, total]), as flash_attention returns them.
+// Rows whose lse is -inf take part as it is and never read out (which may be uninitialised):
+// merging into an f16 out with lse -inf converts. docs/kernels/attention_merge.md.
+void attention_merge(const Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& part, const Tensor& part_lse,
+                     const std::optional<Config>& config = {});
 
 }  // namespace ejk

@@ -1,0 +1,159 @@
+// attention_merge on the native CPU backend, over the device's thread pool. A task is a block of
+// block_rows rows; each row's weights come from merge_weights, its elements go through f32
+// scratch rows (16-bit storage widened and narrowed a row at a time, through F16C where the
+// processor has it) so that the merge itself is one vectorised loop.
+#include <algorithm>
+#include <bit>
+#include <memory>
+#include <string>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "attention_merge/attention_merge.hpp"
+#include "attention_merge/impls.hpp"
+#include "backends/cpu/cpu_device.hpp"
+#include "ejk/error.hpp"
+
+namespace ejk::kernels::attention_merge {
+namespace {
+
+#if defined(__x86_64__)
+bool has_f16c() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+}
+
+__attribute__((target("avx2,f16c"))) void widen_f16c(const std::uint16_t* p, std::int64_t n, float* dst) {
+  std::int64_t c = 0;
+  for (; c + 8 <= n; c += 8) _mm256_storeu_ps(dst + c, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + c))));
+  for (; c < n; ++c) dst[c] = f16_to_f32(p[c]);
+}
+
+__attribute__((target("avx2,f16c"))) void narrow_f16c(const float* src, std::int64_t n, std::uint16_t* p) {
+  std::int64_t c = 0;
+  for (; c + 8 <= n; c += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p + c), _mm256_cvtps_ph(_mm256_loadu_ps(src + c), _MM_FROUND_TO_NEAREST_INT));
+  for (; c < n; ++c) p[c] = f32_to_f16(src[c]);
+}
+
+const bool f16c = has_f16c();
+#endif
+
+// dst[0..n) = elements i..i+n of a storage array.
+void widen(const void* base, DType t, std::int64_t i, std::int64_t n, float* dst) {
+  if (t == DType::f32) {
+    std::copy_n(static_cast<const float*>(base) + i, n, dst);
+    return;
+  }
+  const auto* p = static_cast<const std::uint16_t*>(base) + i;
+  if (t == DType::bf16) {
+    for (std::int64_t c = 0; c < n; ++c) dst[c] = std::bit_cast<float>(std::uint32_t{p[c]} << 16);
+    return;
+  }
+#if defined(__x86_64__)
+  if (f16c) return widen_f16c(p, n, dst);
+#endif
+  for (std::int64_t c = 0; c < n; ++c) dst[c] = f16_to_f32(p[c]);
+}
+
+void narrow(const float* src, std::int64_t n, void* base, DType t, std::int64_t i) {
+  if (t == DType::f32) {
+    std::copy_n(src, n, static_cast<float*>(base) + i);
+    return;
+  }
+  auto* p = static_cast<std::uint16_t*>(base) + i;
+  if (t == DType::bf16) {
+    // f32_to_bf16 inline (round to nearest even, NaN kept quiet), so that the loop vectorises.
+    for (std::int64_t c = 0; c < n; ++c) {
+      const auto f = std::bit_cast<std::uint32_t>(src[c]);
+      const auto rounded = static_cast<std::uint16_t>((f + 0x7fffu + ((f >> 16) & 1u)) >> 16);
+      p[c] = (f & 0x7fffffffu) > 0x7f800000u ? static_cast<std::uint16_t>((f >> 16) | 0x40u) : rounded;
+    }
+    return;
+  }
+#if defined(__x86_64__)
+  if (f16c) return narrow_f16c(src, n, p);
+#endif
+  for (std::int64_t c = 0; c < n; ++c) p[c] = f32_to_f16(src[c]);
+}
+
+class CpuAttentionMerge final : public Implementation {
+ public:
+  std::string_view kernel() const override { return kernel_.name(); }
+  Backend backend() const override { return Backend::cpu; }
+  std::vector<ArgDef> args() const override { return kernel_.args(); }
+
+  ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
+    ParamSpace s;
+    s.param("block_rows", {4, 16, 64, 256})
+        // Of the blocks that hold every row (one task), only the smallest.
+        .constraint("block_rows == 4 || block_rows / 4 < rows")
+        .bind(kernel_.vars(inv))
+        .bind(device_vars(dev));
+    return s;
+  }
+
+  // Tasks of about 16k elements (scratch and rows in L1/L2), but at least a few per thread.
+  Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
+    const Problem p = Problem::of(inv);
+    const ParamSpace s = space(inv, dev);
+    const std::int64_t threads = std::max<std::int64_t>(1, dev.compute_units);
+    for (std::int64_t br : {256, 64, 16, 4}) {
+      Config c{{"block_rows", br}};
+      if (br > 4 && (br * p.head_dim > 16384 || p.rows() < 4 * threads * br)) continue;
+      if (s.admits(c)) return c;
+    }
+    return {{"block_rows", 4}};
+  }
+
+  void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
+    const Problem p = Problem::of(inv);
+    const std::int64_t br = config.get("block_rows");
+    if (br <= 0) throw InvalidArgument("attention_merge cpu: config " + config.canonical() + " needs a positive block_rows");
+    // Rows without elements (head_dim 0) still merge their log-sum-exps.
+    if (p.rows() == 0) return;
+    void* out = ejk::cpu::cpu_buffer(args[arg::out].buffer()).data();
+    auto* lse = ejk::cpu::cpu_buffer(args[arg::lse].buffer()).as<float>();
+    const void* part = ejk::cpu::cpu_buffer(args[arg::part].buffer()).data();
+    const auto* part_lse = ejk::cpu::cpu_buffer(args[arg::part_lse].buffer()).as<float>();
+    const std::int64_t D = p.head_dim, rows = p.rows();
+    ejk::cpu::cpu_device(device).pool().parallel_for(ceil_div(rows, br), [&](std::int64_t task) {
+      thread_local std::vector<float> acc, add;
+      acc.resize(static_cast<std::size_t>(D));
+      add.resize(static_cast<std::size_t>(D));
+      for (std::int64_t r = task * br; r < std::min(rows, (task + 1) * br); ++r) {
+        const std::int64_t li = p.lse_index(r);
+        const Weights w = merge_weights(lse[li], part_lse[li]);
+        if (w.wa < 0) continue;
+        lse[li] = w.lse;
+        float* a = acc.data();
+        const float wa = w.wa, wc = w.wc;
+        if (wa != 0) {
+          widen(out, p.out_dtype, r * D, D, a);
+          for (std::int64_t i = 0; i < D; ++i) a[i] *= wa;
+        } else {
+          std::fill_n(a, D, 0.f);
+        }
+        if (wc != 0) {
+          float* c = add.data();
+          widen(part, p.part_dtype, r * D, D, c);
+          for (std::int64_t i = 0; i < D; ++i) a[i] += c[i] * wc;
+        }
+        narrow(a, D, out, p.out_dtype, r * D);
+      }
+    });
+  }
+
+ private:
+  static std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+  AttentionMergeKernel kernel_;
+};
+
+}  // namespace
+
+std::shared_ptr<const Implementation> cpu_implementation() { return std::make_shared<CpuAttentionMerge>(); }
+
+}  // namespace ejk::kernels::attention_merge

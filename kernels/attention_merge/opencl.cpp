@@ -1,0 +1,57 @@
+// attention_merge on OpenCL: attention_merge.cl's kernel, one group per rows_per_group rows
+// (space.hpp). Work-items, elements per work-item and both dtypes are -D options; sizes are
+// kernel arguments, so one program serves every shape.
+#include <memory>
+#include <string>
+
+#include "attention_merge/impls.hpp"
+#include "attention_merge/space.hpp"
+#include "backends/opencl/opencl_device.hpp"
+#include "ejk/error.hpp"
+
+namespace ejk::kernels::attention_merge {
+namespace {
+
+constexpr const char* source_key = "attention_merge/attention_merge.cl";
+
+int dtype_code(DType t) { return t == DType::f32 ? 0 : t == DType::f16 ? 1 : 2; }
+
+class OpenCLAttentionMerge final : public Implementation {
+ public:
+  std::string_view kernel() const override { return kernel_.name(); }
+  Backend backend() const override { return Backend::opencl; }
+  std::vector<ArgDef> args() const override { return kernel_.args(); }
+  std::vector<std::string> sources() const override { return {source_key}; }
+
+  ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override { return device_space(inv, dev); }
+  Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
+    return device_heuristic(inv, dev, (opencl::device_type(dev) & CL_DEVICE_TYPE_CPU) == 0);
+  }
+
+  void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
+    const Problem p = Problem::of(inv);
+    check_config("attention_merge on OpenCL", config, p);
+    if (p.rows() == 0) return;
+    auto& dev = opencl::opencl_device(device);
+    const std::int64_t threads = config.get("threads"), vec = config.get("vec");
+    const std::string options = " -DTHREADS=" + std::to_string(threads) + " -DVEC=" + std::to_string(vec) +
+                                " -DOUT_T=" + std::to_string(dtype_code(p.out_dtype)) +
+                                " -DPART_T=" + std::to_string(dtype_code(p.part_dtype));
+    const std::int64_t rpg = rows_per_group(threads, vec, p.head_dim);
+    const auto t = static_cast<std::size_t>(threads);
+    const int rows = static_cast<int>(p.rows()), seq = static_cast<int>(p.seq), heads = static_cast<int>(p.heads),
+              dim = static_cast<int>(p.head_dim), per_group = static_cast<int>(rpg);
+    dev.launch(*dev.kernel(source_key, options, "attention_merge"),
+               opencl::Range(static_cast<std::size_t>(ceil_div(p.rows(), rpg)) * t), opencl::Range(t), args[arg::out],
+               args[arg::lse], args[arg::part], args[arg::part_lse], rows, seq, heads, dim, per_group);
+  }
+
+ private:
+  AttentionMergeKernel kernel_;
+};
+
+}  // namespace
+
+std::shared_ptr<const Implementation> opencl_implementation() { return std::make_shared<OpenCLAttentionMerge>(); }
+
+}  // namespace ejk::kernels::attention_merge
