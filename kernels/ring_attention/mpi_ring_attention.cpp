@@ -2,8 +2,9 @@
 // across MPI ranks. Key/value blocks circulate rank -> rank + 1 through host memory (GPU-aware
 // MPI is not assumed); each step posts the next block's receive and this block's send, then
 // attends the block in hand on a worker thread while this thread drives MPI's progress, so the
-// transfer hides behind the compute. Partial results merge through the log-sum-exp (forward);
-// dk/dv travel with their block and reach its owner after a full turn (backward).
+// transfer hides behind the compute. Partial results merge through the log-sum-exp on the device
+// (attention_merge, forward); dk/dv travel with their block and reach its owner after a full
+// turn, summed in f32 on the host (backward).
 #include "ejk/ring_attention.hpp"
 
 #include <algorithm>
@@ -322,7 +323,7 @@ void pass_block(const Ring& ring, int step, std::vector<std::byte> (&buf)[2], Re
   reqs.add(b);
 }
 
-// Runs fn(i) for i in [0, n) in contiguous chunks on a few threads: the host merges of a GPU
+// Runs fn(i) for i in [0, n) in contiguous chunks on a few threads: the backward's host sums of a GPU
 // rank are the ring's largest host cost. Half the cores (a host usually runs a rank per GPU), at
 // most 8; one thread, inline, on small machines or for small n.
 template <class Fn>
@@ -371,11 +372,18 @@ AttentionOutput ring_attention(const Context& ctx, const Tensor& q, const Tensor
   st.wait_s = since(t_call);  // the collective check waits for the slowest rank to arrive
   st.steps = ring.size;
   const std::int64_t lq = ring.len[static_cast<std::size_t>(ring.rank)];
-  const std::size_t rows = static_cast<std::size_t>(ring.batch * ring.heads * lq), D = static_cast<std::size_t>(ring.head_dim);
+  const std::size_t rows = static_cast<std::size_t>(ring.batch * ring.heads * lq);
 
-  // Running output and log-sum-exp of this shard's queries, in double on the host.
-  std::vector<double> acc(rows * D, 0.0), acc_lse(rows, -std::numeric_limits<double>::infinity());
-  AttentionOutput part{ctx.empty(q.shape(), q.dtype()), ctx.empty(Shape{ring.batch, ring.heads, lq}, DType::f32)};
+  // Running output (f32) and log-sum-exp of this shard's queries, on the device: attention_merge
+  // folds in each block's result. Rows start at -inf, which it reads as "nothing yet".
+  const Shape lse_shape{ring.batch, ring.heads, lq};
+  auto minus_inf = [&] {
+    Tensor t = ctx.empty(lse_shape, DType::f32);
+    t.write(std::vector<float>(rows, -std::numeric_limits<float>::infinity()));
+    return t;
+  };
+  const Tensor acc = ctx.empty(q.shape(), DType::f32), acc_lse = minus_inf();
+  AttentionOutput part{ctx.empty(q.shape(), q.dtype()), ctx.empty(lse_shape, DType::f32)};
   BlockTensors blocks{ctx, ring, {}};
   std::string failure;
 
@@ -398,28 +406,11 @@ AttentionOutput ring_attention(const Context& ctx, const Tensor& q, const Tensor
         const AttentionOptions bo = ring.block_options(s);
         st.compute_s += overlapped(reqs, [&] {
           flash_attention(ctx, q, kv.first, kv.second, part.out, part.lse, bo);
+          attention_merge(ctx, acc, acc_lse, part.out, part.lse);
           ctx.device().synchronize();
         });
         ++st.blocks;
         st.flops += head_flops(ring) * static_cast<double>(pairs);
-        // Merge: m = logaddexp(lse_a, lse_b), out = out_a e^(lse_a - m) + out_b e^(lse_b - m); while
-        // the messages may still be in flight.
-        t0 = Clock::now();
-        const std::vector<double> o = part.out.read(), l = part.lse.read();
-        host_parallel(static_cast<std::int64_t>(rows), [&](std::int64_t row) {
-          // lse row (b, h, i) of the [batch, heads, seq] layout; out row (b, i, h).
-          const std::int64_t b = row / (ring.heads * lq), h = row / lq % ring.heads, i = row % lq;
-          const std::size_t li = static_cast<std::size_t>(row);
-          const double la = acc_lse[li], lb = l[li];
-          if (std::isinf(lb)) return;  // this block is masked whole for the row
-          const double m = std::isinf(la) ? lb : std::max(la, lb) + std::log1p(std::exp(-std::fabs(la - lb)));
-          const double wa = std::isinf(la) ? 0.0 : std::exp(la - m), wb = std::exp(lb - m);
-          double* a = &acc[static_cast<std::size_t>(((b * lq + i) * ring.heads + h)) * D];
-          const double* x = &o[static_cast<std::size_t>(((b * lq + i) * ring.heads + h)) * D];
-          for (std::size_t d = 0; d < D; ++d) a[d] = a[d] * wa + x[d] * wb;
-          acc_lse[li] = m;
-        });
-        st.host_s += since(t0);
       } catch (const std::exception& e) {
         failure = std::string(name) + ": rank " + std::to_string(ring.rank) + ": " + e.what();
       }
@@ -432,11 +423,16 @@ AttentionOutput ring_attention(const Context& ctx, const Tensor& q, const Tensor
   settle(ring, name, failure);
   st.wait_s += since(t0);
 
+  // The result in q's dtype: merged into an empty output whose rows are all -inf, acc comes out
+  // rounded once, with its lse. Every row was written: its own block holds its diagonal key.
   t0 = Clock::now();
-  AttentionOutput r{ctx.empty(q.shape(), q.dtype()), part.lse};
-  r.out.write(acc);
-  r.lse.write(acc_lse);
-  st.host_s += since(t0);
+  AttentionOutput r{acc, acc_lse};
+  if (q.dtype() != DType::f32) {
+    r = {ctx.empty(q.shape(), q.dtype()), minus_inf()};
+    attention_merge(ctx, r.out, r.lse, acc, acc_lse);
+    ctx.device().synchronize();
+  }
+  st.compute_s += since(t0);
   st.total_s = since(t_call);
   if (stats) *stats = st;
   return r;

@@ -34,10 +34,12 @@ struct RingAttentionStats {
   int blocks = 0;           // key/value blocks this rank attended; blocks masked whole are skipped
   double flops = 0;         // of the attended blocks, counting only the unmasked (query, key) pairs
   double total_s = 0;       // the whole call
-  double compute_s = 0;     // flash attention on the device, overlapped with the messages in flight
+  double compute_s = 0;     // flash attention and the forward's merges on the device, overlapped
+                            // with the messages in flight
   double wait_s = 0;        // waiting for messages once a step's compute was done (communication not
                             // hidden), and for the other ranks at the collective checks on entry and exit
-  double host_s = 0;        // host <-> device copies and merging partial results on the host
+  double host_s = 0;        // host <-> device copies of blocks, and the backward's sums of partial
+                            // gradients on the host
 };
 
 // q [batch, seq_shard, heads, head_dim], k and v [batch, seq_shard, kv_heads, head_dim] (GQA);
