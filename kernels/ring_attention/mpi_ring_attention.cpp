@@ -290,13 +290,15 @@ void settle(const Ring& ring, const char* k, const std::string& failure) {
       throw Error(std::string(k) + ": rank " + std::to_string(r) + " failed: " + &all[static_cast<std::size_t>(r) * error_text]);
 }
 
+// This rank's k and v, back to back in one message buffer sized for the longest shard; empty
+// on a ring of one, where nothing travels.
 std::vector<std::byte> host_block(const Ring& ring, const Tensor& k, const Tensor& v) {
+  if (ring.size == 1) return {};
   const std::size_t half = static_cast<std::size_t>(ring.kv_elems(ring.rank)) * ring.esize();
   std::vector<std::byte> buf(2 * static_cast<std::size_t>(*std::max_element(ring.len.begin(), ring.len.end())) *
                              static_cast<std::size_t>(ring.batch * ring.kv_heads * ring.head_dim) * ring.esize());
-  auto kb = k.read_bytes(), vb = v.read_bytes();
-  std::memcpy(buf.data(), kb.data(), half);
-  std::memcpy(buf.data() + half, vb.data(), half);
+  k.device().read(k.buffer(), 0, buf.data(), half);
+  v.device().read(v.buffer(), 0, buf.data() + half, half);
   return buf;
 }
 
@@ -304,6 +306,15 @@ void upload(const Ring& ring, int s, const std::vector<std::byte>& buf, std::pai
   const std::size_t half = static_cast<std::size_t>(ring.kv_elems(s)) * ring.esize();
   kv.first.write_bytes(std::span<const std::byte>(buf.data(), half));
   kv.second.write_bytes(std::span<const std::byte>(buf.data() + half, half));
+}
+
+// Step s's key/value block on the device: this rank's own tensors, or the received one uploaded.
+std::pair<Tensor, Tensor> block(const Ring& ring, int s, const Tensor& k, const Tensor& v, const std::vector<std::byte>& buf,
+                                BlockTensors& blocks) {
+  if (s == ring.rank) return {k, v};
+  auto& kv = blocks.of(s);
+  upload(ring, s, buf, kv);
+  return kv;
 }
 
 // Posts this step's key/value transfer: the block in hand to the right, the next from the left.
@@ -358,6 +369,23 @@ void add_raw(float* out, const float* base, const std::vector<std::byte>& x, DTy
   });
 }
 
+// t = x (t.numel() f32 values), converted to t's dtype on a few threads.
+void write_raw(const Tensor& t, const float* x) {
+  const DType dt = t.dtype();
+  const std::size_t es = dtype_size(dt);
+  std::vector<std::byte> raw(static_cast<std::size_t>(t.numel()) * es);
+  host_parallel(t.numel(), [&](std::int64_t j) {
+    const auto i = static_cast<std::size_t>(j);
+    if (dt == DType::f32) {
+      std::memcpy(raw.data() + 4 * i, x + i, 4);
+    } else {
+      const std::uint16_t h = dt == DType::f16 ? f32_to_f16(x[i]) : f32_to_bf16(x[i]);
+      std::memcpy(raw.data() + 2 * i, &h, 2);
+    }
+  });
+  t.write_bytes(raw);
+}
+
 // Forward FLOPs per unmasked (query, key) pair over all batches and heads: q.k and p.v, 2 * D each.
 double head_flops(const Ring& ring) { return 4.0 * static_cast<double>(ring.batch * ring.heads * ring.head_dim); }
 
@@ -400,8 +428,7 @@ AttentionOutput ring_attention(const Context& ctx, const Tensor& q, const Tensor
     if (pairs > 0) {
       try {
         t0 = Clock::now();
-        auto& kv = blocks.of(s);
-        upload(ring, s, buf[step % 2], kv);
+        const std::pair<Tensor, Tensor> kv = block(ring, s, k, v, buf[step % 2], blocks);
         st.host_s += since(t0);
         const AttentionOptions bo = ring.block_options(s);
         st.compute_s += overlapped(reqs, [&] {
@@ -484,8 +511,7 @@ AttentionGrads ring_attention_bwd(const Context& ctx, const Tensor& q, const Ten
     if (pairs > 0) {
       try {
         t0 = Clock::now();
-        auto& kv = blocks.of(s);
-        upload(ring, s, buf[step % 2], kv);
+        const std::pair<Tensor, Tensor> kv = block(ring, s, k, v, buf[step % 2], blocks);
         auto it = dkv.find(ring.len[static_cast<std::size_t>(s)]);
         if (it == dkv.end())
           it = dkv.emplace(ring.len[static_cast<std::size_t>(s)], std::pair{ctx.empty(kv.first.shape(), ring.dtype),
@@ -549,9 +575,9 @@ AttentionGrads ring_attention_bwd(const Context& ctx, const Tensor& q, const Ten
   t0 = Clock::now();
   const std::size_t n = static_cast<std::size_t>(ring.kv_elems(ring.rank));
   AttentionGrads r{ctx.empty(q.shape(), q.dtype()), ctx.empty(k.shape(), k.dtype()), ctx.empty(v.shape(), v.dtype()), {}, {}};
-  r.dq.write(dq);
-  r.dk.write(std::span<const float>(grad_in.data(), n));
-  r.dv.write(std::span<const float>(grad_in.data() + n, n));
+  write_raw(r.dq, dq.data());
+  write_raw(r.dk, grad_in.data());
+  write_raw(r.dv, grad_in.data() + n);
   st.host_s += since(t0);
   st.total_s = since(t_call);
   if (stats) *stats = st;
