@@ -1,7 +1,6 @@
 #include "backends/opencl/opencl_device.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
 #include <string>
 
@@ -95,58 +94,13 @@ std::shared_ptr<Buffer> OpenCLDevice::allocate(std::size_t bytes) {
   return std::make_shared<ClBuffer>(std::move(mem), bytes);
 }
 
-// A buffer in host memory that the driver pinned (CL_MEM_ALLOC_HOST_PTR), mapped once.
-class OpenCLDevice::Staging {
- public:
-  static constexpr std::size_t chunk = std::size_t{32} << 20;
-  Staging(cl_context context, cl_command_queue queue) : queue_(queue) {
-    cl_int err = CL_SUCCESS;
-    mem_ = MemHandle(clCreateBuffer(context, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, chunk, nullptr, &err));
-    check(err, "clCreateBuffer(pinned staging)");
-    ptr_ = clEnqueueMapBuffer(queue_, mem_.get(), CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, chunk, 0, nullptr, nullptr, &err);
-    check(err, "clEnqueueMapBuffer(pinned staging)");
-  }
-  ~Staging() {
-    clEnqueueUnmapMemObject(queue_, mem_.get(), ptr_, 0, nullptr, nullptr);
-    clFinish(queue_);
-  }
-  Staging(const Staging&) = delete;
-  Staging& operator=(const Staging&) = delete;
-  std::byte* data() const { return static_cast<std::byte*>(ptr_); }
-
- private:
-  cl_command_queue queue_;
-  MemHandle mem_;
-  void* ptr_ = nullptr;
-};
-
-OpenCLDevice::Staging& OpenCLDevice::staging() {
-  if (!staging_) staging_ = std::make_unique<Staging>(context_.get(), queue_.get());
-  return *staging_;
-}
-
-// Runs move(at, n, pinned) over the transfer's chunks through the staging buffer; small
-// transfers call move once with null.
-template <class Move>
-void OpenCLDevice::staged(std::size_t bytes, Move move) {
-  if (bytes < (std::size_t{1} << 20)) return move(0, bytes, nullptr);
-  std::lock_guard lock(staging_mutex_);
-  std::byte* pinned = staging().data();
-  for (std::size_t at = 0; at < bytes; at += Staging::chunk) move(at, std::min(Staging::chunk, bytes - at), pinned);
-}
-
 void OpenCLDevice::write(Buffer& dst, std::size_t offset, const void* src, std::size_t bytes) {
   if (offset + bytes > dst.bytes())
     throw InvalidArgument("write of " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
                           " past the end of a buffer of " + std::to_string(dst.bytes()));
   if (bytes == 0) return;
-  staged(bytes, [&](std::size_t at, std::size_t n, std::byte* pinned) {
-    const auto* from = static_cast<const std::byte*>(src) + at;
-    if (pinned) std::memcpy(pinned, from, n);
-    check(clEnqueueWriteBuffer(queue_.get(), mem_of(dst), CL_TRUE, offset + at, n, pinned ? pinned : from, 0, nullptr,
-                               nullptr),
-          "clEnqueueWriteBuffer");
-  });
+  check(clEnqueueWriteBuffer(queue_.get(), mem_of(dst), CL_TRUE, offset, bytes, src, 0, nullptr, nullptr),
+        "clEnqueueWriteBuffer");
 }
 
 void OpenCLDevice::read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) {
@@ -154,13 +108,8 @@ void OpenCLDevice::read(const Buffer& src, std::size_t offset, void* dst, std::s
     throw InvalidArgument("read of " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
                           " past the end of a buffer of " + std::to_string(src.bytes()));
   if (bytes == 0) return;
-  staged(bytes, [&](std::size_t at, std::size_t n, std::byte* pinned) {
-    auto* to = static_cast<std::byte*>(dst) + at;
-    check(clEnqueueReadBuffer(queue_.get(), mem_of(src), CL_TRUE, offset + at, n, pinned ? pinned : to, 0, nullptr,
-                              nullptr),
-          "clEnqueueReadBuffer");
-    if (pinned) std::memcpy(to, pinned, n);
-  });
+  check(clEnqueueReadBuffer(queue_.get(), mem_of(src), CL_TRUE, offset, bytes, dst, 0, nullptr, nullptr),
+        "clEnqueueReadBuffer");
 }
 
 void OpenCLDevice::copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,

@@ -191,16 +191,6 @@ class OpenCLDevice final : public Device {
   std::mutex recording_mutex_;
   std::vector<Recording*> recordings_;
   std::atomic<int> recording_{0};
-
-  // Large host transfers of a GPU pass through a host buffer the driver pinned, in chunks: drivers
-  // move pageable memory at a fraction of the bus's rate (NVIDIA's OpenCL about 2 GB/s). Created
-  // on first use; declared last, so that it is unmapped while the queue still exists.
-  class Staging;
-  Staging& staging();
-  template <class Move>
-  void staged(std::size_t bytes, Move move);
-  std::mutex staging_mutex_;
-  std::unique_ptr<Staging> staging_;
 };
 
 // The OpenCL device behind a Device reference; throws DeviceError naming the device when it
