@@ -290,16 +290,36 @@ void settle(const Ring& ring, const char* k, const std::string& failure) {
       throw Error(std::string(k) + ": rank " + std::to_string(r) + " failed: " + &all[static_cast<std::size_t>(r) * error_text]);
 }
 
-// This rank's k and v, back to back in one message buffer sized for the longest shard; empty
-// on a ring of one, where nothing travels.
-std::vector<std::byte> host_block(const Ring& ring, const Tensor& k, const Tensor& v) {
-  if (ring.size == 1) return {};
+// Host buffers of one thread's calls, kept between calls: fresh allocations of these sizes
+// (hundreds of MB at long shards) cost their page faults again on every call.
+struct Scratch {
+  std::vector<std::byte> msg[2];  // key/value blocks: the one in hand and the next
+  std::vector<std::byte> raw;     // a tensor's bytes on their way to or from the device
+  std::vector<float> dq, grad_in, grad_out;
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+// This rank's k and v, back to back in message buffers sized for the longest shard; nothing on a
+// ring of one, where nothing travels.
+void host_block(const Ring& ring, const Tensor& k, const Tensor& v, std::vector<std::byte> (&buf)[2]) {
+  if (ring.size == 1) return;
   const std::size_t half = static_cast<std::size_t>(ring.kv_elems(ring.rank)) * ring.esize();
-  std::vector<std::byte> buf(2 * static_cast<std::size_t>(*std::max_element(ring.len.begin(), ring.len.end())) *
-                             static_cast<std::size_t>(ring.batch * ring.kv_heads * ring.head_dim) * ring.esize());
-  k.device().read(k.buffer(), 0, buf.data(), half);
-  v.device().read(v.buffer(), 0, buf.data() + half, half);
-  return buf;
+  const std::size_t most = 2 * static_cast<std::size_t>(*std::max_element(ring.len.begin(), ring.len.end())) *
+                           static_cast<std::size_t>(ring.batch * ring.kv_heads * ring.head_dim) * ring.esize();
+  buf[0].resize(most);
+  buf[1].resize(most);
+  k.device().read(k.buffer(), 0, buf[0].data(), half);
+  v.device().read(v.buffer(), 0, buf[0].data() + half, half);
+}
+
+// t's bytes in its storage dtype, read into `into`.
+const std::vector<std::byte>& read_raw(const Tensor& t, std::vector<std::byte>& into) {
+  into.resize(t.bytes());
+  t.device().read(t.buffer(), 0, into.data(), t.bytes());
+  return into;
 }
 
 void upload(const Ring& ring, int s, const std::vector<std::byte>& buf, std::pair<Tensor, Tensor>& kv) {
@@ -372,8 +392,8 @@ void add_raw(float* out, const float* base, const std::vector<std::byte>& x, DTy
 // t = x (t.numel() f32 values), converted to t's dtype on a few threads.
 void write_raw(const Tensor& t, const float* x) {
   const DType dt = t.dtype();
-  const std::size_t es = dtype_size(dt);
-  std::vector<std::byte> raw(static_cast<std::size_t>(t.numel()) * es);
+  std::vector<std::byte>& raw = scratch().raw;
+  raw.resize(t.bytes());
   host_parallel(t.numel(), [&](std::int64_t j) {
     const auto i = static_cast<std::size_t>(j);
     if (dt == DType::f32) {
@@ -416,8 +436,8 @@ AttentionOutput ring_attention(const Context& ctx, const Tensor& q, const Tensor
   std::string failure;
 
   auto t0 = Clock::now();
-  std::vector<std::byte> buf[2] = {host_block(ring, k, v), {}};
-  buf[1].resize(buf[0].size());
+  auto& buf = scratch().msg;
+  host_block(ring, k, v, buf);
   st.host_s += since(t0);
 
   for (int step = 0; step < ring.size; ++step) {
@@ -477,18 +497,23 @@ AttentionGrads ring_attention_bwd(const Context& ctx, const Tensor& q, const Ten
   const std::int64_t most = *std::max_element(ring.len.begin(), ring.len.end());
   const std::size_t block_floats = static_cast<std::size_t>(ring.batch * most * ring.kv_heads * ring.head_dim);
 
-  std::vector<float> dq(static_cast<std::size_t>(q.numel()), 0.f);
+  // Every element of these is written before it is read: dq by the first block's sum, grad_out
+  // each step, grad_in by its message.
+  std::vector<float>& dq = scratch().dq;
+  dq.resize(static_cast<std::size_t>(q.numel()));
   bool dq_seen = false;
   // dk then dv of the block in hand, summed over the ranks it has visited (f32 on the wire).
-  std::vector<float> grad_in(2 * block_floats, 0.f), grad_out(2 * block_floats, 0.f);
+  std::vector<float>&grad_in = scratch().grad_in, &grad_out = scratch().grad_out;
+  grad_in.resize(2 * block_floats);
+  grad_out.resize(2 * block_floats);
   AttentionGrads part{ctx.empty(q.shape(), q.dtype()), {}, {}, {}, {}};
   std::map<std::int64_t, std::pair<Tensor, Tensor>> dkv;  // per shard length
   BlockTensors blocks{ctx, ring, {}};
   std::string failure;
 
   auto t0 = Clock::now();
-  std::vector<std::byte> buf[2] = {host_block(ring, k, v), {}};
-  buf[1].resize(buf[0].size());
+  auto& buf = scratch().msg;
+  host_block(ring, k, v, buf);
   st.host_s += since(t0);
 
   auto grad_count = [&](int s) { return static_cast<int>(2 * ring.kv_elems(s)); };
@@ -528,7 +553,7 @@ AttentionGrads ring_attention_bwd(const Context& ctx, const Tensor& q, const Ten
         ++st.blocks;
         st.flops += 2.5 * head_flops(ring) * static_cast<double>(pairs);
         t0 = Clock::now();
-        add_raw(dq.data(), dq_seen ? dq.data() : nullptr, part.dq.read_bytes(), ring.dtype, q.numel());
+        add_raw(dq.data(), dq_seen ? dq.data() : nullptr, read_raw(part.dq, scratch().raw), ring.dtype, q.numel());
         dq_seen = true;
         st.host_s += since(t0);
         computed = true;
@@ -544,8 +569,8 @@ AttentionGrads ring_attention_bwd(const Context& ctx, const Tensor& q, const Ten
     // This block's sums so far: none at step 0, else what the left neighbour sent.
     const float* base = step == 0 ? nullptr : grad_in.data();
     if (computed) {
-      add_raw(grad_out.data(), base, part.dk.read_bytes(), ring.dtype, static_cast<std::int64_t>(n));
-      add_raw(grad_out.data() + n, base ? base + n : nullptr, part.dv.read_bytes(), ring.dtype, static_cast<std::int64_t>(n));
+      add_raw(grad_out.data(), base, read_raw(part.dk, scratch().raw), ring.dtype, static_cast<std::int64_t>(n));
+      add_raw(grad_out.data() + n, base ? base + n : nullptr, read_raw(part.dv, scratch().raw), ring.dtype, static_cast<std::int64_t>(n));
     } else if (base) {
       std::copy(grad_in.begin(), grad_in.begin() + static_cast<std::ptrdiff_t>(2 * n), grad_out.begin());
     } else {
