@@ -35,45 +35,6 @@ DType parse_dtype(std::string_view name) {
 
 bool is_float(DType t) { return t != DType::i32; }
 
-std::uint16_t f32_to_f16(float x) {
-  const std::uint32_t f = std::bit_cast<std::uint32_t>(x);
-  const std::uint32_t sign = (f >> 16) & 0x8000u;
-  const std::uint32_t abs = f & 0x7fffffffu;
-  if (abs >= 0x7f800000u)  // inf or nan
-    return static_cast<std::uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u));
-  if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // overflow -> inf
-  if (abs < 0x38800000u) {                                                     // subnormal or zero
-    // Adding 0.5 makes the FPU do the round-to-nearest-even shift into the subnormal range.
-    const float magic = std::bit_cast<float>(0x3f000000u);
-    const float r = std::bit_cast<float>(abs) + magic;
-    return static_cast<std::uint16_t>(sign | (std::bit_cast<std::uint32_t>(r) - 0x3f000000u));
-  }
-  std::uint32_t mant_odd = (abs >> 13) & 1u;
-  std::uint32_t v = abs + 0xc8000fffu + mant_odd;  // rebias exponent (-112 << 23) and round
-  return static_cast<std::uint16_t>(sign | (v >> 13));
-}
-
-float f16_to_f32(std::uint16_t h) {
-  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
-  const std::uint32_t exp = (h >> 10) & 0x1fu;
-  const std::uint32_t mant = h & 0x3ffu;
-  if (exp == 0) {
-    const float v = std::ldexp(static_cast<float>(mant), -24);
-    return std::bit_cast<float>(std::bit_cast<std::uint32_t>(v) | sign);
-  }
-  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));
-  return std::bit_cast<float>(sign | ((exp + 112) << 23) | (mant << 13));
-}
-
-std::uint16_t f32_to_bf16(float x) {
-  std::uint32_t f = std::bit_cast<std::uint32_t>(x);
-  if ((f & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((f >> 16) | 0x40u);
-  f += 0x7fffu + ((f >> 16) & 1u);
-  return static_cast<std::uint16_t>(f >> 16);
-}
-
-float bf16_to_f32(std::uint16_t h) { return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16); }
-
 std::vector<std::byte> encode(DType t, std::span<const double> values) {
   std::vector<std::byte> out(values.size() * dtype_size(t));
   for (std::size_t i = 0; i < values.size(); ++i) {
