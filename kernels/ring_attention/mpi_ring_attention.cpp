@@ -218,8 +218,12 @@ Ring agree(const char* k, const Tensor& q, const Tensor& kk, const Tensor& v, co
   return ring;
 }
 
-// Outstanding requests of one step; completed by wait() or test().
+// Outstanding requests of one step; completed by wait() or test(). Open MPI moves a large
+// shared-memory message a fragment per call, so the calls' rate sets the transfer's: with a GPU
+// doing the compute, the polls spin (`spin`); with CPU devices, whose threads the cores are for,
+// they pause between tests.
 struct Requests {
+  bool spin = false;
   std::vector<MPI_Request> r;
   void add(MPI_Request q) { r.push_back(q); }
   bool test() {
@@ -234,7 +238,7 @@ struct Requests {
   // that the wait is for. A short burst of tests first keeps the latency of quick messages low.
   void wait() {
     for (int i = 0; !test(); ++i)
-      if (i >= 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
+      if (i >= 64 && !spin) std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
   // On the way out of an error: the buffers these requests use are about to go.
   ~Requests() {
@@ -252,7 +256,7 @@ double overlapped(Requests& reqs, Work work) {
     return since(t0);
   });
   bool comm_done = reqs.r.empty();
-  while (task.wait_for(std::chrono::microseconds(comm_done ? 1000 : 50)) != std::future_status::ready)
+  while (task.wait_for(std::chrono::microseconds(comm_done ? 1000 : reqs.spin ? 0 : 50)) != std::future_status::ready)
     if (!comm_done) comm_done = reqs.test();
   return task.get();
 }
@@ -416,6 +420,7 @@ AttentionOutput ring_attention(const Context& ctx, const Tensor& q, const Tensor
   constexpr const char* name = "ring_attention";
   const auto t_call = Clock::now();
   const Ring ring = agree(name, q, k, v, nullptr, nullptr, nullptr, comm, options);
+  const bool spin = ctx.device().info().backend != Backend::cpu;
   RingAttentionStats st;
   st.wait_s = since(t_call);  // the collective check waits for the slowest rank to arrive
   st.steps = ring.size;
@@ -442,7 +447,7 @@ AttentionOutput ring_attention(const Context& ctx, const Tensor& q, const Tensor
 
   for (int step = 0; step < ring.size; ++step) {
     const int s = ring.src(step);
-    Requests reqs;
+    Requests reqs{.spin = spin, .r = {}};
     pass_block(ring, step, buf, reqs);
     const std::int64_t pairs = failure.empty() ? ring.pairs(s) : 0;
     if (pairs > 0) {
@@ -491,6 +496,7 @@ AttentionGrads ring_attention_bwd(const Context& ctx, const Tensor& q, const Ten
   constexpr const char* name = "ring_attention_bwd";
   const auto t_call = Clock::now();
   const Ring ring = agree(name, q, k, v, &out, &dout, &lse, comm, options);
+  const bool spin = ctx.device().info().backend != Backend::cpu;
   RingAttentionStats st;
   st.wait_s = since(t_call);  // the collective check waits for the slowest rank to arrive
   st.steps = ring.size;
@@ -519,7 +525,7 @@ AttentionGrads ring_attention_bwd(const Context& ctx, const Tensor& q, const Ten
   auto grad_count = [&](int s) { return static_cast<int>(2 * ring.kv_elems(s)); };
   for (int step = 0; step < ring.size; ++step) {
     const int s = ring.src(step);
-    Requests reqs;
+    Requests reqs{.spin = spin, .r = {}};
     pass_block(ring, step, buf, reqs);
     if (step > 0) {
       // The left neighbour's sums for this block arrive while we compute; ours for the block of
@@ -580,7 +586,7 @@ AttentionGrads ring_attention_bwd(const Context& ctx, const Tensor& q, const Ten
   }
   // The last block handled is the right neighbour's, now complete; ours comes from the left.
   if (ring.size > 1) {
-    Requests reqs;
+    Requests reqs{.spin = spin, .r = {}};
     MPI_Request a, b;
     check_mpi(MPI_Irecv(grad_in.data(), grad_count(ring.rank), MPI_FLOAT, ring.left(), grad_tag, ring.comm, &a), "MPI_Irecv");
     reqs.add(a);
