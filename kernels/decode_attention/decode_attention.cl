@@ -232,27 +232,21 @@ __kernel __attribute__((reqd_work_group_size(T, 1, 1))) void decode_partial(
   }
 }
 
-// One work-item per (row = token * heads + head, V consecutive d): merge the splits by
-// log-sum-exp. V = 4 (decode_reduce4) where head_dim is a multiple of 4, so that every access is
-// a vector; else 1 (decode_reduce).
-#define REDUCE_BODY(V)                                                                           \
-  const int d = get_global_id(0) * V;                                                           \
-  const size_t row = get_global_id(1);                                                          \
-  if (d >= head_dim) return;                                                                    \
-  const int owned = (flags & VARLEN) ? q_loc[num_seqs] : tokens;                                \
-  if (row >= (size_t)owned * heads) return;                                                     \
-  const int h = row % heads;                                                                    \
-  __global const float* ml = part_ml + row * splits * 2;                                        \
-  const float sink = (flags & SINKS) ? load(sinks, sinks_dtype, h) * 1.44269504088896340736f : NEG; \
-  float M = sink;                                                                               \
-  for (int c = 0; c < splits; ++c) M = fmax(M, ml[2 * c]);                                      \
-  float L = (flags & SINKS) ? exp2(sink - M) : 0.0f;
-
+// One work-item per (row = token * heads + head, d): merge the splits by log-sum-exp.
 __kernel void decode_reduce(__global const float* part_acc, __global const float* part_ml, __global const uchar* sinks,
                             __global uchar* out, __global const int* q_loc, int dtype, int sinks_dtype, int flags,
                             int num_seqs, int tokens, int heads, int head_dim, int splits) {
-  REDUCE_BODY(1)
-  float a = 0.0f;
+  const int d = get_global_id(0);
+  const size_t row = get_global_id(1);
+  if (d >= head_dim) return;
+  const int owned = (flags & VARLEN) ? q_loc[num_seqs] : tokens;
+  if (row >= (size_t)owned * heads) return;
+  const int h = row % heads;
+  __global const float* ml = part_ml + row * splits * 2;
+  const float sink = (flags & SINKS) ? load(sinks, sinks_dtype, h) * 1.44269504088896340736f : NEG;
+  float M = sink;
+  for (int c = 0; c < splits; ++c) M = fmax(M, ml[2 * c]);
+  float L = (flags & SINKS) ? exp2(sink - M) : 0.0f, a = 0.0f;
   for (int c = 0; c < splits; ++c) {
     const float w = exp2(ml[2 * c] - M);
     L += ml[2 * c + 1] * w;
@@ -260,30 +254,6 @@ __kernel void decode_reduce(__global const float* part_acc, __global const float
   }
   // No key seen: a is 0 whatever L holds (a sink alone).
   store(out, dtype, row * head_dim + d, L > 0.0f ? a / L : 0.0f);
-}
-
-__kernel void decode_reduce4(__global const float* part_acc, __global const float* part_ml, __global const uchar* sinks,
-                             __global uchar* out, __global const int* q_loc, int dtype, int sinks_dtype, int flags,
-                             int num_seqs, int tokens, int heads, int head_dim, int splits) {
-  REDUCE_BODY(4)
-  float4 a = (float4)(0.0f);
-  for (int c = 0; c < splits; ++c) {
-    const float w = exp2(ml[2 * c] - M);
-    L += ml[2 * c + 1] * w;
-    a += vload4(0, part_acc + (row * splits + c) * head_dim + d) * w;
-  }
-  const float4 o = L > 0.0f ? a / L : (float4)(0.0f);
-  const size_t i = row * head_dim + d;
-  if (dtype == 0) {
-    vstore4(o, 0, (__global float*)out + i);
-  } else if (dtype == 1) {
-    vstore_half4_rte(o, 0, (__global half*)out + i);
-  } else {
-    store(out, dtype, i, o.x);
-    store(out, dtype, i + 1, o.y);
-    store(out, dtype, i + 2, o.z);
-    store(out, dtype, i + 3, o.w);
-  }
 }
 
 #ifdef KPT

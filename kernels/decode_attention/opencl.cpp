@@ -145,8 +145,7 @@ class OpenCLDecode final : public Implementation {
       options += " -DKPT=" + std::to_string(stream_kpt(bk, dm, threads)) + " -DDT=" + std::to_string(dtype_code(e.dtype)) +
                  " -DPG=" + std::to_string(e.layout == Layout::paged ? 1 : 0) + " -DVEC=" + std::to_string(e.head_dim % 8 == 0 ? 1 : 0);
     auto partial = dev.kernel(source_key, options, stream ? "decode_stream" : "decode_partial");
-    const std::int64_t vec = e.head_dim % 4 == 0 ? 4 : 1;
-    auto reduce = dev.kernel(source_key, options, vec == 4 ? "decode_reduce4" : "decode_reduce");
+    auto reduce = dev.kernel(source_key, options, "decode_reduce");
 
     const std::int64_t parts = std::max<std::int64_t>(1, e.tokens * e.heads * splits);
     auto acc = dev.allocate(static_cast<std::size_t>(parts * e.head_dim) * 4);
@@ -172,11 +171,11 @@ class OpenCLDecode final : public Implementation {
                  dtype_code(e.dtype), flags, i32(e.num_seqs), i32(e.heads), i32(e.kv_heads), i32(e.head_dim),
                  i32(e.block_size), i32(e.max_blocks), i32(e.num_blocks), i32(e.seq_len), i32(splits), i32(e.window),
                  qscale, cap2);
-    const std::int64_t dlocal = std::min<std::int64_t>(dm / vec, 64), items = (e.head_dim + vec - 1) / vec;
+    const std::int64_t dlocal = std::min<std::int64_t>(dm, 64);
     const DType sinks_dtype = e.sinks ? args[static_cast<std::size_t>(e.at.sinks)].dtype() : DType::f32;
     if (e.tokens > 0)
       dev.launch(*reduce,
-                 opencl::Range(static_cast<std::size_t>((items + dlocal - 1) / dlocal * dlocal),
+                 opencl::Range(static_cast<std::size_t>((e.head_dim + dlocal - 1) / dlocal * dlocal),
                                static_cast<std::size_t>(e.tokens * e.heads)),
                  opencl::Range(static_cast<std::size_t>(dlocal), 1), *acc, *ml, arg(e.at.sinks), arg(e.at.out),
                  arg(e.at.q_loc), dtype_code(e.dtype), dtype_code(sinks_dtype), flags, i32(e.num_seqs), i32(e.tokens),
