@@ -219,9 +219,9 @@ Ring agree(const char* k, const Tensor& q, const Tensor& kk, const Tensor& v, co
 }
 
 // Outstanding requests of one step; completed by wait() or test(). Open MPI moves a large
-// shared-memory message a fragment per call, so the calls' rate sets the transfer's: with a GPU
-// doing the compute, the polls spin (`spin`); with CPU devices, whose threads the cores are for,
-// they pause between tests.
+// shared-memory message a fragment per call, so the calls' rate sets the transfer's: with a
+// discrete GPU doing the compute, the polls spin (`spin`); with devices that compute on the host's
+// cores (the CPU backend, PoCL, lavapipe), they pause between tests.
 struct Requests {
   bool spin = false;
   std::vector<MPI_Request> r;
@@ -420,7 +420,7 @@ AttentionOutput ring_attention(const Context& ctx, const Tensor& q, const Tensor
   constexpr const char* name = "ring_attention";
   const auto t_call = Clock::now();
   const Ring ring = agree(name, q, k, v, nullptr, nullptr, nullptr, comm, options);
-  const bool spin = ctx.device().info().backend != Backend::cpu;
+  const bool spin = ctx.device().info().discrete;  // the compute leaves the host's cores free
   RingAttentionStats st;
   st.wait_s = since(t_call);  // the collective check waits for the slowest rank to arrive
   st.steps = ring.size;
@@ -496,7 +496,7 @@ AttentionGrads ring_attention_bwd(const Context& ctx, const Tensor& q, const Ten
   constexpr const char* name = "ring_attention_bwd";
   const auto t_call = Clock::now();
   const Ring ring = agree(name, q, k, v, &out, &dout, &lse, comm, options);
-  const bool spin = ctx.device().info().backend != Backend::cpu;
+  const bool spin = ctx.device().info().discrete;  // the compute leaves the host's cores free
   RingAttentionStats st;
   st.wait_s = since(t_call);  // the collective check waits for the slowest rank to arrive
   st.steps = ring.size;
