@@ -76,6 +76,28 @@ bool find_block(int blk, int flags, int num_seqs, __global const int* q_loc, int
   return blk >= first && start < end;
 }
 
+// The query block `blk` (find_block) and its rows' visible keys [lo_row, hi_row): query i of a
+// sequence's qlen tokens sits at pos = kv_end - qlen + i and sees kv_begin..pos, or the last
+// `window` of them; rows past the block's nq tokens see none. Rows are (token, query head of
+// kv head) pairs, G heads a token. False when the block holds no query.
+bool block_rows(int blk, int tid, int G, int flags, int num_seqs, int window, __global const int* q_loc,
+                __global const int* kv_begin, __global const int* kv_end, __local int* lo_row, __local int* hi_row,
+                int* s, int* t0, int* nq) {
+  int qlen;
+  if (!find_block(blk, flags, num_seqs, q_loc, s, t0, nq, &qlen)) return false;
+  const int kve = kv_end[*s];
+  const int kvb = (flags & HAS_BEGIN) ? kv_begin[*s] : 0;
+  const int i0 = *t0 - ((flags & VARLEN) ? q_loc[*s] : *s);
+  for (int r = tid; r < R; r += T) {
+    const int qi = r / G;
+    const int pos = kve - qlen + i0 + qi;
+    const bool valid = qi < *nq;
+    lo_row[r] = valid ? (window > 0 ? max(kvb, pos - window + 1) : kvb) : 0;
+    hi_row[r] = valid ? pos + 1 : 0;
+  }
+  return true;
+}
+
 // Four consecutive elements of a row from element i (zeros past n): one vector load where n is
 // a multiple of 4 (rows then start at multiples of 4), else element by element.
 float4 load_quad(__global const uchar* base, int dtype, size_t i, int d, int n) {
@@ -106,19 +128,11 @@ __kernel __attribute__((reqd_work_group_size(T, 1, 1))) void decode_partial(
   const int split = get_group_id(0), g = get_group_id(1), blk = get_group_id(2);
   const int tid = get_local_id(0);
   const int G = heads / kv_heads;
-  int s, t0, nq, qlen;
-  if (!find_block(blk, flags, num_seqs, q_loc, &s, &t0, &nq, &qlen)) return;
-  const int kve = kv_end[s];
-  const int kvb = (flags & HAS_BEGIN) ? kv_begin[s] : 0;
-  const int i0 = t0 - ((flags & VARLEN) ? q_loc[s] : s);
+  int s, t0, nq;
+  if (!block_rows(blk, tid, G, flags, num_seqs, window, q_loc, kv_begin, kv_end, lo_row, hi_row, &s, &t0, &nq)) return;
   const int nd4 = (head_dim + 3) / 4;
 
   for (int r = tid; r < R; r += T) {
-    const int qi = r / G;
-    const int pos = kve - qlen + i0 + qi;
-    const bool valid = qi < nq;
-    lo_row[r] = valid ? (window > 0 ? max(kvb, pos - window + 1) : kvb) : 0;
-    hi_row[r] = valid ? pos + 1 : 0;
     m_row[r] = NEG;
     l_row[r] = 0.0f;
   }
@@ -323,19 +337,8 @@ __kernel __attribute__((reqd_work_group_size(T, 1, 1))) void decode_stream(
   const int split = get_group_id(0), g = get_group_id(1), blk = get_group_id(2);
   const int tid = get_local_id(0), c = tid % DS, kg = tid / DS;
   const int G = R / BQ;  // heads / kv_heads, known here at compile time
-  int s, t0, nq, qlen;
-  if (!find_block(blk, flags, num_seqs, q_loc, &s, &t0, &nq, &qlen)) return;
-  const int kve = kv_end[s];
-  const int kvb = (flags & HAS_BEGIN) ? kv_begin[s] : 0;
-  const int i0 = t0 - ((flags & VARLEN) ? q_loc[s] : s);
-
-  for (int r = tid; r < R; r += T) {
-    const int qi = r / G;
-    const int pos = kve - qlen + i0 + qi;
-    const bool valid = qi < nq;
-    lo_row[r] = valid ? (window > 0 ? max(kvb, pos - window + 1) : kvb) : 0;
-    hi_row[r] = valid ? pos + 1 : 0;
-  }
+  int s, t0, nq;
+  if (!block_rows(blk, tid, G, flags, num_seqs, window, q_loc, kv_begin, kv_end, lo_row, hi_row, &s, &t0, &nq)) return;
   barrier(CLK_LOCAL_MEM_FENCE);
   const int u0 = lo_row[0], u1 = hi_row[(nq - 1) * G];
   const int span = max(0, u1 - u0);
