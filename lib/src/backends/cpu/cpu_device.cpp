@@ -93,7 +93,8 @@ void CpuDevice::read(const Buffer& src, std::size_t offset, void* dst, std::size
 void CpuDevice::copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset, std::size_t bytes) {
   check_copy(src, src_offset, dst, dst_offset, bytes);
   if (bytes == 0) return;
-  std::memmove(cpu_buffer(dst).data() + dst_offset, cpu_buffer(src).data() + src_offset, bytes);
+  std::memmove(static_cast<char*>(cpu_buffer(dst).data()) + dst_offset,
+               static_cast<const char*>(cpu_buffer(src).data()) + src_offset, bytes);
 }
 
 double CpuDevice::time_ns(const std::function<void()>& work) {
