@@ -15,6 +15,7 @@
 #include "attention_merge/attention_merge.hpp"
 #include "attention_merge/impls.hpp"
 #include "backends/cpu/cpu_device.hpp"
+#include "backends/cpu/cpu_features.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::kernels::attention_merge {
@@ -23,7 +24,7 @@ namespace {
 #if defined(__x86_64__)
 bool has_f16c() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return __builtin_cpu_supports("avx2") && cpu::has_f16c();
 }
 
 __attribute__((target("avx2,f16c"))) void widen_f16c(const std::uint16_t* p, std::int64_t n, float* dst) {

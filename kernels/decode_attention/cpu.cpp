@@ -14,6 +14,7 @@
 #endif
 
 #include "backends/cpu/cpu_device.hpp"
+#include "backends/cpu/cpu_features.hpp"
 #include "decode_attention/engine.hpp"
 #include "decode_attention/impls.hpp"
 #include "ejk/error.hpp"
@@ -34,7 +35,7 @@ __attribute__((target("avx,f16c"))) void f16_row_f16c(const std::uint16_t* src, 
 bool has_f16c() {
   static const bool yes = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+    return cpu::has_f16c();
   }();
   return yes;
 }

@@ -15,6 +15,7 @@
 #endif
 
 #include "backends/cpu/cpu_device.hpp"
+#include "backends/cpu/cpu_features.hpp"
 #include "ejk/error.hpp"
 #include "mean_pooling/impls.hpp"
 
@@ -24,7 +25,7 @@ namespace {
 bool has_f16c() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return __builtin_cpu_supports("avx2") && cpu::has_f16c();
 #else
   return false;
 #endif

@@ -17,6 +17,7 @@
 #endif
 
 #include "backends/cpu/cpu_device.hpp"
+#include "backends/cpu/cpu_features.hpp"
 #include "ejk/error.hpp"
 #include "mla_attention/impls.hpp"
 #include "mla_attention/mla_attention.hpp"
@@ -27,7 +28,7 @@ namespace {
 bool has_avx2_f16c() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu::has_f16c();
 #else
   return false;
 #endif
