@@ -529,7 +529,9 @@ Invocation recipe_invocation(bool backward, const std::map<std::string, std::int
   Options o;
   o.block_q = o.block_k = 64;
   bool segments = false;
-  for (const auto& [key, v] : options.items()) {
+  for (const auto& item : options.items()) {
+    const std::string& key = item.key();  // names lambdas can capture (Clang < 16: no bindings)
+    const nlohmann::json& v = item.value();
     auto want = [&](bool ok, const char* what) {
       if (!ok) throw InvalidArgument(k + " option '" + key + "' must be " + what + ", got " + v.dump());
     };

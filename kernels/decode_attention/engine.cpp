@@ -61,7 +61,8 @@ std::int64_t integer_option(const std::string& kernel, const nlohmann::json& fro
 
 void known_keys(const std::string& kernel, const nlohmann::json& from, const char* kind,
                 std::initializer_list<const char*> allowed) {
-  for (const auto& [key, _] : from.items()) {
+  for (const auto& item : from.items()) {
+    const std::string& key = item.key();  // a name lambdas can capture (Clang < 16: no bindings)
     if (std::any_of(allowed.begin(), allowed.end(), [&](const char* a) { return key == a; })) continue;
     std::string names;
     for (const char* a : allowed) names += (names.empty() ? "" : ", ") + std::string(a);

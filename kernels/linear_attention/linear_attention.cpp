@@ -516,7 +516,9 @@ Invocation LinearAttentionKernel::from_sizes(const std::map<std::string, std::in
   const char* ht_name = backward_ ? "dht" : "final_state";
   const std::string options_list = std::string("reverse, initial_state, ") + ht_name + ", scale" +
                                    (light ? ", layer_idx, num_layers, slopes" : ", gates");
-  for (const auto& [key, val] : options.items()) {
+  for (const auto& item : options.items()) {
+    const std::string& key = item.key();  // names lambdas can capture (Clang < 16: no bindings)
+    const nlohmann::json& val = item.value();
     auto boolean = [&] {
       if (!val.is_boolean()) throw InvalidArgument(kname + " option '" + key + "' must be a boolean, got " + val.dump());
       return val.get<bool>();

@@ -130,7 +130,9 @@ Invocation RaggedDecodeAttentionKernel::from_sizes(const std::map<std::string, s
   const std::int64_t seq = size("seq", -1), kv_heads = size("kv_heads", heads);
   Options o;
   bool sinks = false;
-  for (const auto& [key, v] : options.items()) {
+  for (const auto& item : options.items()) {
+    const std::string& key = item.key();  // names lambdas can capture (Clang < 16: no bindings)
+    const nlohmann::json& v = item.value();
     auto want = [&](bool ok, const char* what) {
       if (!ok) throw InvalidArgument(std::string(kernel_name) + " option '" + key + "' must be " + what + ", got " + v.dump());
     };

@@ -160,7 +160,9 @@ Invocation RaggedPageAttentionKernel::from_sizes(const std::map<std::string, std
   Options o;
   o.max_q_len = q_len;
   bool sinks = false;
-  for (const auto& [key, v] : options.items()) {
+  for (const auto& item : options.items()) {
+    const std::string& key = item.key();  // names lambdas can capture (Clang < 16: no bindings)
+    const nlohmann::json& v = item.value();
     auto want = [&](bool ok, const char* what) {
       if (!ok) throw InvalidArgument(std::string(kernel_name) + " option '" + key + "' must be " + what + ", got " + v.dump());
     };

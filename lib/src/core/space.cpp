@@ -75,7 +75,8 @@ std::string ParamSpace::mismatch(const Config& c) const {
     ++active;
   }
   if (active != c.values().size()) {
-    for (const auto& [k, _] : c.values()) {
+    for (const auto& kv : c.values()) {
+      const std::string& k = kv.first;  // a name lambdas can capture (Clang < 16: no bindings)
       bool known = std::any_of(params_.begin(), params_.end(), [&](const Param& p) { return p.name == k; });
       if (!known) return "unknown parameter '" + k + "'";
     }
