@@ -5,8 +5,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <regex>
 
+#include "select_support.hpp"
 #include "support.hpp"
 
 namespace ejk {
@@ -39,8 +41,9 @@ class Cli : public ::testing::Test {
     return {std::istreambuf_iterator<char>(in), {}};
   }
 
-  Result ejk(const std::string& args) const {
-    std::string cmd = "cd " + dir_.string() + " && EJK_CACHE_DIR=" + path("cache") + " EJK_PROFILE_DIR=" + path("none") +
+  // `shell` runs before the program in the same shell (limits, traps).
+  Result ejk(const std::string& args, const std::string& shell = "") const {
+    std::string cmd = "cd " + dir_.string() + " && " + shell + " EJK_CACHE_DIR=" + path("cache") + " EJK_PROFILE_DIR=" + path("none") +
                       " " EJK_CLI_PATH " " + args + " 2>&1";
     Result r;
     FILE* p = popen(cmd.c_str(), "r");
@@ -205,6 +208,206 @@ TEST_F(Cli, BadBundlesAreRefusedAndTheCacheIsUntouched) {
   auto o = ejk("import other.json");
   EXPECT_NE(o.code, 0) << o.out;
   EXPECT_EQ(ejk("cache ls").out, before);
+}
+
+// Every refusal of a bundle: exit 5, the file named, and the cache's tables as they were, not
+// one row written (import validates every entry before the first write and merges in one
+// transaction).
+TEST_F(Cli, ImportIsAllOrNothingAndBelievesNothing) {
+  ASSERT_EQ(ejk("tune tiny.yaml").code, 0);
+  ASSERT_EQ(ejk("export -o good.json").code, 0);
+  const Bundle good = read_bundle(path("good.json"));
+  ASSERT_EQ(good.entries.size(), 2u);
+  ASSERT_EQ(ejk("cache rm 1").code, 0);  // good.entries[0] is no longer cached: an import would add it
+  const fs::path db = path("cache") + "/ejk.sqlite";
+  const std::string before = test::dump_tables(db);
+
+  auto bundle = [&](const std::string& name, const std::function<void(Bundle&)>& edit) {
+    Bundle b = good;
+    edit(b);
+    write_bundle(path(name), b);
+  };
+  auto text = [&](const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json j = nlohmann::json::parse(read("good.json"));
+    edit(j);
+    write(name, j.dump(1));
+  };
+  // A valid entry first, an invalid one after it.
+  bundle("tiny-median.json", [](Bundle& b) { b.entries[1].stats = {1e-300, 0, 1e-300, 15}; });
+  bundle("unknown-kernel.json", [](Bundle& b) { b.entries[1].kernel = "nosuchkernel"; });
+  text("schema-fraction.json", [](auto& j) { j["schema_version"] = 1.5; });
+  text("schema-wraps.json", [](auto& j) { j["schema_version"] = 4294967297ull; });
+  text("entries-object.json", [](auto& j) { j["entries"] = {{"a", j["entries"][0]}}; });
+  text("n-wraps.json", [](auto& j) { j["entries"][1]["stats"]["n"] = 4294967297ull; });
+  text("negative-iqr.json", [](auto& j) { j["entries"][1]["stats"]["iqr_ns"] = -1; });
+  text("string-median.json", [](auto& j) { j["entries"][1]["stats"]["median_ns"] = "1"; });
+  std::string g = read("good.json");
+  write("huge-number.json", std::regex_replace(g, std::regex("\"median_ns\": [0-9.e+]+"), "\"median_ns\": 1e400"));
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  write("deep.json", std::regex_replace(g, std::regex("\"config\": \\{"), "\"config\": {\"x\": " + deep + ", "));
+  const std::pair<std::string, std::string> cases[] = {
+      {"tiny-median.json", "a median of 1e-300 ns, below 1 ns"},
+      {"unknown-kernel.json", "kernels this ejk does not have (nosuchkernel)"},
+      {"schema-fraction.json", "schema_version must be an integer, got 1.5"},
+      {"schema-wraps.json", "bundle schema version 4294967297 is newer"},
+      {"entries-object.json", "'entries' must be an array, got an object"},
+      {"n-wraps.json", "entries[1] (matmul): malformed cache entry: 'n' must be an integer from 0 to 2147483647"},
+      {"negative-iqr.json", "'iqr_ns' must not be negative"},
+      {"string-median.json", "'median_ns' must be a number, got a string"},
+      {"huge-number.json", "1e400"},
+      {"deep.json", "nested deeper than 64 levels"},
+  };
+  for (const auto& [file, expected] : cases)
+    for (const char* merge : {"faster", "overwrite", "keep"}) {
+      SCOPED_TRACE(file + " --merge " + merge);
+      auto r = ejk("import " + file + " --any-device --merge " + merge);
+      EXPECT_EQ(r.code, 5) << r.out;
+      EXPECT_NE(r.out.find("ejk: " + file), std::string::npos) << r.out;
+      EXPECT_NE(r.out.find(expected), std::string::npos) << r.out;
+      EXPECT_EQ(test::dump_tables(db), before) << r.out;
+    }
+
+  // The local device's row comes from the machine: a bundle describing it otherwise changes nothing.
+  bundle("renamed.json", [](Bundle& b) {
+    b.devices[0].name = "Renamed by a bundle";
+    b.devices[0].architecture = "other";
+    for (auto& e : b.entries) e.stats = {e.stats.median_ns / 2, 0, e.stats.median_ns / 2, 5};
+  });
+  auto devices_rows = [&] {
+    std::string all = test::dump_tables(db);
+    return all.substr(0, all.find("entries:"));
+  };
+  const std::string devices_before = devices_rows();
+  auto r = ejk("import renamed.json --merge overwrite");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("1 added, 1 replaced"), std::string::npos) << r.out;
+  EXPECT_EQ(devices_rows(), devices_before);
+  EXPECT_EQ(devices_before.find("Renamed"), std::string::npos);
+
+  // Text from a bundle reaches the terminal escaped: a C1 control sequence introducer and a
+  // right-to-left override in an option of the signature.
+  bundle("controls.json", [](Bundle& b) {
+    auto sig = nlohmann::json::parse(b.entries[0].signature);
+    sig["options"]["note"] = "\xc2\x9b" "2J\xe2\x80\xae" "evil";
+    b.entries[0].signature = sig.dump();
+  });
+  ASSERT_EQ(ejk("import controls.json").code, 0);
+  for (const char* cmd : {"cache ls", "cache show note"}) {
+    auto shown = ejk(cmd);
+    EXPECT_EQ(shown.code, 0) << shown.out;
+    EXPECT_EQ(shown.out.find("\xc2\x9b"), std::string::npos) << cmd;
+    EXPECT_EQ(shown.out.find("\xe2\x80\xae"), std::string::npos) << cmd;
+    EXPECT_NE(shown.out.find("\\u009b2J\\u202eevil"), std::string::npos) << shown.out;
+  }
+}
+
+TEST_F(Cli, CacheEntryNumbersOutOfRangeAreUsageErrors) {
+  ASSERT_EQ(ejk("tune tiny.yaml").code, 0);
+  for (const char* cmd : {"cache show 12345678901234567890123", "cache rm 12345678901234567890123", "cache show 0",
+                          "cache rm 3", "cache show ''"}) {
+    SCOPED_TRACE(cmd);
+    auto r = ejk(cmd);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
+  }
+  EXPECT_NE(ejk("cache show 12345678901234567890123").out.find("no cache entry #12345678901234567890123"),
+            std::string::npos);
+  EXPECT_NE(ejk("cache show 3").out.find("has 2 entries, numbered 1 to 2"), std::string::npos) << ejk("cache show 3").out;
+  EXPECT_EQ(ejk("cache show nosuchpart").code, 3);
+  EXPECT_NE(ejk("cache ls").out.find("(2 entries)"), std::string::npos) << "nothing was removed";
+}
+
+TEST_F(Cli, TuneFailsWhenNothingCanBeStored) {
+  write("blocker", "a file where the cache folder would be\n");
+  auto r = ejk("--cache-dir blocker/cache tune tiny.yaml");
+  EXPECT_EQ(r.code, 5) << r.out;
+  EXPECT_NE(r.out.find("blocker/cache"), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, JsonOutputFailuresNameTheFileAndLeaveNoTemporaryFile) {
+  fs::create_directories(path("taken/inside"));
+  auto r = ejk("cache ls --json taken");
+  EXPECT_EQ(r.code, 5) << r.out;
+  EXPECT_NE(r.out.find("cannot write taken"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("Success"), std::string::npos) << r.out;
+  // A full disk, as a file size limit: writes fail with EFBIG.
+  auto full = ejk("run tiny.yaml --json out.json", "trap '' XFSZ && ulimit -f 2 &&");
+  EXPECT_EQ(full.code, 5) << full.out;
+  EXPECT_NE(full.out.find("cannot write out.json: File too large"), std::string::npos) << full.out;
+  for (const auto& f : fs::directory_iterator(dir_)) {
+    const std::string name = f.path().filename().string();
+    EXPECT_TRUE(name.find(".tmp") == std::string::npos && name.rfind("out.json", 0) != 0) << name;
+  }
+}
+
+TEST_F(Cli, BadProfilesAreReportedAndDoNotStopARun) {
+  fs::create_directories(path("none"));
+  // Complete but for a config nested 100,000 levels: it used to be read far enough to overflow the stack.
+  std::string deep;
+  for (int i = 0; i < 100000; ++i) deep += "{\"a\":";
+  deep += "1" + std::string(100000, '}');
+  write("none/deep.json",
+        R"({"schema_version": 1, "devices": [{"fingerprint": "f", "backend": "cpu", "vendor": "v", "name": "n",
+            "driver": "d", "architecture": "a"}], "sha256": "0",
+            "entries": [{"fingerprint": "f", "kernel": "matmul", "version": "1", "signature": "{}", "provenance": {},
+                         "stats": {"median_ns": 1, "iqr_ns": 0, "min_ns": 1, "n": 1}, "config": )" + deep + "}]}");
+  write("none/types.json", R"({"schema_version": 1, "devices": {}, "entries": "all", "sha256": 1})");
+  auto r = ejk("run tiny.yaml");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("skipping profile bundle " + path("none/deep.json")), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("skipping profile bundle " + path("none/types.json")), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, CompareRefusesMissingBenchmarksBadOptionsAndBadInputs) {
+  auto doc = [](const std::vector<std::string>& names, double scale) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& n : names) {
+      nlohmann::json samples = nlohmann::json::array();
+      for (int i = 0; i < 20; ++i) samples.push_back(scale * (1000.0 + 7 * (i % 5)));
+      rows.push_back({{"name", n}, {"real_time", scale}, {"time_unit", "us"}, {"samples_ns", samples}});
+    }
+    return nlohmann::json{{"benchmarks", rows}}.dump();
+  };
+  write("base.json", doc({"w", "x"}, 1.0));
+  write("renamed.json", doc({"w", "x2"}, 1.0));
+  write("twice.json", doc({"w", "x"}, 2.0));
+  write("none.json", doc({}, 1.0));
+  write("empty.json", "");
+  auto renamed = ejk("compare base.json renamed.json");
+  EXPECT_EQ(renamed.code, 2) << renamed.out;
+  EXPECT_TRUE(std::regex_search(renamed.out, std::regex("\nx +missing in new\n"))) << renamed.out;
+  EXPECT_NE(renamed.out.find("1 of 2 benchmarks of base.json have no samples in renamed.json"), std::string::npos)
+      << renamed.out;
+  EXPECT_EQ(ejk("compare base.json renamed.json --allow-missing").code, 0);
+  EXPECT_EQ(ejk("compare base.json none.json").code, 2);
+  EXPECT_EQ(ejk("compare base.json none.json --allow-missing").code, 2) << "nothing compared is no pass";
+  auto empty = ejk("compare base.json empty.json");
+  EXPECT_EQ(empty.code, 2) << empty.out;
+  EXPECT_NE(empty.out.find("empty.json:1:1: not valid JSON"), std::string::npos) << empty.out;
+  EXPECT_EQ(ejk("compare base.json missing.json").code, 5);
+
+  EXPECT_EQ(ejk("compare base.json twice.json").code, 1);
+  auto effect = ejk("compare base.json twice.json --min-effect 5");
+  EXPECT_EQ(effect.code, 2) << effect.out;
+  EXPECT_NE(effect.out.find("is a fraction"), std::string::npos) << effect.out;
+  EXPECT_NE(effect.out.find("0.05"), std::string::npos) << effect.out;
+  for (const char* alpha : {"nan", "0", "1", "-1", "inf"}) {
+    auto a = ejk(std::string("compare base.json twice.json --alpha ") + alpha);
+    EXPECT_EQ(a.code, 2) << alpha << ": " << a.out;
+  }
+
+  auto bad = nlohmann::json::parse(doc({"w"}, 1.0));
+  bad["benchmarks"][0]["samples_ns"] = "1000";
+  write("bad.json", bad.dump());
+  auto types = ejk("compare base.json bad.json");
+  EXPECT_EQ(types.code, 2) << types.out;
+  EXPECT_NE(types.out.find("bad.json: benchmarks[0] (w): 'samples_ns' must be an array"), std::string::npos) << types.out;
+  write("object.json", R"({"benchmarks": {"w": 1}})");
+  EXPECT_EQ(ejk("compare object.json base.json").code, 2);
+  write("huge.json", R"({"benchmarks": [{"name": "w", "real_time": 1e400}]})");
+  auto huge = ejk("compare base.json huge.json");
+  EXPECT_EQ(huge.code, 2) << huge.out;
+  EXPECT_NE(huge.out.find("huge.json:1:"), std::string::npos) << huge.out;
 }
 
 TEST_F(Cli, CompareFlagsASlowdownAndStaysQuietOnAA) {

@@ -2,12 +2,16 @@
 // belongs to the current version of an implementation this build has, so the profile tier can
 // use it. A change to a kernel's sources fails this test until its profiles are re-tuned
 // (profiles/README.md says how).
+#include <sys/stat.h>
+
 #include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "ejk/bundle.hpp"
 #include "ejk/executor.hpp"
 #include "ejk/registry.hpp"
+#include "select/profile.hpp"
 #include "select_support.hpp"
 #include "support.hpp"
 
@@ -83,6 +87,45 @@ TEST(Profiles, ShippedBundlesArePickedUpByTheProfileTier) {
   if (test::in_ci()) {
     EXPECT_GE(matched, 1) << "lavapipe's shipped bundle should match lavapipe";
   }
+}
+
+// A profile folder is read at the first selection of every program: whatever lies there, a bad
+// bundle is reported with its path and skipped, and the good ones still serve.
+TEST(Profiles, BadBundlesInTheProfileFolderAreSkippedWithTheirPath) {
+  test::TempDir dir;
+  for (const auto& entry : std::filesystem::directory_iterator(EJK_PROFILES_DIR))
+    if (entry.path().extension() == ".json") {
+      std::filesystem::copy_file(entry.path(), dir / entry.path().filename().string());
+      break;
+    }
+  const std::size_t shipped = select::ProfileStore({dir.path}).size();
+  ASSERT_GT(shipped, 0u);
+  std::string config;
+  for (int i = 0; i < 100000; ++i) config += "{\"a\":";
+  config += "1" + std::string(100000, '}');
+  const std::string deep =
+      R"({"schema_version": 1, "devices": [{"fingerprint": "f", "backend": "cpu", "vendor": "v", "name": "n",
+          "driver": "d", "architecture": "a"}], "sha256": "0",
+          "entries": [{"fingerprint": "f", "kernel": "matmul", "version": "1", "signature": "{}", "provenance": {},
+                       "stats": {"median_ns": 1, "iqr_ns": 0, "min_ns": 1, "n": 1}, "config": )" + config + "}]}";
+  const std::pair<std::string, std::string> bad[] = {
+      {"deep.json", deep},
+      {"types.json", R"({"schema_version": 1, "devices": [], "entries": {"a": 1}, "sha256": "0"})"},
+      {"huge.json", R"({"schema_version": 1, "x": 1e400})"},
+      {"empty.json", ""},
+      {"binary.json", std::string("\0\xff\xfe{[", 5)},
+  };
+  for (const auto& [name, text] : bad) std::ofstream(dir / name) << text;
+  ASSERT_EQ(::mkfifo((dir / "fifo.json").c_str(), 0644), 0);  // would block a reader forever
+  ::testing::internal::CaptureStderr();
+  const select::ProfileStore store({dir.path});
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(store.size(), shipped);
+  for (const auto& [name, text] : bad) {
+    const std::string path = (dir / name).string();
+    EXPECT_NE(err.find("skipping profile bundle " + path + ": " + path), std::string::npos) << name << "\n" << err;
+  }
+  EXPECT_NE(err.find("nested deeper than"), std::string::npos) << err;
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // A tiny "probe" kernel with a no-op implementation, a fake device with a chosen identity and
 // child processes: what the selector and cache tests are built on (with support.hpp).
 #include <spawn.h>
+#include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -189,6 +190,36 @@ inline int wait_for(Child& c) {
 #ifdef EJK_TEST_HELPER
 inline std::string helper_path() { return EJK_TEST_HELPER; }
 #endif
+
+// Every row of a cache's devices, entries and measurements tables as text, read behind the
+// library's back: equal before and after means a command left the cache untouched.
+inline std::string dump_tables(const std::filesystem::path& db) {
+  sqlite3* h = nullptr;
+  if (sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    sqlite3_close(h);
+    return "cannot open " + db.string();
+  }
+  std::string out;
+  for (const char* table : {"devices", "entries", "measurements"}) {
+    sqlite3_stmt* s = nullptr;
+    if (sqlite3_prepare_v2(h, (std::string("SELECT * FROM ") + table + " ORDER BY 1").c_str(), -1, &s, nullptr) !=
+        SQLITE_OK) {
+      out += std::string("no table ") + table + "\n";
+      continue;
+    }
+    out += std::string(table) + ":\n";
+    while (sqlite3_step(s) == SQLITE_ROW) {
+      for (int c = 0; c < sqlite3_column_count(s); ++c) {
+        const unsigned char* t = sqlite3_column_text(s, c);
+        out += (t ? reinterpret_cast<const char*>(t) : "NULL") + std::string("|");
+      }
+      out += "\n";
+    }
+    sqlite3_finalize(s);
+  }
+  sqlite3_close(h);
+  return out;
+}
 
 inline std::string read_file(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -1,10 +1,12 @@
 // ejk export and ejk import: move measured configs between machines as bundles.
+#include <filesystem>
 #include <map>
 #include <set>
 
 #include <fmt/core.h>
 
 #include "commands.hpp"
+#include "ejk/text.hpp"
 #include "report.hpp"
 
 namespace ejk::app {
@@ -71,16 +73,36 @@ void add_bundles(CLI::App& app, Globals& g) {
   im->add_flag("--any-device", imf->any_device, "also import entries for devices this machine does not have");
   im->add_flag("--dry-run", imf->dry_run, "report what would happen, change nothing");
   im->callback([imf, &g] {
-    Bundle b = read_bundle(imf->path);  // checks schema and checksum before anything is touched
-    std::set<std::string> local;
-    for (const auto& d : list_devices()) local.insert(d.fingerprint());
+    // Everything is checked before the cache is opened: the bundle's schema, checksum and every
+    // entry (read_bundle), then what this build can use; the merge is one transaction.
+    Bundle b = read_bundle(imf->path);
+    std::set<std::string> unknown;
+    for (const auto& e : b.entries)
+      if (!Registry::global().has(e.kernel)) unknown.insert(printable(e.kernel, 80));
+    if (!unknown.empty()) {
+      std::string names;
+      for (const auto& k : unknown) names += (names.empty() ? "" : ", ") + k;
+      throw IoError(imf->path + ": entries for kernels this ejk does not have (" + names + "); nothing imported");
+    }
+    // This machine's devices are described by the machine, never by a bundle.
+    std::map<std::string, DeviceRecord> local;
+    for (const auto& d : list_devices()) local.emplace(d.fingerprint(), DeviceRecord::of(d));
+    std::map<std::string, DeviceRecord> described;
+    for (const auto& d : b.devices) described[d.fingerprint] = d;
+    const std::string origin = printable(std::filesystem::path(imf->path).filename().string(), 200);
+    std::vector<CacheEntry> usable;
     std::map<std::string, DeviceRecord> devices;
-    for (const auto& d : b.devices) devices[d.fingerprint] = d;
-    std::vector<const CacheEntry*> usable;
     std::set<std::string> foreign;
     for (const auto& e : b.entries) {
-      if (imf->any_device || local.count(e.fingerprint)) usable.push_back(&e);
-      else foreign.insert(devices.count(e.fingerprint) ? devices[e.fingerprint].name : e.fingerprint);
+      const bool here = local.count(e.fingerprint) > 0;
+      if (!imf->any_device && !here) {
+        foreign.insert(printable(described[e.fingerprint].name.empty() ? e.fingerprint : described[e.fingerprint].name));
+        continue;
+      }
+      devices[e.fingerprint] = here ? local[e.fingerprint] : described[e.fingerprint];
+      CacheEntry copy = e;
+      copy.provenance.strategy = "import:" + origin + " (" + e.provenance.strategy + ")";
+      usable.push_back(std::move(copy));
     }
     if (usable.empty()) {
       std::string names;
@@ -88,26 +110,14 @@ void add_bundles(CLI::App& app, Globals& g) {
       throw InvalidArgument(imf->path + ": every entry is for a device not present here (" + names +
                             "); nothing imported (--any-device imports them anyway)");
     }
+    std::vector<DeviceRecord> records;
+    for (auto& [_, r] : devices) records.push_back(r);
+    const Merge policy = imf->merge == "overwrite" ? Merge::overwrite : imf->merge == "keep" ? Merge::keep : Merge::faster;
     auto cache = open_cache();
-    int added = 0, replaced = 0, kept = 0;
-    for (const CacheEntry* e : usable) {
-      auto existing = cache->get(e->key());
-      bool take = !existing || imf->merge == "overwrite" ||
-                  (imf->merge == "faster" && e->stats.median_ns < existing->stats.median_ns);
-      if (!take) {
-        ++kept;
-        continue;
-      }
-      (existing ? replaced : added)++;
-      if (imf->dry_run) continue;
-      CacheEntry copy = *e;
-      copy.provenance.strategy = "import:" + std::filesystem::path(imf->path).filename().string() + " (" +
-                                 e->provenance.strategy + ")";
-      cache->put(copy, {}, devices.count(e->fingerprint) ? std::optional(devices[e->fingerprint]) : std::nullopt);
-    }
+    MergeResult r = cache->merge(usable, records, policy, imf->dry_run);
     if (!g.quiet) {
-      fmt::print("{}{}: {} added, {} replaced, {} kept (merge: {})", imf->dry_run ? "dry run: " : "", imf->path, added,
-                 replaced, kept, imf->merge);
+      fmt::print("{}{}: {} added, {} replaced, {} kept (merge: {})", imf->dry_run ? "dry run: " : "", imf->path, r.added,
+                 r.replaced, r.kept, imf->merge);
       if (!foreign.empty()) fmt::print(", {} skipped for devices not present here", b.entries.size() - usable.size());
       fmt::print("\n");
     }

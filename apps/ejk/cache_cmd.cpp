@@ -1,33 +1,43 @@
 // ejk cache ls|show|rm|verify: look into the persistent cache.
 #include <algorithm>
+#include <charconv>
 
 #include <fmt/core.h>
 
 #include "commands.hpp"
+#include "ejk/text.hpp"
 #include "report.hpp"
 
 namespace ejk::app {
 
 namespace {
 
+// Entries come from bundles too: every string of one is escaped before it reaches a terminal.
+std::string shown(std::string_view s) { return printable(s, 4096); }
+
 std::string short_key(const CacheEntry& e) {
-  return e.kernel + " " + e.signature + " @ " + e.fingerprint;
+  return shown(e.kernel) + " " + shown(e.signature) + " @ " + shown(e.fingerprint);
 }
 
 // An entry by its position in `ejk cache ls` or by a unique part of its key.
 CacheEntry find_entry(PersistentCache& cache, const std::string& which) {
+  if (which.empty()) throw InvalidArgument("no cache entry given: a number from `ejk cache ls` or a part of its key");
   auto all = cache.list();
-  if (!which.empty() && std::all_of(which.begin(), which.end(), ::isdigit)) {
-    std::size_t i = std::stoul(which);
-    if (i >= 1 && i <= all.size()) return all[i - 1];
-    throw NotFound(fmt::format("no cache entry #{} ({} entries)", which, all.size()));
+  if (std::all_of(which.begin(), which.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    std::size_t i = 0;
+    auto [end, ec] = std::from_chars(which.data(), which.data() + which.size(), i);
+    if (ec == std::errc() && end == which.data() + which.size() && i >= 1 && i <= all.size()) return all[i - 1];
+    throw InvalidArgument(fmt::format("no cache entry #{}: {} has {} entries{}", printable(which, 40),
+                                      cache.path().string(), all.size(),
+                                      all.empty() ? "" : fmt::format(", numbered 1 to {}", all.size())));
   }
   std::vector<CacheEntry> hits;
   for (auto& e : all)
     if (e.key().find(which) != std::string::npos) hits.push_back(e);
   if (hits.size() == 1) return hits[0];
-  if (hits.empty()) throw NotFound("no cache entry matches '" + which + "'");
-  throw InvalidArgument(fmt::format("'{}' matches {} entries; use its number from `ejk cache ls`", which, hits.size()));
+  if (hits.empty()) throw NotFound("no cache entry matches '" + printable(which) + "'");
+  throw InvalidArgument(
+      fmt::format("'{}' matches {} entries; use its number from `ejk cache ls`", printable(which), hits.size()));
 }
 
 }  // namespace
@@ -48,8 +58,8 @@ void add_cache(CLI::App& app, Globals& g) {
       const auto& e = all[i];
       if (!kernel->empty() && e.kernel != *kernel) continue;
       out.push_back(e.to_json());
-      fmt::print("{:>4}  {:<14} {:>10.1f} us  {}  {}\n", i + 1, e.kernel, e.stats.median_ns / 1e3, e.config.canonical(),
-                 e.signature);
+      fmt::print("{:>4}  {:<14} {:>10.1f} us  {}  {}\n", i + 1, shown(e.kernel), e.stats.median_ns / 1e3,
+                 shown(e.config.canonical()), shown(e.signature));
     }
     if (!g.json_path.empty()) write_json_file(g.json_path, out);
   });
@@ -60,14 +70,16 @@ void add_cache(CLI::App& app, Globals& g) {
     PersistentCache cache(default_cache_path());
     CacheEntry e = find_entry(cache, *which);
     auto ms = cache.measurements(e.key());
-    fmt::print("kernel     {} (version {})\nsignature  {}\ndevice     {}\nconfig     {}\n", e.kernel, e.version, e.signature,
-               e.fingerprint, e.config.canonical());
+    fmt::print("kernel     {} (version {})\nsignature  {}\ndevice     {}\nconfig     {}\n", shown(e.kernel),
+               shown(e.version), shown(e.signature), shown(e.fingerprint), shown(e.config.canonical()));
     fmt::print("median     {:.2f} us (IQR {:.2f} us, min {:.2f} us, n {})\n", e.stats.median_ns / 1e3,
                e.stats.iqr_ns / 1e3, e.stats.min_ns / 1e3, e.stats.n);
-    fmt::print("provenance {}\nmeasurements ({}):\n", e.provenance.to_json().dump(), ms.size());
+    fmt::print("provenance {}\nmeasurements ({}):\n",
+               shown(e.provenance.to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)), ms.size());
     for (const auto& m : ms)
       fmt::print("  {:<13} {:>10.2f} us  {}{}\n", to_string(m.measurement.status), m.measurement.stats.median_ns / 1e3,
-                 m.measurement.config.canonical(), m.measurement.message.empty() ? "" : "  " + m.measurement.message);
+                 shown(m.measurement.config.canonical()),
+                 m.measurement.message.empty() ? "" : "  " + shown(m.measurement.message));
     if (!g.json_path.empty()) {
       nlohmann::json j = e.to_json();
       j["measurements"] = nlohmann::json::array();

@@ -39,11 +39,7 @@ void add_devices(CLI::App& app, Globals& g) {
                  d.bf16 ? "yes" : "no", coop.empty() ? "none" : coop);
       if (g.verbose) fmt::print("  fingerprint {}\n", d.fingerprint());
     }
-    if (!g.json_path.empty()) {
-      std::ofstream out(g.json_path);
-      if (!out) throw IoError("cannot write " + g.json_path);
-      out << all.dump(2) << "\n";
-    }
+    if (!g.json_path.empty()) write_json_file(g.json_path, all);
   });
 }
 

@@ -17,6 +17,9 @@
 #include "commands.hpp"
 #include "ejk/ejk.hpp"
 
+// Messages quote what files hold (names, keys, values): nothing in them may drive the terminal.
+static std::string shown(const std::exception& e) { return ejk::printable(e.what(), std::string::npos, true); }
+
 int main(int argc, char** argv) {
   CLI::App app{"ejk: tune, run and benchmark attention and matrix kernels on cpu, OpenCL and Vulkan"};
   app.require_subcommand(1);
@@ -45,22 +48,22 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   } catch (const ejk::InvalidArgument& e) {
-    fmt::print(stderr, "ejk: {}\n", e.what());
+    fmt::print(stderr, "ejk: {}\n", shown(e));
     return 2;
   } catch (const ejk::NotFound& e) {
-    fmt::print(stderr, "ejk: {}\n", e.what());
+    fmt::print(stderr, "ejk: {}\n", shown(e));
     return 3;
   } catch (const ejk::DeviceError& e) {
-    fmt::print(stderr, "ejk: device error: {}\n", e.what());
+    fmt::print(stderr, "ejk: device error: {}\n", shown(e));
     return 4;
   } catch (const ejk::IoError& e) {
-    fmt::print(stderr, "ejk: {}\n", e.what());
+    fmt::print(stderr, "ejk: {}\n", shown(e));
     return 5;
   } catch (const ejk::SelectionError& e) {
-    fmt::print(stderr, "ejk: {}\n", e.what());
+    fmt::print(stderr, "ejk: {}\n", shown(e));
     return 6;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "ejk: internal error: {}\n", e.what());
+    fmt::print(stderr, "ejk: internal error: {}\n", shown(e));
     return 70;
   }
   return g.exit_code;

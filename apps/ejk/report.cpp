@@ -138,22 +138,6 @@ nlohmann::json benchmark_json(const DeviceInfo& device, const std::vector<Row>& 
   return {{"context", context}, {"benchmarks", benchmarks}};
 }
 
-void write_json_file(const std::string& path, const nlohmann::json& doc) {
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream out(tmp);
-    if (!out) throw IoError("cannot write " + path);
-    out << doc.dump(2) << "\n";
-    if (!out.flush()) throw IoError("cannot write " + path);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    throw IoError("cannot write " + path + ": " + ec.message());
-  }
-}
-
 Progress::Progress(std::size_t total, bool enabled)
     : total_(total), on_(enabled && isatty(fileno(stderr))), start_(std::chrono::steady_clock::now()) {}
 

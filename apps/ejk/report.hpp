@@ -35,8 +35,6 @@ std::string workload_name(const Invocation& inv, const std::map<std::string, std
 
 void print_table(const std::vector<Row>& rows, bool tuning);
 nlohmann::json benchmark_json(const DeviceInfo& device, const std::vector<Row>& rows);
-// Written to a temporary file and renamed, so a reader never sees half a file. Throws IoError.
-void write_json_file(const std::string& path, const nlohmann::json& doc);
 
 class Progress {
  public:

@@ -129,7 +129,8 @@ void add_run(CLI::App& app, Globals& g) {
     argv.push_back(nullptr);
     std::fflush(nullptr);
     execvp(argv[0], argv.data());
-    throw NotFound("cannot run " + (*command)[0] + ": " + std::strerror(errno));
+    const int err = errno;
+    throw NotFound("cannot run " + (*command)[0] + ": " + std::strerror(err));
   });
 }
 

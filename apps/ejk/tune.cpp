@@ -74,7 +74,17 @@ struct Plan {
   const DeviceInfo* first_device = nullptr;
 };
 
+// Tuning is for the persistent cache: refused before any time is spent when nothing could be
+// stored. Throws IoError naming the cache and why.
+void require_writable_cache() {
+  PersistentCache cache(default_cache_path());
+  if (!cache.writable())
+    throw IoError("persistent cache " + cache.path().string() +
+                  " can only be read: tune would store nothing (point --cache-dir or EJK_CACHE_DIR elsewhere)");
+}
+
 Plan plan(const Workset& w, bool force) {
+  require_writable_cache();
   Plan p;
   std::set<std::string> seen;
   p.rows.resize(w.items.size());
@@ -151,7 +161,10 @@ void tune_here(const Workset& w, const TuneOptions& opts, const TuneFlags& f, Gl
     Executor& ex = *p.executors[item.device];
     TuneResult r = ejk::tune(item.invocation, ex.device(), opts);
     PersistentCache* cache = ex.persistent_cache();
-    if (r.tuned && cache) cache->put(r.entry, r.measurements, DeviceRecord::of(ex.device().info()));
+    if (r.tuned && !cache)
+      throw IoError("the persistent cache " + default_cache_path().string() + " could not be opened: " + item.name +
+                    " was tuned but cannot be stored");
+    if (r.tuned) cache->put(r.entry, r.measurements, DeviceRecord::of(ex.device().info()));
     if (!r.tuned) ++unusable;
     if (g.verbose) fmt::print(stderr, "{}\n", r.report);
     rows.push_back(row_of(item, r));

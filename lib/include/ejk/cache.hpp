@@ -30,6 +30,17 @@ struct StoredMeasurement {
   std::int64_t created_unix = 0;
 };
 
+// How merge() treats an entry whose key the cache already has.
+enum class Merge {
+  faster,     // keep whichever config measured faster
+  overwrite,  // the new entry wins
+  keep,       // the existing entry wins
+};
+
+struct MergeResult {
+  int added = 0, replaced = 0, kept = 0;
+};
+
 struct CacheVerification {
   bool ok = false;
   std::vector<std::string> problems;  // integrity_check and schema findings
@@ -49,14 +60,24 @@ class PersistentCache {
   PersistentCache& operator=(const PersistentCache&) = delete;
 
   const std::filesystem::path& path() const;
+  // False when SQLite could open the file only for reading (its permissions or its folder's).
+  bool writable() const;
   // Where the damaged or foreign file found at open was moved, if one was.
   const std::optional<std::filesystem::path>& moved_aside() const;
 
   // Records every measurement and makes `entry` the key's best config (replacing an older
   // one: a newer tune wins, the older measurements stay). `device` is remembered for
-  // bundles. Throws InvalidArgument for an entry that was not measured (no samples).
+  // bundles and its row updated from it. Throws InvalidArgument for an entry that was not
+  // measured or whose statistics are not plausible (implausible() in measurement.hpp).
   void put(const CacheEntry& entry, std::span<const Measurement> measurements = {},
            const std::optional<DeviceRecord>& device = {});
+  // Merges `entries` (an import) in one transaction: all of them or, on any error, none; each
+  // is checked as put() checks it before anything is written. `devices` are recorded only where
+  // the cache has no row for their fingerprint: a row is never changed by a merge, so a bundle
+  // cannot rename a device (a machine's own rows come from put(), from the device itself).
+  // A dry run counts what would happen and writes nothing.
+  MergeResult merge(std::span<const CacheEntry> entries, std::span<const DeviceRecord> devices, Merge policy,
+                    bool dry_run = false);
   std::optional<CacheEntry> get(std::string_view key) const;
   // Entries sorted by key; only `kernel`'s when it is not empty.
   std::vector<CacheEntry> list(std::string_view kernel = {}) const;

@@ -24,8 +24,18 @@ struct Stats {
   double min_ns = 0;
   int n = 0;  // samples
   nlohmann::json to_json() const;
-  static Stats from_json(const nlohmann::json& j);
+  static Stats from_json(const nlohmann::json& j);  // throws InvalidArgument
 };
+
+// What a measured config's statistics must satisfy to enter the persistent cache, from a tuner
+// or from a bundle: at least one sample, 1 ns <= median <= 1 hour, 0 <= min <= median,
+// 0 <= IQR <= 1 hour. Nothing is launched and finished in less than a nanosecond (a few clock
+// cycles), and nothing a tuner times over and over takes an hour; a median outside is a broken
+// timer or an edited file. A single sample may read 0 on a coarse device clock, so min may.
+inline constexpr double min_plausible_ns = 1;
+inline constexpr double max_plausible_ns = 3.6e12;
+// Why `s` is not a plausible measurement, or "" when it is.
+std::string implausible(const Stats& s);
 
 struct Measurement {
   Config config;
@@ -49,8 +59,11 @@ struct Provenance {
   int evaluations = 0;
   std::uint64_t seed = 0;
   nlohmann::json to_json() const;
-  static Provenance from_json(const nlohmann::json& j);
+  static Provenance from_json(const nlohmann::json& j);  // throws InvalidArgument
 };
+
+// The longest invocation signature an entry may carry (it lists every argument's shape).
+inline constexpr std::size_t max_signature_bytes = 65536;
 
 // The best measured config for one invocation key.
 struct CacheEntry {
@@ -64,7 +77,9 @@ struct CacheEntry {
 
   std::string key() const;  // == invocation_key(...) for the same parts
   nlohmann::json to_json() const;
-  static CacheEntry from_json(const nlohmann::json& j);  // throws InvalidArgument
+  // Exact types and ranges; identity fields non-empty and free of control characters; unknown
+  // keys refused. Throws InvalidArgument.
+  static CacheEntry from_json(const nlohmann::json& j);
 };
 
 }  // namespace ejk

@@ -1,6 +1,12 @@
 #include "ejk/config.hpp"
 
+#include <algorithm>
+#include <limits>
+
+#include "core/json_fields.hpp"
 #include "ejk/error.hpp"
+#include "ejk/json.hpp"
+#include "ejk/text.hpp"
 
 namespace ejk {
 
@@ -47,18 +53,38 @@ nlohmann::json Config::to_json() const {
   return j;
 }
 
+namespace {
+
+bool is_identifier(std::string_view s) {
+  auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  return !s.empty() && s.size() <= 64 && alpha(s[0]) &&
+         std::all_of(s.begin(), s.end(), [&](char c) { return alpha(c) || (c >= '0' && c <= '9'); });
+}
+
+}  // namespace
+
+// Configs are flat: parameter names (identifiers, as constraints spell them) to integers or
+// strings; booleans read as 0 and 1. Anything else is refused, not converted.
 Config Config::from_json(const nlohmann::json& j) {
-  if (!j.is_object()) throw InvalidArgument("a config must be a JSON object, got " + j.dump());
+  if (!j.is_object())
+    throw InvalidArgument("a config must be an object of parameter names to integers or strings, got " + json_kind(j));
   Config c;
   for (const auto& [k, v] : j.items()) {
-    if (v.is_number_integer())
-      c.set(k, v.get<std::int64_t>());
-    else if (v.is_string())
-      c.set(k, v.get<std::string>());
-    else if (v.is_boolean())
-      c.set(k, std::int64_t{v.get<bool>()});
-    else
-      throw InvalidArgument("config parameter '" + k + "' must be an integer or a string, got " + v.dump());
+    if (!is_identifier(k))
+      throw InvalidArgument("config parameter name '" + printable(k, 80) +
+                            "' is not an identifier (letters, digits and _, at most 64)");
+    try {
+      if (v.is_number_integer())
+        c.set(k, detail::integer(v, k, std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max()));
+      else if (v.is_string())
+        c.set(k, detail::text(v, k));
+      else if (v.is_boolean())
+        c.set(k, std::int64_t{v.get<bool>()});
+      else
+        throw InvalidArgument("'" + k + "' must be an integer or a string, got " + json_kind(v));
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(std::string("config parameter ") + e.what());
+    }
   }
   return c;
 }

@@ -1,6 +1,12 @@
 #include "ejk/measurement.hpp"
 
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "core/json_fields.hpp"
 #include "ejk/error.hpp"
+#include "ejk/json.hpp"
 
 namespace ejk {
 
@@ -29,12 +35,36 @@ nlohmann::json Stats::to_json() const {
 }
 
 Stats Stats::from_json(const nlohmann::json& j) {
+  detail::only_keys(j, {"median_ns", "iqr_ns", "min_ns", "n"}, "stats");
+  auto time = [&](const char* name) {
+    double v = detail::number(detail::member(j, name), name);
+    if (v < 0) throw InvalidArgument("'" + std::string(name) + "' must not be negative, got " + json_kind(j.at(name)));
+    return v;
+  };
   Stats s;
-  s.median_ns = j.at("median_ns").get<double>();
-  s.iqr_ns = j.at("iqr_ns").get<double>();
-  s.min_ns = j.at("min_ns").get<double>();
-  s.n = j.at("n").get<int>();
+  s.median_ns = time("median_ns");
+  s.iqr_ns = time("iqr_ns");
+  s.min_ns = time("min_ns");
+  s.n = static_cast<int>(detail::integer(detail::member(j, "n"), "n", 0, std::numeric_limits<int>::max()));
   return s;
+}
+
+std::string implausible(const Stats& s) {
+  auto ns = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g ns", v);
+    return std::string(buf);
+  };
+  if (s.n < 1) return "no samples (n " + std::to_string(s.n) + ")";
+  if (!std::isfinite(s.median_ns) || !std::isfinite(s.iqr_ns) || !std::isfinite(s.min_ns))
+    return "statistics that are not finite numbers";
+  if (s.median_ns < min_plausible_ns) return "a median of " + ns(s.median_ns) + ", below " + ns(min_plausible_ns);
+  if (s.median_ns > max_plausible_ns) return "a median of " + ns(s.median_ns) + ", above " + ns(max_plausible_ns);
+  if (s.min_ns < 0 || s.min_ns > s.median_ns)
+    return "a minimum of " + ns(s.min_ns) + ", outside 0 to its median of " + ns(s.median_ns);
+  if (s.iqr_ns < 0 || s.iqr_ns > max_plausible_ns)
+    return "an interquartile range of " + ns(s.iqr_ns) + ", outside 0 to " + ns(max_plausible_ns);
+  return "";
 }
 
 nlohmann::json Measurement::to_json() const {
@@ -61,13 +91,18 @@ nlohmann::json Provenance::to_json() const {
 }
 
 Provenance Provenance::from_json(const nlohmann::json& j) {
+  detail::only_keys(j, {"tool_version", "strategy", "host", "created_unix", "evaluations", "seed"}, "provenance");
   Provenance p;
-  p.tool_version = j.value("tool_version", "");
-  p.strategy = j.value("strategy", "");
-  p.host = j.value("host", "");
-  p.created_unix = j.value("created_unix", std::int64_t{0});
-  p.evaluations = j.value("evaluations", 0);
-  p.seed = j.value("seed", std::uint64_t{0});
+  auto has = [&](const char* name) { return j.contains(name); };
+  if (has("tool_version")) p.tool_version = detail::text(j.at("tool_version"), "tool_version");
+  if (has("strategy")) p.strategy = detail::text(j.at("strategy"), "strategy");
+  if (has("host")) p.host = detail::text(j.at("host"), "host");
+  if (has("created_unix"))
+    p.created_unix = detail::integer(j.at("created_unix"), "created_unix", 0, std::numeric_limits<std::int64_t>::max());
+  if (has("evaluations"))
+    p.evaluations =
+        static_cast<int>(detail::integer(j.at("evaluations"), "evaluations", 0, std::numeric_limits<int>::max()));
+  if (has("seed")) p.seed = detail::unsigned_integer(j.at("seed"), "seed");
   return p;
 }
 
@@ -81,15 +116,24 @@ nlohmann::json CacheEntry::to_json() const {
 
 CacheEntry CacheEntry::from_json(const nlohmann::json& j) {
   try {
+    if (!j.is_object()) throw InvalidArgument("a cache entry is an object, got " + json_kind(j));
+    detail::only_keys(j, {"fingerprint", "kernel", "version", "signature", "config", "stats", "provenance"}, "the entry");
+    auto identity = [&](const char* name, std::size_t max_bytes) {
+      std::string s = detail::text(detail::member(j, name), name, max_bytes);
+      if (s.empty()) throw InvalidArgument("'" + std::string(name) + "' is empty");
+      return s;
+    };
     CacheEntry e;
-    e.fingerprint = j.at("fingerprint").get<std::string>();
-    e.kernel = j.at("kernel").get<std::string>();
-    e.version = j.at("version").get<std::string>();
-    e.signature = j.at("signature").get<std::string>();
-    e.config = Config::from_json(j.at("config"));
-    e.stats = Stats::from_json(j.at("stats"));
-    e.provenance = Provenance::from_json(j.at("provenance"));
+    e.fingerprint = identity("fingerprint", 4096);
+    e.kernel = identity("kernel", 256);
+    e.version = identity("version", 256);
+    e.signature = identity("signature", max_signature_bytes);
+    e.config = Config::from_json(detail::member(j, "config"));
+    e.stats = Stats::from_json(detail::member(j, "stats"));
+    e.provenance = Provenance::from_json(detail::member(j, "provenance"));
     return e;
+  } catch (const InvalidArgument& ex) {
+    throw InvalidArgument(std::string("malformed cache entry: ") + ex.what());
   } catch (const nlohmann::json::exception& ex) {
     throw InvalidArgument(std::string("malformed cache entry: ") + ex.what());
   }

@@ -19,6 +19,8 @@
 #include <thread>
 
 #include "ejk/error.hpp"
+#include "ejk/json.hpp"
+#include "ejk/text.hpp"
 #include "select/sqlite.hpp"
 
 namespace ejk {
@@ -281,6 +283,11 @@ PersistentCache::PersistentCache(fs::path path) : impl_(std::make_unique<Impl>()
 PersistentCache::~PersistentCache() = default;
 
 const fs::path& PersistentCache::path() const { return impl_->path; }
+
+bool PersistentCache::writable() const {
+  std::lock_guard lock(impl_->mutex);
+  return sqlite3_db_readonly(impl_->db.get(), "main") == 0;
+}
 const std::optional<fs::path>& PersistentCache::moved_aside() const { return impl_->moved; }
 
 namespace {
@@ -289,13 +296,22 @@ constexpr const char* entry_columns =
     "key, fingerprint, kernel, version, signature, config, median_ns, iqr_ns, min_ns, samples, tool_version, "
     "strategy, host, created_unix, evaluations, seed";
 
-CacheEntry read_entry(const sqlite::Stmt& s) {
+// A stored config: JSON written by put(), read back with the limits of anything read from a file.
+Config stored_config(const sqlite::Stmt& s, int col, const fs::path& path) {
+  try {
+    return Config::from_json(parse_json(s.text(col), "a config stored in " + path.string()));
+  } catch (const InvalidArgument& e) {
+    throw IoError(std::string("persistent cache: ") + e.what() + " (`ejk cache rm` removes the entry)");
+  }
+}
+
+CacheEntry read_entry(const sqlite::Stmt& s, const fs::path& path) {
   CacheEntry e;
   e.fingerprint = s.text(1);
   e.kernel = s.text(2);
   e.version = s.text(3);
   e.signature = s.text(4);
-  e.config = Config::from_json(nlohmann::json::parse(s.text(5)));
+  e.config = stored_config(s, 5, path);
   e.stats = {s.real(6), s.real(7), s.real(8), static_cast<int>(s.integer(9))};
   e.provenance.tool_version = s.text(10);
   e.provenance.strategy = s.text(11);
@@ -306,27 +322,54 @@ CacheEntry read_entry(const sqlite::Stmt& s) {
   return e;
 }
 
+// Only measured results enter the cache, with plausible statistics (measurement.hpp).
+void check_measured(const CacheEntry& entry) {
+  if (std::string why = implausible(entry.stats); !why.empty())
+    throw InvalidArgument("only measured results enter the persistent cache: the entry for " + printable(entry.kernel) +
+                          " " + printable(entry.signature) + " has " + why);
+  if (entry.config.empty())
+    throw InvalidArgument("persistent cache: the entry for " + printable(entry.kernel) + " has no config");
+}
+
+void write_device(sqlite3* db, const DeviceRecord& device, bool replace) {
+  sqlite::Stmt d(db, std::string(R"sql(INSERT INTO devices (fingerprint, backend, vendor, name, driver, architecture)
+                                       VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (fingerprint) )sql") +
+                         (replace ? R"sql(DO UPDATE SET backend = excluded.backend, vendor = excluded.vendor,
+                                         name = excluded.name, driver = excluded.driver,
+                                         architecture = excluded.architecture)sql"
+                                  : "DO NOTHING"));
+  d.bind(1, device.fingerprint).bind(2, device.backend).bind(3, device.vendor).bind(4, device.name);
+  d.bind(5, device.driver).bind(6, device.architecture).step();
+}
+
+void write_entry(sqlite3* db, const CacheEntry& entry, std::int64_t now) {
+  sqlite::Stmt e(db, R"sql(INSERT INTO entries (key, fingerprint, kernel, version, signature, config, median_ns,
+                             iqr_ns, min_ns, samples, tool_version, strategy, host, created_unix, evaluations, seed,
+                             updated_unix) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                           ON CONFLICT (key) DO UPDATE SET config = excluded.config,
+                             median_ns = excluded.median_ns, iqr_ns = excluded.iqr_ns, min_ns = excluded.min_ns,
+                             samples = excluded.samples, tool_version = excluded.tool_version,
+                             strategy = excluded.strategy, host = excluded.host,
+                             created_unix = excluded.created_unix, evaluations = excluded.evaluations,
+                             seed = excluded.seed, updated_unix = excluded.updated_unix)sql");
+  e.bind(1, entry.key()).bind(2, entry.fingerprint).bind(3, entry.kernel).bind(4, entry.version);
+  e.bind(5, entry.signature).bind(6, entry.config.canonical()).bind(7, entry.stats.median_ns);
+  e.bind(8, entry.stats.iqr_ns).bind(9, entry.stats.min_ns).bind(10, std::int64_t{entry.stats.n});
+  e.bind(11, entry.provenance.tool_version).bind(12, entry.provenance.strategy).bind(13, entry.provenance.host);
+  e.bind(14, entry.provenance.created_unix).bind(15, std::int64_t{entry.provenance.evaluations});
+  e.bind(16, static_cast<std::int64_t>(entry.provenance.seed)).bind(17, now).step();
+}
+
 }  // namespace
 
 void PersistentCache::put(const CacheEntry& entry, std::span<const Measurement> measurements,
                           const std::optional<DeviceRecord>& device) {
-  if (entry.stats.n <= 0 || !(entry.stats.median_ns > 0))
-    throw InvalidArgument("only measured results enter the persistent cache: the entry for " + entry.kernel + " " +
-                          entry.signature + " has " + std::to_string(entry.stats.n) + " samples");
-  if (entry.config.empty()) throw InvalidArgument("persistent cache: the entry for " + entry.kernel + " has no config");
+  check_measured(entry);
   std::lock_guard lock(impl_->mutex);
   sqlite3* db = impl_->db.get();
   try {
     sqlite::Transaction t(db);
-    if (device) {
-      sqlite::Stmt d(db, R"sql(INSERT INTO devices (fingerprint, backend, vendor, name, driver, architecture)
-                               VALUES (?, ?, ?, ?, ?, ?)
-                               ON CONFLICT (fingerprint) DO UPDATE SET backend = excluded.backend,
-                                 vendor = excluded.vendor, name = excluded.name, driver = excluded.driver,
-                                 architecture = excluded.architecture)sql");
-      d.bind(1, device->fingerprint).bind(2, device->backend).bind(3, device->vendor).bind(4, device->name);
-      d.bind(5, device->driver).bind(6, device->architecture).step();
-    }
+    if (device) write_device(db, *device, true);
     const std::string key = entry.key();
     const std::int64_t now = now_unix();
     if (!measurements.empty()) {
@@ -340,25 +383,45 @@ void PersistentCache::put(const CacheEntry& entry, std::span<const Measurement> 
         m.reset();
       }
     }
-    sqlite::Stmt e(db, R"sql(INSERT INTO entries (key, fingerprint, kernel, version, signature, config, median_ns,
-                               iqr_ns, min_ns, samples, tool_version, strategy, host, created_unix, evaluations, seed,
-                               updated_unix) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                             ON CONFLICT (key) DO UPDATE SET config = excluded.config,
-                               median_ns = excluded.median_ns, iqr_ns = excluded.iqr_ns, min_ns = excluded.min_ns,
-                               samples = excluded.samples, tool_version = excluded.tool_version,
-                               strategy = excluded.strategy, host = excluded.host,
-                               created_unix = excluded.created_unix, evaluations = excluded.evaluations,
-                               seed = excluded.seed, updated_unix = excluded.updated_unix)sql");
-    e.bind(1, key).bind(2, entry.fingerprint).bind(3, entry.kernel).bind(4, entry.version).bind(5, entry.signature);
-    e.bind(6, entry.config.canonical()).bind(7, entry.stats.median_ns).bind(8, entry.stats.iqr_ns);
-    e.bind(9, entry.stats.min_ns).bind(10, std::int64_t{entry.stats.n}).bind(11, entry.provenance.tool_version);
-    e.bind(12, entry.provenance.strategy).bind(13, entry.provenance.host).bind(14, entry.provenance.created_unix);
-    e.bind(15, std::int64_t{entry.provenance.evaluations}).bind(16, static_cast<std::int64_t>(entry.provenance.seed));
-    e.bind(17, now).step();
+    write_entry(db, entry, now);
     t.commit();
   } catch (const sqlite::Error& err) {
     impl_->rethrow(err);
   }
+}
+
+MergeResult PersistentCache::merge(std::span<const CacheEntry> entries, std::span<const DeviceRecord> devices,
+                                   Merge policy, bool dry_run) {
+  for (const auto& e : entries) check_measured(e);
+  std::lock_guard lock(impl_->mutex);
+  sqlite3* db = impl_->db.get();
+  MergeResult r;
+  try {
+    // A dry run only reads: the same checks and counts, nothing written (and no write lock).
+    std::optional<sqlite::Transaction> t;
+    if (!dry_run) t.emplace(db);
+    if (!dry_run)
+      for (const auto& d : devices) write_device(db, d, false);
+    const std::int64_t now = now_unix();
+    sqlite::Stmt existing(db, "SELECT median_ns FROM entries WHERE key = ?");
+    for (const auto& e : entries) {
+      existing.bind(1, e.key());
+      std::optional<double> median;
+      if (existing.step()) median = existing.real(0);
+      existing.reset();
+      const bool take = !median || policy == Merge::overwrite || (policy == Merge::faster && e.stats.median_ns < *median);
+      if (!take) {
+        ++r.kept;
+        continue;
+      }
+      (median ? r.replaced : r.added)++;
+      if (!dry_run) write_entry(db, e, now);
+    }
+    if (t) t->commit();
+  } catch (const sqlite::Error& err) {
+    impl_->rethrow(err);
+  }
+  return r;
 }
 
 std::optional<CacheEntry> PersistentCache::get(std::string_view key) const {
@@ -367,7 +430,7 @@ std::optional<CacheEntry> PersistentCache::get(std::string_view key) const {
     sqlite::Stmt s(impl_->db.get(), std::string("SELECT ") + entry_columns + " FROM entries WHERE key = ?");
     s.bind(1, key);
     if (!s.step()) return std::nullopt;
-    return read_entry(s);
+    return read_entry(s, impl_->path);
   } catch (const sqlite::Error& err) {
     impl_->rethrow(err);
   }
@@ -381,7 +444,7 @@ std::vector<CacheEntry> PersistentCache::list(std::string_view kernel) const {
     sqlite::Stmt s(impl_->db.get(), sql + " ORDER BY key");
     if (!kernel.empty()) s.bind(1, kernel);
     std::vector<CacheEntry> out;
-    while (s.step()) out.push_back(read_entry(s));
+    while (s.step()) out.push_back(read_entry(s, impl_->path));
     return out;
   } catch (const sqlite::Error& err) {
     impl_->rethrow(err);
@@ -398,7 +461,7 @@ std::vector<StoredMeasurement> PersistentCache::measurements(std::string_view ke
     while (s.step()) {
       StoredMeasurement m;
       m.key = s.text(0);
-      m.measurement.config = Config::from_json(nlohmann::json::parse(s.text(1)));
+      m.measurement.config = stored_config(s, 1, impl_->path);
       m.measurement.status = parse_status(s.text(2));
       m.measurement.stats = {s.real(3), s.real(4), s.real(5), static_cast<int>(s.integer(6))};
       m.measurement.error = s.real(7);

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "ejk/error.hpp"
+#include "ejk/text.hpp"
 
 namespace ejk::select {
 
@@ -17,22 +18,27 @@ ProfileStore::ProfileStore(const std::vector<fs::path>& dirs) {
     std::error_code ec;
     if (!fs::is_directory(dir, ec)) continue;
     std::vector<fs::path> files;
-    for (const auto& f : fs::directory_iterator(dir, ec))
-      if (f.path().extension() == ".json") files.push_back(f.path());
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+      // Only regular files: a FIFO named *.json would block every program at its first selection.
+      if (it->path().extension() == ".json" && it->is_regular_file(ec)) files.push_back(it->path());
     std::sort(files.begin(), files.end());
     for (const auto& f : files) {
       try {
+        // read_bundle checks every entry, its signature included, before any is used.
         Bundle b = read_bundle(f);
+        std::vector<Item> items;  // all of a bundle or none of it
         for (auto& e : b.entries) {
           nlohmann::json sig = nlohmann::json::parse(e.signature);
           sig["kernel"] = e.kernel;
           Item item{e, {}, f.filename().string(), Invocation::from_json(sig)};
           for (const auto& d : b.devices)
             if (d.fingerprint == e.fingerprint) item.device = d;
-          items_.push_back(std::move(item));
+          items.push_back(std::move(item));
         }
+        for (auto& item : items) items_.push_back(std::move(item));
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "ejk: skipping profile bundle %s: %s\n", f.c_str(), e.what());
+        std::fprintf(stderr, "ejk: skipping profile bundle %s: %s\n", printable(f.string(), 4096).c_str(),
+                     printable(e.what(), std::string::npos).c_str());
       }
     }
   }

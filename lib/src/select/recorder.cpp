@@ -14,7 +14,10 @@ namespace ejk::select {
 
 Recorder::Recorder(const std::filesystem::path& path) : path_(path) {
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw IoError("EJK_RECORD: cannot open " + path.string() + ": " + std::strerror(errno));
+  if (fd_ < 0) {
+    const int err = errno;  // before anything else can change it
+    throw IoError("EJK_RECORD: cannot open " + path.string() + ": " + std::strerror(err));
+  }
 }
 
 Recorder::~Recorder() { ::close(fd_); }
@@ -39,8 +42,9 @@ void Recorder::append(std::string_view line) {
   while (left > 0) {
     ssize_t n = ::write(fd_, p, left);
     if (n < 0) {
-      if (errno == EINTR) continue;
-      throw IoError("EJK_RECORD: writing " + path_.string() + ": " + std::strerror(errno));
+      const int err = errno;
+      if (err == EINTR) continue;
+      throw IoError("EJK_RECORD: writing " + path_.string() + ": " + std::strerror(err));
     }
     p += n;
     left -= static_cast<std::size_t>(n);

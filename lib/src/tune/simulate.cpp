@@ -1,9 +1,8 @@
 // Simulation: strategies replayed over stored measurements.
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include "ejk/error.hpp"
+#include "ejk/json.hpp"
 #include "ejk/tuner.hpp"
 #include "tune/search.hpp"
 
@@ -35,15 +34,11 @@ MeasurementTable MeasurementTable::from_json(const nlohmann::json& j) {
 }
 
 MeasurementTable MeasurementTable::load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw IoError("cannot read measurement table " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::exception& e) {
-    throw IoError("measurement table " + path + " is not JSON: " + e.what());
+    j = read_json_file(path);
+  } catch (const InvalidArgument& e) {
+    throw IoError(std::string("measurement table ") + e.what());
   }
   return from_json(j);
 }

@@ -25,7 +25,8 @@ namespace ejk {
 
 namespace {
 
-std::string sys_error(const std::string& what) { return what + ": " + std::strerror(errno); }
+// `err` is errno as saved right after the failing call: anything in between may change errno.
+std::string sys_error(const std::string& what, int err) { return what + ": " + std::strerror(err); }
 
 bool write_all(int fd, const std::string& data) {
   std::size_t off = 0;
@@ -77,12 +78,16 @@ namespace tuning {
 
 WorkerProcess::WorkerProcess(std::string path) : path_(std::move(path)) {
   int sv[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) throw DeviceError(sys_error("socketpair"));
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    const int err = errno;
+    throw DeviceError(sys_error("socketpair", err));
+  }
   int ep[2];
   if (::pipe2(ep, O_CLOEXEC) != 0) {
+    const int err = errno;
     ::close(sv[0]);
     ::close(sv[1]);
-    throw DeviceError(sys_error("pipe2"));
+    throw DeviceError(sys_error("pipe2", err));
   }
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
@@ -217,8 +222,9 @@ WorkerProcess::Reply WorkerProcess::request(const nlohmann::json& message, doubl
     pollfd fds[2] = {{sock_, POLLIN, 0}, {err_, POLLIN, 0}};
     int rc = ::poll(fds, 2, static_cast<int>(std::min<long long>(left, 1000)));
     if (rc < 0) {
-      if (errno == EINTR) continue;
-      throw DeviceError(sys_error("poll on the tuner's worker"));
+      const int err = errno;
+      if (err == EINTR) continue;
+      throw DeviceError(sys_error("poll on the tuner's worker", err));
     }
     if (fds[1].revents & (POLLIN | POLLHUP)) {
       char buf[4096];
