@@ -1,5 +1,6 @@
 // dtype conversions, expressions, parameter spaces, configs and invocations.
 #include <cmath>
+#include <limits>
 
 #include "core/sha256.hpp"
 #include "support.hpp"
@@ -79,6 +80,33 @@ TEST(Invocation, SignatureIsCanonicalAndExcludesScalars) {
   b.scalars = {{"alpha", 3.0}};
   EXPECT_EQ(a.signature(), b.signature());
   EXPECT_EQ(a.signature(), R"({"args":[{"dtype":"f16","shape":[2,3]}],"options":{"a":true,"z":1}})");
+}
+
+// 10,000 nested parentheses overflowed the stack; so did long chains of operators when the
+// tree was evaluated, and long literals and products overflowed 64 bits.
+TEST(Expr, NestingAndArithmeticAreBounded) {
+  const std::string parens = std::string(10000, '(') + "1" + std::string(10000, ')');
+  test::expect_error([&] { (void)Expr::parse(parens); }, "nested more than 100 levels deep");
+  std::string chain = "1";
+  for (int i = 0; i < 100000; ++i) chain += "+1";
+  test::expect_error([&] { (void)Expr::parse(chain); }, "nested more than 100 levels deep");
+  test::expect_error([&] { (void)Expr::parse(std::string(10000, '!') + "1"); }, "nested more than 100 levels deep");
+  test::expect_error([&] { (void)Expr::parse(std::string(10000, '-') + "1"); }, "nested more than 100 levels deep");
+  test::expect_error([&] { (void)Expr::parse("min(" + std::string(5000, '(') + "1, 2)"); }, "nested more than 100");
+  EXPECT_EQ(Expr::parse(std::string(50, '(') + "7" + std::string(50, ')')).eval({}), 7);
+  // Messages quote a long constraint cut short.
+  try {
+    (void)Expr::parse(parens);
+  } catch (const InvalidArgument& e) {
+    EXPECT_LT(std::string(e.what()).size(), 300u) << e.what();
+  }
+  test::expect_error([] { (void)Expr::parse("99999999999999999999 > 1"); }, "number too large");
+  EXPECT_EQ(Expr::parse("9223372036854775807").eval({}), std::numeric_limits<std::int64_t>::max());
+  test::expect_error([] { (void)Expr::parse("9223372036854775807 + 1").eval({}); }, "overflows 64 bits");
+  test::expect_error([] { (void)Expr::parse("4294967296 * 4294967296").eval({}); }, "overflows 64 bits");
+  test::expect_error([] { (void)Expr::parse("-9223372036854775807 - 2").eval({}); }, "overflows 64 bits");
+  test::expect_error([] { (void)Expr::parse("(-9223372036854775807 - 1) / -1").eval({}); }, "overflows 64 bits");
+  test::expect_error([] { (void)Expr::parse("-(-9223372036854775807 - 1)").eval({}); }, "overflows 64 bits");
 }
 
 TEST(Sha256, KnownVectors) {
