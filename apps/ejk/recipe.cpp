@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <regex>
 #include <set>
 
 #include <fmt/core.h>
@@ -209,9 +208,15 @@ void check_bytes(const std::string& text, const std::string& path) {
   }
 }
 
-const std::regex& device_syntax() {
-  static const std::regex re("auto|cpu|cpu:0|(opencl|vulkan):[0-9]{1,9}");
-  return re;
+// auto, cpu, cpu:0, opencl:N or vulkan:N (N up to 9 digits).
+bool device_syntax(std::string_view d) {
+  if (d == "auto" || d == "cpu" || d == "cpu:0") return true;
+  for (std::string_view backend : {"opencl:", "vulkan:"})
+    if (d.starts_with(backend)) {
+      const auto n = d.substr(backend.size());
+      return !n.empty() && n.size() <= 9 && std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; });
+    }
+  return false;
 }
 
 }  // namespace
@@ -241,7 +246,7 @@ Recipe parse_recipe(const std::string& text, const std::string& path) {
   recipe.name = r.text(root["name"], "name");
   if (const auto d = root["device"]) {
     recipe.device = r.text(d, "device");
-    if (!std::regex_match(recipe.device, device_syntax()))
+    if (!device_syntax(recipe.device))
       r.fail(d, "unknown device '" + recipe.device + "' (allowed: auto, cpu, opencl:N, vulkan:N)");
     recipe.device_where = r.where(d);
   }
