@@ -23,7 +23,7 @@ class NoopKernel final : public Kernel {
   std::string_view name() const override { return "noop"; }
   std::string_view host_version() const override { return "noop/1"; }
   std::vector<ArgDef> args() const override { return {{"a", Role::in}, {"b", Role::in}, {"c", Role::inout}}; }
-  void validate(const Invocation& inv) const override {
+  void check(const Invocation& inv) const override {
     if (inv.args.size() != 3) throw InvalidArgument("noop takes 3 arguments");
   }
   Vars vars(const Invocation& inv) const override { return {{"m", inv.args[2].shape[0]}}; }

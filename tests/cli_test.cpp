@@ -173,8 +173,84 @@ TEST_F(Cli, MalformedRecipesGiveLocatedErrorsAndExitCode2) {
     EXPECT_EQ(r.code, 2) << r.out;
     EXPECT_NE(r.out.find(expected), std::string::npos) << r.out;
   }
-  EXPECT_EQ(ejk("run missing.yaml").code, 2);
   EXPECT_EQ(ejk("run tiny.yaml --device metal:0").code, 2);
+}
+
+// docs/cli.md: an unreadable file is an I/O error (5); CLI11's own check made it a usage error.
+TEST_F(Cli, MissingFilesAreIoErrors) {
+  for (const char* cmd : {"run missing.yaml", "tune missing.yaml", "replay missing.jsonl", "run missing.jsonl", "run ."}) {
+    auto r = ejk(cmd);
+    EXPECT_EQ(r.code, 5) << cmd << ": " << r.out;
+    EXPECT_NE(r.out.find("cannot read "), std::string::npos) << r.out;
+  }
+  EXPECT_NE(ejk("run missing.yaml").out.find("cannot read recipe missing.yaml: No such file or directory"), std::string::npos);
+}
+
+// m = n = k = 2^32 wrapped the element count to 0: run and replay crashed, and tune --isolate
+// stored a "tuned" entry of 3.3 us. Now every entry point refuses it before anything runs.
+TEST_F(Cli, HugeSizesAreRefusedBeforeAnythingRuns) {
+  write("huge.yaml", "name: huge\ndevice: cpu\nworkloads:\n  - kernel: matmul\n    shape: {m: 4294967296, n: 4294967296, k: 4294967296}\n");
+  // Each dimension within its bound, the arguments beyond any memory.
+  write("big.yaml", "name: big\ndevice: cpu\nworkloads:\n  - kernel: matmul\n    shape: {m: 1000000, n: 1000000, k: 1000000}\n");
+  const std::string arg = R"({"shape":[4294967296,4294967296],"dtype":"f32"})";
+  write("huge.jsonl", "\n{\"kernel\":\"matmul\",\"args\":[" + arg + "," + arg + "," + arg + "]}\n");
+  write("mismatch.jsonl", R"({"kernel":"matmul","args":[{"shape":[2,3],"dtype":"f32"},{"shape":[4,4],"dtype":"f32"},{"shape":[2,4],"dtype":"f32"}]})"
+                          "\n");
+  const std::pair<std::string, std::string> cases[] = {
+      {"huge.yaml", "huge.yaml:5:16: size 'm' must be an integer from 0 to 2147483647, got 4294967296"},
+      {"big.yaml", "big.yaml:4:5: matmul: argument a [1000000, 1000000] f32 takes 3.6 TiB, more than cpu's largest buffer"},
+      {"huge.jsonl", "huge.jsonl:2: args[0] (matmul) [4294967296, 4294967296]: dimension 0 is 4294967296"},
+      {"mismatch.jsonl", "mismatch.jsonl:1: matmul: inner dimensions differ"},
+  };
+  for (const auto& [file, expected] : cases)
+    for (const std::string cmd : {"run ", "tune --isolate ", "tune ", "replay "}) {
+      if (cmd == "replay " && file.ends_with(".yaml")) continue;
+      auto r = ejk(cmd + file);
+      EXPECT_EQ(r.code, file == "huge.jsonl" ? 5 : 2) << cmd << file << ": " << r.out;
+      EXPECT_NE(r.out.find(expected), std::string::npos) << cmd << file << ": " << r.out;
+    }
+  EXPECT_NE(ejk("cache ls").out.find("(0 entries)"), std::string::npos);
+}
+
+TEST_F(Cli, OptionsAreReadExactly) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"tune tiny.yaml --evals -5", "--evals -5: must be an integer from 0 to 2147483647"},
+      {"tune tiny.yaml --evals 4294967297", "--evals 4294967297: must be an integer from 0 to 2147483647"},
+      {"tune tiny.yaml --evals 3x", "--evals 3x: must be an integer"},
+      {"tune tiny.yaml --seconds nan", "--seconds nan: must be a number from 0 to 1000000000"},
+      {"tune tiny.yaml --seconds -1", "--seconds -1: must be a number from 0 to 1000000000"},
+      {"tune tiny.yaml --seed -1", "--seed -1: must be an integer from 0 to 9223372036854775807"},
+      {"kernels --space matmul --size m=12abc", "--size m 12abc: must be an integer from 0 to 2147483647"},
+      {"kernels --space matmul --size m=4294967296", "--size m 4294967296: must be an integer from 0 to 2147483647"},
+  };
+  for (const auto& [cmd, expected] : cases) {
+    auto r = ejk(cmd);
+    EXPECT_EQ(r.code, 2) << cmd << ": " << r.out;
+    EXPECT_NE(r.out.find(expected), std::string::npos) << cmd << ": " << r.out;
+  }
+  EXPECT_NE(ejk("cache ls").out.find("(0 entries)"), std::string::npos);
+}
+
+// A constraint naming no parameter (a typo) was dropped without a word; device mistakes had no
+// place; an option of the wrong type was an internal error.
+TEST_F(Cli, RecipeMistakesFoundLateStillNameTheirPlace) {
+  const std::string wl = "workloads:\n  - kernel: matmul\n    shape: {m: 8, n: 8, k: 8}\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {"name: x\ndevice: cpu\n" + wl + "tune: {constraints: [\"mcc >= 96\"]}\n",
+       "bad.yaml:6:22: constraint 'mcc >= 96' reads no parameter of any workload's space (matmul on cpu: "},
+      {"name: x\ndevice: cpu\n" + wl + "tune: {constraints: [\"mc >= 96 && sizee > 1\"]}\n",
+       "bad.yaml:6:22: constraint 'mc >= 96 && sizee > 1' reads 'sizee', which matmul on cpu has neither as a parameter"},
+      {"name: x\ndevice: vulkan:99\n" + wl, "bad.yaml:2:9: device 'vulkan:99' not found"},
+      {"name: x\ndevice: gpu\n" + wl, "bad.yaml:2:9: unknown device 'gpu' (allowed: auto, cpu, opencl:N, vulkan:N)"},
+      {"name: x\n" + wl + "    options: {trans_b: maybe}\n", "bad.yaml:3:5: matmul option 'trans_b' must be a boolean"},
+  };
+  for (const auto& [yaml, expected] : cases) {
+    write("bad.yaml", yaml);
+    auto r = ejk("tune bad.yaml");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find(expected), std::string::npos) << r.out;
+  }
+  EXPECT_NE(ejk("cache ls").out.find("(0 entries)"), std::string::npos);
 }
 
 TEST_F(Cli, BadBundlesAreRefusedAndTheCacheIsUntouched) {

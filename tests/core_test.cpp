@@ -1,5 +1,6 @@
 // dtype conversions, expressions, parameter spaces, configs and invocations.
 #include <cmath>
+#include <limits>
 
 #include "core/sha256.hpp"
 #include "support.hpp"
@@ -79,6 +80,96 @@ TEST(Invocation, SignatureIsCanonicalAndExcludesScalars) {
   b.scalars = {{"alpha", 3.0}};
   EXPECT_EQ(a.signature(), b.signature());
   EXPECT_EQ(a.signature(), R"({"args":[{"dtype":"f16","shape":[2,3]}],"options":{"a":true,"z":1}})");
+}
+
+// Sizes whose product overflows 64 bits (2^32 * 2^32 = 2^64) wrapped the element count to 0 and
+// let a kernel read far past its buffers: every shape is bounded where it enters.
+TEST(Shape, BoundsAreCheckedWithoutOverflow) {
+  EXPECT_EQ(numel({2, 3, 4}), 24);
+  EXPECT_EQ(numel({}), 1);
+  EXPECT_EQ(numel({max_dim, 0}), 0);
+  EXPECT_EQ(numel({std::int64_t{1} << 20, std::int64_t{1} << 20}), max_elements);
+  const std::int64_t big = std::int64_t{1} << 32;
+  test::expect_error([&] { (void)numel({big, big}); }, "shape [4294967296, 4294967296]: dimension 0 is 4294967296, above the limit of 2^31-1");
+  test::expect_error([] { (void)numel({3, -1}, "argument b"); }, "argument b [3, -1]: dimension 1 is negative");
+  test::expect_error([] { (void)numel({max_dim, max_dim}); }, "more than 2^40 elements");
+  // A zero dimension does not hide the product of the others from kernels that multiply them.
+  test::expect_error([] { (void)numel({max_dim, max_dim, 0}); }, "more than 2^40 elements");
+  test::expect_error([] { (void)numel(Shape(9, 1)); }, "rank 9 is above the limit of 8");
+  auto cpu = open_device("cpu");
+  test::expect_error([&] { Tensor(cpu, {big, big}, DType::f32); }, "tensor [4294967296, 4294967296]");
+  test::expect_error([&] { Tensor(cpu, {4, 4}, DType::f32).reshaped({-4, -4}); }, "dimension 0 is negative");
+}
+
+TEST(Shape, EveryKernelValidatesItsArgumentsBounds) {
+  const std::int64_t big = std::int64_t{1} << 32;
+  const Kernel& mm = Registry::global().kernel("matmul");
+  Invocation inv;
+  inv.kernel = "matmul";
+  inv.options = {{"trans_a", false}, {"trans_b", false}};
+  inv.args = {{{big, big}, DType::f32}, {{big, big}, DType::f32}, {{big, big}, DType::f32}};
+  test::expect_error([&] { mm.validate(inv); }, "matmul: argument a f32 [4294967296, 4294967296]: dimension 0 is 4294967296");
+  inv.args.pop_back();
+  test::expect_error([&] { mm.validate(inv); }, "matmul takes 3 arguments (a, b, c), got 2");
+  // The recipe path: sizes are bounded before a kernel multiplies them.
+  test::expect_error([&] { (void)mm.from_sizes({{"m", big}, {"n", 1}, {"k", 1}}, DType::f32, nlohmann::json::object()); },
+                     "matmul size 'm' is 4294967296, outside 0 to 2^31-1");
+  test::expect_error([&] { (void)mm.from_sizes({{"m", 1}, {"n", 1}, {"k", 1}}, DType::f32, {{"trans_b", "maybe"}}); },
+                     "matmul option 'trans_b' must be a boolean, got \"maybe\"");
+  // Every kernel a recipe can name goes through the same bounds.
+  for (const auto& name : Registry::global().kernels()) {
+    const Kernel& k = Registry::global().kernel(name);
+    if (k.size_names().empty()) continue;
+    SCOPED_TRACE(name);
+    std::map<std::string, std::int64_t> sizes = k.example_sizes();
+    for (const auto& s : k.size_names())
+      if (!sizes.count(s)) sizes[s] = 4;
+    sizes[k.size_names().front()] = big;
+    test::expect_error([&] { (void)k.from_sizes(sizes, DType::f32, nlohmann::json::object()); }, "outside 0 to 2^31-1");
+  }
+}
+
+TEST(Invocation, FromJsonChecksEveryFieldExactly) {
+  auto parse = [](const char* text) { return Invocation::from_json(nlohmann::json::parse(text)); };
+  EXPECT_EQ(parse(R"({"kernel":"matmul","args":[{"shape":[2,3],"dtype":"f16"}]})").args[0].shape, (Shape{2, 3}));
+  test::expect_error([&] { parse(R"({"kernel":"matmul","args":[{"shape":[2,-3],"dtype":"f16"}]})"); }, "dimension 1 is negative");
+  test::expect_error([&] { parse(R"({"kernel":"matmul","args":[{"shape":[2.5],"dtype":"f16"}]})"); }, "args[0].shape must be a list of integers");
+  test::expect_error([&] { parse(R"({"kernel":"matmul","args":[{"shape":[18446744073709551615],"dtype":"f16"}]})"); },
+                     "from 0 to 2^31-1");
+  test::expect_error([&] { parse(R"({"kernel":"matmul","args":[{"shape":[4294967296,4294967296],"dtype":"f32"}]})"); },
+                     "above the limit of 2^31-1");
+  test::expect_error([&] { parse(R"({"kernel":"matmul","args":[{"shape":"2","dtype":"f16"}]})"); }, "args[0].shape must be a list");
+  test::expect_error([&] { parse(R"({"kernel":"matmul","args":[{"shape":[2],"dtype":16}]})"); }, "args[0].dtype must be text");
+  test::expect_error([&] { parse(R"({"kernel":7,"args":[]})"); }, "'kernel' must be a non-empty text");
+  test::expect_error([&] { parse(R"({"kernel":"matmul","args":{}})"); }, "'args' must be a list");
+  test::expect_error([&] { parse(R"([1])"); }, "not a JSON object");
+}
+
+// 10,000 nested parentheses overflowed the stack; so did long chains of operators when the
+// tree was evaluated, and long literals and products overflowed 64 bits.
+TEST(Expr, NestingAndArithmeticAreBounded) {
+  const std::string parens = std::string(10000, '(') + "1" + std::string(10000, ')');
+  test::expect_error([&] { (void)Expr::parse(parens); }, "nested more than 100 levels deep");
+  std::string chain = "1";
+  for (int i = 0; i < 100000; ++i) chain += "+1";
+  test::expect_error([&] { (void)Expr::parse(chain); }, "nested more than 100 levels deep");
+  test::expect_error([&] { (void)Expr::parse(std::string(10000, '!') + "1"); }, "nested more than 100 levels deep");
+  test::expect_error([&] { (void)Expr::parse(std::string(10000, '-') + "1"); }, "nested more than 100 levels deep");
+  test::expect_error([&] { (void)Expr::parse("min(" + std::string(5000, '(') + "1, 2)"); }, "nested more than 100");
+  EXPECT_EQ(Expr::parse(std::string(50, '(') + "7" + std::string(50, ')')).eval({}), 7);
+  // Messages quote a long constraint cut short.
+  try {
+    (void)Expr::parse(parens);
+  } catch (const InvalidArgument& e) {
+    EXPECT_LT(std::string(e.what()).size(), 300u) << e.what();
+  }
+  test::expect_error([] { (void)Expr::parse("99999999999999999999 > 1"); }, "number too large");
+  EXPECT_EQ(Expr::parse("9223372036854775807").eval({}), std::numeric_limits<std::int64_t>::max());
+  test::expect_error([] { (void)Expr::parse("9223372036854775807 + 1").eval({}); }, "overflows 64 bits");
+  test::expect_error([] { (void)Expr::parse("4294967296 * 4294967296").eval({}); }, "overflows 64 bits");
+  test::expect_error([] { (void)Expr::parse("-9223372036854775807 - 2").eval({}); }, "overflows 64 bits");
+  test::expect_error([] { (void)Expr::parse("(-9223372036854775807 - 1) / -1").eval({}); }, "overflows 64 bits");
+  test::expect_error([] { (void)Expr::parse("-(-9223372036854775807 - 1)").eval({}); }, "overflows 64 bits");
 }
 
 TEST(Sha256, KnownVectors) {

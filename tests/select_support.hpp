@@ -33,7 +33,7 @@ class ProbeKernel final : public Kernel {
   std::string_view name() const override { return "probe"; }
   std::string_view host_version() const override { return host_version_; }
   std::vector<ArgDef> args() const override { return {{"x", Role::inout}}; }
-  void validate(const Invocation& inv) const override {
+  void check(const Invocation& inv) const override {
     if (inv.args.size() != 1) throw InvalidArgument("probe takes 1 argument, got " + std::to_string(inv.args.size()));
     if (inv.args[0].shape.size() != 1) throw InvalidArgument("probe: x " + to_string(inv.args[0].shape) + " must have rank 1");
   }

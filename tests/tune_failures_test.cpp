@@ -21,7 +21,7 @@ class FaultyKernel final : public Kernel {
   std::string_view name() const override { return "tune_test_faulty"; }
   std::string_view host_version() const override { return "tune_test_faulty/1"; }
   std::vector<ArgDef> args() const override { return {{"x", Role::in}, {"y", Role::out}, {"z", Role::inout}}; }
-  void validate(const Invocation& inv) const override {
+  void check(const Invocation& inv) const override {
     if (inv.args.size() != 3) throw InvalidArgument("tune_test_faulty takes x, y, z");
   }
   Vars vars(const Invocation& inv) const override { return {{"n", inv.args[0].shape[0]}}; }

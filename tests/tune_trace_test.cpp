@@ -107,6 +107,50 @@ TEST(TuneTrace, MalformedLinesAreNamed) {
   EXPECT_THROW(read_trace((dir.path / "missing.jsonl").string()), IoError);
 }
 
+// Every field of a trace line is checked, and every refusal names path:line.
+TEST(TuneTrace, EveryFieldIsCheckedWithItsLine) {
+  TempDir dir;
+  const fs::path trace = dir.path / "t.jsonl";
+  const std::string good = R"({"kernel":"matmul","args":[{"shape":[2,3],"dtype":"f32"},{"shape":[3,4],"dtype":"f32"},{"shape":[2,4],"dtype":"f32"}],"device":"cpu"})";
+  auto error_on_line_2 = [&](const std::string& line) {
+    std::ofstream(trace) << good << "\n" << line << "\n";
+    try {
+      read_trace(trace.string());
+    } catch (const IoError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const std::string at = trace.string() + ":2: ";
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string line = good;
+    line.replace(line.find(from), from.size(), to);
+    return line;
+  };
+  EXPECT_EQ(error_on_line_2(with("[2,3]", "[-2,3]")),
+            at + "args[0] (matmul) [-2, 3]: dimension 0 is negative (-2)");
+  EXPECT_EQ(error_on_line_2(with("[2,3]", "[4294967296,4294967296]")),
+            at + "args[0] (matmul) [4294967296, 4294967296]: dimension 0 is 4294967296, above the limit of 2^31-1");
+  EXPECT_EQ(error_on_line_2(with("[2,3]", "[2.5,3]")),
+            at + "malformed invocation: args[0].shape must be a list of integers from 0 to 2^31-1, got [2.5,3]");
+  EXPECT_EQ(error_on_line_2(with("\"cpu\"", "7")), at + "'device' must be text, got 7");
+  EXPECT_EQ(error_on_line_2(with("\"device\"", "\"devise\"")).rfind(at + "unknown key 'devise' (allowed: ", 0), 0u);
+  EXPECT_EQ(error_on_line_2(with("\"device\":\"cpu\"", "\"device\":\"cpu\",\"device\":\"cpu\"")), at + "duplicate key \"device\"");
+  EXPECT_EQ(error_on_line_2(with("\"cpu\"", "\"c\\u001bpu\"")), at + "'device' holds a control character");
+  EXPECT_EQ(error_on_line_2(with("\"cpu\"", "\"cpu\",\"options\":" + std::string(100, '[') + std::string(100, ']'))),
+            at + "nested more than 32 levels deep");
+  EXPECT_EQ(error_on_line_2(std::string(TraceLimits::max_line_bytes + 10, ' ') + "{}"),
+            at + "the line is longer than the limit of 1048576 bytes");
+  EXPECT_EQ(error_on_line_2("[1, 2]"), at + "not a JSON object");
+  EXPECT_NE(error_on_line_2(with("[2,3]", "[1e400]")).find(at + "not a JSON line"), std::string::npos);
+  // The good line alone reads, with its line number.
+  std::ofstream(trace) << "\n" << good << "\n";
+  auto records = read_trace(trace.string());
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].line, 2);
+  EXPECT_EQ(records[0].device, "cpu");
+}
+
 TEST(TuneTrace, TheTunerAnswersTheAutotuneTier) {
   TempDir dir;
   auto dev = open_device("cpu");
@@ -140,6 +184,15 @@ TEST(TuneTrace, AutotuneOptionsComeFromTheEnvironment) {
   ::setenv("EJK_TUNE_EVALS", "many", 1);
   EXPECT_THROW(tune_options_from_env(), InvalidArgument);
   ::setenv("EJK_TUNE_EVALS", "12", 1);
+  // stod reads nan and inf, stoull reads -5 as 2^64-5: none is taken.
+  for (const char* bad : {"nan", "inf", "-1"}) {
+    ::setenv("EJK_TUNE_SECONDS", bad, 1);
+    EXPECT_THROW(tune_options_from_env(), InvalidArgument) << bad;
+  }
+  ::unsetenv("EJK_TUNE_SECONDS");
+  ::setenv("EJK_TUNE_SEED", "-5", 1);
+  EXPECT_THROW(tune_options_from_env(), InvalidArgument);
+  ::setenv("EJK_TUNE_SEED", "9", 1);
   ::setenv("EJK_TUNE_STRATEGY", "greedy", 1);
   EXPECT_THROW(tune_options_from_env(), InvalidArgument);
   for (const char* v : {"EJK_TUNE_STRATEGY", "EJK_TUNE_EVALS", "EJK_TUNE_SEED", "EJK_TUNE_ISOLATE"}) ::unsetenv(v);

@@ -75,11 +75,7 @@ void add_kernels(CLI::App& app, Globals& g) {
     for (const auto& s : f->sizes) {
       auto eq = s.find('=');
       if (eq == std::string::npos) throw InvalidArgument("--size takes NAME=VALUE, got '" + s + "'");
-      try {
-        sizes[s.substr(0, eq)] = std::stoll(s.substr(eq + 1));
-      } catch (const std::exception&) {
-        throw InvalidArgument("--size " + s + ": the value must be an integer");
-      }
+      sizes[s.substr(0, eq)] = integer_option("--size " + s.substr(0, eq), s.substr(eq + 1), 0, max_dim);
     }
     Invocation inv = k.from_sizes(sizes, parse_dtype(f->dtype), nlohmann::json::object());
     auto dev = open_device(g.device.empty() ? default_device_name() : g.device);

@@ -4,9 +4,9 @@
 //   1 the command found what it checks for: a regression (compare), a damaged cache (cache
 //     verify), a workload that failed or could not be tuned (run, replay, tune)
 //   2 usage error or invalid argument (bad recipe, bad shape, unknown option value)
-//   3 not found (unknown kernel, device, cache entry, file)
+//   3 not found (unknown kernel, cache entry)
 //   4 device or compile error
-//   5 I/O error (unreadable or unwritable file, damaged bundle)
+//   5 I/O error (missing, unreadable or unwritable file, damaged bundle or trace)
 //   6 selection error (EJK_STRICT refused a selection)
 //   70 internal error
 #include <cstdlib>

@@ -1,6 +1,8 @@
 #pragma once
 // YAML workload recipes: parsed, validated (errors carry file:line:col and the allowed values)
-// and expanded into invocations. The schema is documented in docs/recipes.md.
+// and expanded into invocations. The schema and the limits below are documented in
+// docs/recipes.md.
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -9,6 +11,16 @@
 #include "ejk/ejk.hpp"
 
 namespace ejk::app {
+
+// Bounds on what a recipe may ask for, so a small file cannot demand unbounded work: checked
+// before (size) and while (the rest) the recipe is read, each refusal located.
+struct RecipeLimits {
+  static constexpr std::size_t max_bytes = std::size_t{1} << 20;  // the file
+  static constexpr std::size_t max_nodes = 100000;  // YAML nodes read, an alias counted at every use
+  static constexpr int max_depth = 32;               // mappings and lists nested
+  static constexpr std::size_t max_workloads = 10000;  // after the sweeps expand
+  static constexpr std::size_t max_option_values = 256;  // one workload's options, defaults merged
+};
 
 struct Workload {
   std::string kernel;
@@ -21,16 +33,18 @@ struct Workload {
 
 struct TuneSettings {
   std::string strategy = "anneal";  // exhaustive | random | anneal | model
-  int evals = 64;                   // budget in evaluations per invocation (0 = unbounded)
+  int evals = 64;                   // budget in evaluations per invocation (0 = the strategy's default)
   double seconds = 0;               // budget in seconds per invocation (0 = unbounded)
   std::uint64_t seed = 1;
-  std::vector<std::string> constraints;  // extra constraints added to every space
+  std::vector<std::string> constraints;       // extra constraints added to every space
+  std::vector<std::string> constraint_where;  // "file:line:col" of each constraint
 };
 
 struct Recipe {
   std::string path;
   std::string name;
   std::string device = "auto";
+  std::string device_where;  // "file:line:col" of `device:`, empty when the recipe has none
   std::vector<Workload> workloads;  // the cartesian sweeps expanded
   TuneSettings tune;
 };

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <new>
 
 #include <fmt/core.h>
 
@@ -73,7 +74,22 @@ int run_workset(const Workset& w, const Globals& g, bool check) {
       }
     } catch (const InvalidArgument& e) {
       row.status = "invalid";
-      row.note = e.what();
+      row.note = item.where + ": " + e.what();
+      ++failed;
+    } catch (const NotFound& e) {  // no implementation of the kernel takes it on this device
+      row.status = "not found";
+      row.note = item.where + ": " + e.what();
+      ++failed;
+    } catch (const DeviceError& e) {  // a buffer the device cannot hold, a config it cannot compile
+      row.status = "device error";
+      row.note = item.where + ": " + e.what();
+      ++failed;
+    } catch (const SelectionError& e) {  // EJK_STRICT: the whole run fails (exit 6), saying where
+      throw SelectionError(item.where + ": " + e.what());
+    } catch (const std::bad_alloc&) {
+      // The checks before the run compare sizes with the memory there is, not with what is free.
+      row.status = "out of memory";
+      row.note = item.where + ": out of host memory for this workload's arguments";
       ++failed;
     }
     rows.push_back(std::move(row));
@@ -91,16 +107,14 @@ void add_run(CLI::App& app, Globals& g) {
   auto flags = std::make_shared<RunFlags>();
   auto* run = app.add_subcommand("run", "run a recipe's or trace's workloads with the selected configs and report their speed\n"
                                         "  example: ejk run recipes/quickstart.yaml --json run.json");
-  run->add_option("workload", flags->path, "recipe (.yaml) or trace (.jsonl)")->required()->check(CLI::ExistingFile);
+  run->add_option("workload", flags->path, "recipe (.yaml) or trace (.jsonl)")->required();
   run->add_flag("--check", flags->check, "also check every output against the kernel's reference");
   run->callback([flags, &g] { g.exit_code = run_workset(load_workset(flags->path, g), g, flags->check); });
 
   auto* replay = app.add_subcommand("replay", "re-run the invocations of a recorded trace, checking their results\n"
                                               "  example: ejk replay trace.jsonl --json replay.json");
   auto rflags = std::make_shared<RunFlags>();
-  replay->add_option("trace", rflags->path, "trace (.jsonl) written with EJK_RECORD or ejk record")
-      ->required()
-      ->check(CLI::ExistingFile);
+  replay->add_option("trace", rflags->path, "trace (.jsonl) written with EJK_RECORD or ejk record")->required();
   replay->add_flag("!--no-check", rflags->check, "time only, without checking results")->default_val(true);
   replay->callback([rflags, &g] {
     if (!is_trace(rflags->path)) throw InvalidArgument("replay takes a trace (.jsonl), got " + rflags->path);

@@ -1,7 +1,9 @@
 // ejk tune: tune every invocation of a recipe or trace and store the winners in the persistent cache.
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <map>
+#include <new>
 #include <optional>
 #include <set>
 
@@ -18,9 +20,8 @@ namespace {
 struct TuneFlags {
   std::string path;
   std::string strategy;
-  int evals = -1;
-  double seconds = -1;
-  std::int64_t seed = -1;
+  // As given (empty: not given), read exactly when the command runs.
+  std::string evals, seconds, seed;
   bool isolate = false;
   bool force = false;
   std::string bundle;
@@ -45,9 +46,71 @@ Row row_of(const Item& item, const TuneResult& r) {
     if (m.status != Status::ok) ++row.failures;
   row.space = r.space_size;
   row.seconds = r.seconds;
-  if (!r.tuned) row.note = "no candidate passed; falls back to the heuristic";
+  if (!r.tuned) row.note = item.where + ": no candidate passed; falls back to the heuristic";
   else if (row.failures) row.note = fmt::format("{} candidates failed", row.failures);
   return row;
+}
+
+Row failed_row(const Item& item, const std::string& why) {
+  Row row;
+  row.name = item.name;
+  row.kernel = item.invocation.kernel;
+  row.tier = "failed";
+  row.status = "failed";
+  row.note = item.where + ": " + why;
+  return row;
+}
+
+// The tuner takes constraints that read none of a space's parameters to be meant for another
+// kernel and leaves them out: one that reads no parameter of any workload (a typo) would vanish
+// without a word. One that reads a name a space lacks, or cannot be evaluated over it (division
+// by zero, overflow), would fail mid-tune. All are refused at their place in the recipe before
+// anything is tuned.
+void check_constraints(const Workset& w, const TuneSettings& s) {
+  if (s.constraints.empty()) return;
+  std::vector<bool> applies(s.constraints.size(), false);
+  std::map<std::string, std::string> seen;  // "kernel on device" -> its parameters, for the message
+  std::set<std::string> done;               // device and signature of the spaces checked
+  for (const Item& item : w.items) {
+    if (!done.insert(item.device + "\n" + item.invocation.kernel + "\n" + item.invocation.signature()).second) continue;
+    auto dev = open_device(item.device);
+    ParamSpace space;
+    try {
+      space = Registry::global().implementation(item.invocation, dev->info()).space(item.invocation, dev->info());
+    } catch (const Error&) {
+      continue;  // no space here: tuning this workload fails with its own reason
+    }
+    std::set<std::string> params, known;
+    for (const auto& p : space.params()) params.insert(p.name), known.insert(p.name);
+    for (const auto& [name, _] : space.bound()) known.insert(name);
+    std::string list;
+    for (const auto& p : params) list += (list.empty() ? "" : ", ") + p;
+    const std::string what = item.invocation.kernel + " on " + dev->info().id();
+    seen[what] = list;
+    for (std::size_t c = 0; c < s.constraints.size(); ++c) {
+      const auto names = Expr::parse(s.constraints[c]).names();
+      if (std::none_of(names.begin(), names.end(), [&](const std::string& n) { return params.count(n) > 0; })) continue;
+      applies[c] = true;
+      for (const auto& n : names)
+        if (!known.count(n))
+          throw InvalidArgument(s.constraint_where[c] + ": constraint '" + s.constraints[c] + "' reads '" + n + "', which " +
+                                what + " has neither as a parameter (" + list + ") nor as a variable");
+      ParamSpace with = space;
+      with.constraint(s.constraints[c]);
+      try {
+        (void)with.enumerate();
+      } catch (const InvalidArgument& e) {
+        throw InvalidArgument(s.constraint_where[c] + ": " + e.what() + " (over the space of " + what + ", " + item.where + ")");
+      }
+    }
+  }
+  for (std::size_t c = 0; c < s.constraints.size(); ++c) {
+    if (applies[c]) continue;
+    std::string spaces;
+    for (const auto& [what, list] : seen) spaces += (spaces.empty() ? "" : "; ") + what + ": " + list;
+    throw InvalidArgument(s.constraint_where[c] + ": constraint '" + s.constraints[c] +
+                          "' reads no parameter of any workload's space (" + spaces + ")");
+  }
 }
 
 Row cached_row(const Item& item, const CacheEntry& hit) {
@@ -93,7 +156,8 @@ Plan plan(const Workset& w, bool force) {
     auto& ex = p.executors[item.device];
     if (!ex) ex = std::make_unique<Executor>(open_device(item.device));
     if (!p.first_device) p.first_device = &ex->device().info();
-    std::string key = ex->key(item.invocation);
+    std::string key;
+    at_place(item.where, [&] { key = ex->key(item.invocation); });
     if (!seen.insert(key).second) continue;
     p.keys.push_back(key);
     PersistentCache* cache = ex->persistent_cache();
@@ -159,7 +223,23 @@ void tune_here(const Workset& w, const TuneOptions& opts, const TuneFlags& f, Gl
     const Item& item = w.items[i];
     progress.step(item.name);
     Executor& ex = *p.executors[item.device];
-    TuneResult r = ejk::tune(item.invocation, ex.device(), opts);
+    TuneResult r;
+    try {
+      r = ejk::tune(item.invocation, ex.device(), opts);
+    } catch (const IoError&) {
+      throw;  // the cache or the worker's files, not this workload
+    } catch (const Error& e) {
+      // This workload cannot be tuned here (no config fits, the device cannot hold it): its row
+      // says why and where, and the others go on.
+      rows.push_back(failed_row(item, e.what()));
+      ++unusable;
+      continue;
+    } catch (const std::bad_alloc&) {
+      // The checks before the run compare sizes with the memory there is, not with what is free.
+      rows.push_back(failed_row(item, "out of host memory for this workload's arguments"));
+      ++unusable;
+      continue;
+    }
     PersistentCache* cache = ex.persistent_cache();
     if (r.tuned && !cache)
       throw IoError("the persistent cache " + default_cache_path().string() + " could not be opened: " + item.name +
@@ -221,13 +301,7 @@ void tune_ranks(const MpiSession& session, const Workset& w, const TuneOptions& 
     if (t >= p.to_tune.size() || p.to_tune[t] != i) continue;
     const DistributedResult& r = out.results[t++];
     if (!r.result) {
-      Row row;
-      row.name = w.items[i].name;
-      row.kernel = w.items[i].invocation.kernel;
-      row.tier = "failed";
-      row.status = "failed";
-      row.note = r.error;
-      rows.push_back(std::move(row));
+      rows.push_back(failed_row(w.items[i], r.error));
       ++unusable;
       continue;
     }
@@ -262,24 +336,37 @@ void add_tune(CLI::App& app, Globals& g) {
       "  example: ejk tune recipes/quickstart.yaml\n"
       "  example: ejk tune trace.jsonl --strategy model --evals 40 --isolate\n"
       "  example: mpirun -n 4 ejk tune recipes/quickstart.yaml --bundle tuned.json  (docs/scale-out.md)");
-  cmd->add_option("workload", f->path, "recipe (.yaml) or trace (.jsonl)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("workload", f->path, "recipe (.yaml) or trace (.jsonl)")->required();
   cmd->add_option("--strategy", f->strategy, "exhaustive | random | anneal | model (default: the recipe's, else anneal)");
-  cmd->add_option("--evals", f->evals, "candidates per invocation (default: the recipe's)");
-  cmd->add_option("--seconds", f->seconds, "seconds per invocation (default: the recipe's)");
-  cmd->add_option("--seed", f->seed, "search seed (default: the recipe's)");
+  cmd->add_option("--evals", f->evals,
+                  "candidates per invocation, 0 to 2^31-1; 0: the strategy's default (default: the recipe's)");
+  cmd->add_option("--seconds", f->seconds, "seconds per invocation, 0 to 1e9; 0: unbounded (default: the recipe's)");
+  cmd->add_option("--seed", f->seed, "search seed, 0 to 2^63-1; 0: a fresh one (default: the recipe's)");
   cmd->add_flag("--isolate", f->isolate, "run candidates in a worker process that is killed on a crash or hang");
   cmd->add_flag("--force", f->force, "tune again invocations the persistent cache already has");
   cmd->add_option("--bundle", f->bundle, "also write this run's entries (tuned now or already cached) as a bundle to FILE");
   cmd->callback([f, &g] {
+    // The options first: a mistake in them is reported before the workload is read.
+    TuneOptions opts;
+    if (!f->strategy.empty()) opts.strategy = parse_strategy(f->strategy);
+    std::optional<int> evals;
+    std::optional<double> seconds;
+    std::optional<std::uint64_t> seed;
+    if (!f->evals.empty())
+      evals = static_cast<int>(integer_option("--evals", f->evals, 0, std::numeric_limits<int>::max()));
+    if (!f->seconds.empty()) seconds = number_option("--seconds", f->seconds, 0, 1e9);
+    if (!f->seed.empty())
+      seed = static_cast<std::uint64_t>(integer_option("--seed", f->seed, 0, std::numeric_limits<std::int64_t>::max()));
+
     Workset w = load_workset(f->path, g);
     TuneSettings s = w.tune.value_or(TuneSettings{});
-    TuneOptions opts;
-    opts.strategy = parse_strategy(f->strategy.empty() ? s.strategy : f->strategy);
-    opts.budget.evaluations = f->evals >= 0 ? f->evals : s.evals;
-    opts.budget.seconds = f->seconds >= 0 ? f->seconds : s.seconds;
-    opts.seed = static_cast<std::uint64_t>(f->seed >= 0 ? f->seed : static_cast<std::int64_t>(s.seed));
+    if (f->strategy.empty()) opts.strategy = parse_strategy(s.strategy);
+    opts.budget.evaluations = evals.value_or(s.evals);
+    opts.budget.seconds = seconds.value_or(s.seconds);
+    opts.seed = seed.value_or(s.seed);
     opts.isolate = f->isolate;
     opts.constraints = s.constraints;
+    check_constraints(w, s);
 
     if (launched_by_mpi()) {
 #ifdef EJK_HAVE_MPI

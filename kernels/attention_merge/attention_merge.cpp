@@ -69,7 +69,7 @@ Problem Problem::of(const Invocation& inv) {
   return p;
 }
 
-void AttentionMergeKernel::validate(const Invocation& inv) const {
+void AttentionMergeKernel::check(const Invocation& inv) const {
   if (inv.kernel != name()) throw InvalidArgument("invocation of " + inv.kernel + " given to " + std::string(name()));
   (void)Problem::of(inv);
 }

@@ -70,7 +70,7 @@ class AttentionMergeKernel : public Kernel {
   std::string_view name() const override { return "attention_merge"; }
   std::string_view host_version() const override { return "attention_merge/1"; }
   std::vector<ArgDef> args() const override;
-  void validate(const Invocation& inv) const override;
+  void check(const Invocation& inv) const override;
   Vars vars(const Invocation& inv) const override;
   // Two multiplies and an add per element.
   double flops(const Invocation& inv) const override;

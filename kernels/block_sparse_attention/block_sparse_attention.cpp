@@ -388,7 +388,7 @@ double list_bytes(const Problem& p, bool both) {
 
 }  // namespace
 
-void BlockSparseAttentionKernel::validate(const Invocation& inv) const { (void)Problem::of(inv); }
+void BlockSparseAttentionKernel::check(const Invocation& inv) const { (void)Problem::of(inv); }
 Vars BlockSparseAttentionKernel::vars(const Invocation& inv) const { return problem_vars(Problem::of(inv)); }
 
 double BlockSparseAttentionKernel::flops(const Invocation& inv) const {
@@ -431,7 +431,7 @@ HostArrays BlockSparseAttentionKernel::reference(const Invocation& inv, const Ho
 
 double BlockSparseAttentionKernel::tolerance(const Invocation& inv) const { return base_tolerance(Problem::of(inv)); }
 
-void BlockSparseAttentionBwdKernel::validate(const Invocation& inv) const { (void)Problem::of(inv); }
+void BlockSparseAttentionBwdKernel::check(const Invocation& inv) const { (void)Problem::of(inv); }
 Vars BlockSparseAttentionBwdKernel::vars(const Invocation& inv) const { return problem_vars(Problem::of(inv)); }
 
 double BlockSparseAttentionBwdKernel::flops(const Invocation& inv) const {
@@ -562,7 +562,8 @@ Invocation recipe_invocation(bool backward, const std::map<std::string, std::int
     const TensorSpec args[] = {q, kv, kv, kc, ki, qs, ks, q, lse};
     inv = forward_invocation(args, o);
   }
-  const Problem p = Problem::of(inv);  // throws with the argument named
+  Registry::global().kernel(inv.kernel).validate(inv);  // throws with the argument named
+  const Problem p = Problem::of(inv);
   const double all = static_cast<double>(batch * heads) * static_cast<double>(sq) * static_cast<double>(sk);
   o.density = all > 0 ? workload_layout(p).pairs / all : 1.0;
   if (!backward) {
@@ -572,7 +573,7 @@ Invocation recipe_invocation(bool backward, const std::map<std::string, std::int
     const TensorSpec args[] = {q, kv, kv, q, q, lse, kc, ki, qc, qi, qs, ks, q, kv, kv};
     inv = backward_invocation(args, o);
   }
-  (void)Problem::of(inv);
+  Registry::global().kernel(inv.kernel).validate(inv);
   return inv;
 }
 

@@ -148,7 +148,7 @@ class BlockSparseAttentionKernel final : public Kernel {
   std::string_view name() const override { return "block_sparse_attention"; }
   std::string_view host_version() const override { return "block_sparse_attention/1"; }
   std::vector<ArgDef> args() const override { return forward_args(); }
-  void validate(const Invocation& inv) const override;
+  void check(const Invocation& inv) const override;
   Vars vars(const Invocation& inv) const override;
   // 4 * head_dim per useful pair: batch * heads * seq_q * seq_k * density.
   double flops(const Invocation& inv) const override;
@@ -169,7 +169,7 @@ class BlockSparseAttentionBwdKernel final : public Kernel {
   std::string_view name() const override { return "block_sparse_attention_bwd"; }
   std::string_view host_version() const override { return "block_sparse_attention_bwd/1"; }
   std::vector<ArgDef> args() const override { return backward_args(); }
-  void validate(const Invocation& inv) const override;
+  void check(const Invocation& inv) const override;
   Vars vars(const Invocation& inv) const override;
   double flops(const Invocation& inv) const override;  // 2.5 times the forward's
   double bytes(const Invocation& inv) const override;

@@ -428,7 +428,7 @@ Sequences sequences(const Problem& p, std::span<const std::int64_t> cu_q, std::s
 
 // ---- forward ------------------------------------------------------------------------------
 
-void FlashAttentionKernel::validate(const Invocation& inv) const { (void)Problem::of(inv); }
+void FlashAttentionKernel::check(const Invocation& inv) const { (void)Problem::of(inv); }
 
 namespace {
 Vars problem_vars(const Problem& p) {
@@ -515,7 +515,7 @@ double FlashAttentionKernel::tolerance(const Invocation& inv) const { return bas
 
 // ---- backward -----------------------------------------------------------------------------
 
-void FlashAttentionBwdKernel::validate(const Invocation& inv) const { (void)Problem::of(inv); }
+void FlashAttentionBwdKernel::check(const Invocation& inv) const { (void)Problem::of(inv); }
 
 Vars FlashAttentionBwdKernel::vars(const Invocation& inv) const { return problem_vars(Problem::of(inv)); }
 

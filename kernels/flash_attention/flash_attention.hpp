@@ -166,7 +166,7 @@ class FlashAttentionKernel final : public Kernel {
   std::string_view name() const override { return "flash_attention"; }
   std::string_view host_version() const override { return "flash_attention/1"; }
   std::vector<ArgDef> args() const override { return forward_args(); }
-  void validate(const Invocation& inv) const override;
+  void check(const Invocation& inv) const override;
   Vars vars(const Invocation& inv) const override;
   double flops(const Invocation& inv) const override;
   double bytes(const Invocation& inv) const override;
@@ -187,7 +187,7 @@ class FlashAttentionBwdKernel final : public Kernel {
   std::string_view name() const override { return "flash_attention_bwd"; }
   std::string_view host_version() const override { return "flash_attention_bwd/1"; }
   std::vector<ArgDef> args() const override { return backward_args(); }
-  void validate(const Invocation& inv) const override;
+  void check(const Invocation& inv) const override;
   Vars vars(const Invocation& inv) const override;
   double flops(const Invocation& inv) const override;
   double bytes(const Invocation& inv) const override;

@@ -131,7 +131,7 @@ Invocation recipe_invocation(bool backward, const std::map<std::string, std::int
     const TensorSpec args[] = {q, kv, kv, q, q, lse, b, s, absent(), absent(), qs, ks, q, kv, kv, b, s};
     inv = backward_invocation(args, o);
   }
-  (void)Problem::of(inv);  // throws with the argument named
+  Registry::global().kernel(inv.kernel).validate(inv);  // throws with the argument named
   return inv;
 }
 

@@ -101,7 +101,7 @@ std::vector<std::int64_t> group_offsets(const Problem& p, std::span<const std::i
   return o;
 }
 
-void GroupedMatmulKernel::validate(const Invocation& inv) const {
+void GroupedMatmulKernel::check(const Invocation& inv) const {
   if (inv.kernel != name()) throw InvalidArgument("invocation of " + inv.kernel + " given to " + std::string(name()));
   (void)Problem::of(inv);
 }

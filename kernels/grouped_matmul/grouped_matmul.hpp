@@ -53,7 +53,7 @@ class GroupedMatmulKernel : public Kernel {
   std::string_view name() const override { return mode_ == Mode::gmm ? "grouped_matmul" : "grouped_matmul_tgmm"; }
   std::string_view host_version() const override { return mode_ == Mode::gmm ? "grouped_matmul/1" : "grouped_matmul_tgmm/1"; }
   std::vector<ArgDef> args() const override;
-  void validate(const Invocation& inv) const override;
+  void check(const Invocation& inv) const override;
   Vars vars(const Invocation& inv) const override;
   double flops(const Invocation& inv) const override;  // 2 m k n
   double bytes(const Invocation& inv) const override;  // every operand once

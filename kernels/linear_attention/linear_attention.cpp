@@ -413,7 +413,7 @@ std::string_view LinearAttentionKernel::host_version() const {
   }
 }
 
-void LinearAttentionKernel::validate(const Invocation& inv) const { (void)Problem::of(inv); }
+void LinearAttentionKernel::check(const Invocation& inv) const { (void)Problem::of(inv); }
 
 Vars LinearAttentionKernel::vars(const Invocation& inv) const {
   const Problem p = Problem::of(inv);

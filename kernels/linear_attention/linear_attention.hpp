@@ -117,7 +117,7 @@ class LinearAttentionKernel final : public Kernel {
   std::string_view name() const override { return kernel_name(variant_, backward_); }
   std::string_view host_version() const override;
   std::vector<ArgDef> args() const override { return kernel_args(variant_, backward_); }
-  void validate(const Invocation& inv) const override;
+  void check(const Invocation& inv) const override;
   Vars vars(const Invocation& inv) const override;
   // The chunked form's count for gla (intra-chunk products at chunk 64 plus state passing);
   // the token loop's for recurrent. Backward: three such passes.

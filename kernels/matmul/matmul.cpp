@@ -22,9 +22,9 @@ Invocation invocation(const TensorSpec& a, const TensorSpec& b, const TensorSpec
 
 namespace {
 
-bool option(const Invocation& inv, const char* name) {
-  if (!inv.options.contains(name)) return false;
-  const auto& v = inv.options.at(name);
+bool option(const nlohmann::json& options, const char* name) {
+  if (!options.contains(name)) return false;
+  const auto& v = options.at(name);
   if (!v.is_boolean()) throw InvalidArgument(std::string("matmul option '") + name + "' must be a boolean, got " + v.dump());
   return v.get<bool>();
 }
@@ -50,8 +50,8 @@ Problem Problem::of(const Invocation& inv) {
       throw InvalidArgument("matmul has no option '" + key + "' (options: trans_a, trans_b)");
   const TensorSpec &a = inv.args[0], &b = inv.args[1], &c = inv.args[2];
   Problem p;
-  p.trans_a = option(inv, "trans_a");
-  p.trans_b = option(inv, "trans_b");
+  p.trans_a = option(inv.options, "trans_a");
+  p.trans_b = option(inv.options, "trans_b");
   p.alpha = scalar(inv, "alpha", 1.0);
   p.beta = scalar(inv, "beta", 0.0);
   const char* names[] = {"a", "b", "c"};
@@ -96,7 +96,7 @@ Problem Problem::of(const Invocation& inv) {
   return p;
 }
 
-void MatmulKernel::validate(const Invocation& inv) const { (void)Problem::of(inv); }
+void MatmulKernel::check(const Invocation& inv) const { (void)Problem::of(inv); }
 
 Vars MatmulKernel::vars(const Invocation& inv) const {
   Problem p = Problem::of(inv);
@@ -154,7 +154,7 @@ Invocation MatmulKernel::from_sizes(const std::map<std::string, std::int64_t>& s
                                    const nlohmann::json& options) const {
   const RecipeSizes size("matmul", sizes, size_names(), "m, n, k, batch");
   const std::int64_t m = size("m", -1), n = size("n", -1), k = size("k", -1);
-  const bool ta = options.value("trans_a", false), tb = options.value("trans_b", false);
+  const bool ta = option(options, "trans_a"), tb = option(options, "trans_b");
   auto shape = [&](std::int64_t r, std::int64_t c) {
     return sizes.count("batch") ? Shape{sizes.at("batch"), r, c} : Shape{r, c};
   };

@@ -28,7 +28,7 @@ class MatmulKernel final : public Kernel {
   std::string_view name() const override { return "matmul"; }
   std::string_view host_version() const override { return "matmul/1"; }
   std::vector<ArgDef> args() const override;
-  void validate(const Invocation& inv) const override;
+  void check(const Invocation& inv) const override;
   Vars vars(const Invocation& inv) const override;
   double flops(const Invocation& inv) const override;
   double bytes(const Invocation& inv) const override;

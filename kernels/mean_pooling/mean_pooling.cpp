@@ -95,7 +95,7 @@ std::vector<std::int64_t> offsets(const Problem& p, std::span<const double> cu_s
   return o;
 }
 
-void MeanPoolingKernel::validate(const Invocation& inv) const {
+void MeanPoolingKernel::check(const Invocation& inv) const {
   if (inv.kernel != name()) throw InvalidArgument("invocation of " + inv.kernel + " given to " + std::string(name()));
   (void)Problem::of(inv);
 }

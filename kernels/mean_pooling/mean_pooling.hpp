@@ -58,7 +58,7 @@ class MeanPoolingKernel : public Kernel {
   std::string_view name() const override { return dir_ == Direction::forward ? "mean_pooling" : "mean_pooling_bwd"; }
   std::string_view host_version() const override { return dir_ == Direction::forward ? "mean_pooling/1" : "mean_pooling_bwd/1"; }
   std::vector<ArgDef> args() const override;
-  void validate(const Invocation& inv) const override;
+  void check(const Invocation& inv) const override;
   Vars vars(const Invocation& inv) const override;
   // One add per token element (forward), one multiply per token element (backward).
   double flops(const Invocation& inv) const override;

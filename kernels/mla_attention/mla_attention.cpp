@@ -138,7 +138,7 @@ void check_tables(const Problem& p, std::span<const std::int64_t> tables, std::s
   }
 }
 
-void MlaDecodeKernel::validate(const Invocation& inv) const { (void)Problem::of(inv); }
+void MlaDecodeKernel::check(const Invocation& inv) const { (void)Problem::of(inv); }
 
 Vars MlaDecodeKernel::vars(const Invocation& inv) const {
   const Problem p = Problem::of(inv);

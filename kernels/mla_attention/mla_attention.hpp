@@ -75,7 +75,7 @@ class MlaDecodeKernel final : public Kernel {
   std::string_view name() const override { return "mla_decode"; }
   std::string_view host_version() const override { return "mla_decode/1"; }
   std::vector<ArgDef> args() const override { return decode_args(); }
-  void validate(const Invocation& inv) const override;
+  void check(const Invocation& inv) const override;
   Vars vars(const Invocation& inv) const override;
   // Counted at full table coverage (every sequence at max_blocks * block_size tokens).
   double flops(const Invocation& inv) const override;

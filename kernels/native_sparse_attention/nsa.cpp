@@ -8,6 +8,7 @@
 #include <string>
 
 #include "ejk/error.hpp"
+#include "ejk/registry.hpp"
 
 namespace ejk::kernels::native_sparse_attention {
 
@@ -405,7 +406,7 @@ Invocation invocation_of(bool backward, const std::map<std::string, std::int64_t
   double scale = 0.0;
   for (const auto& [key, v] : options.items()) {
     if (key == "block_size" || key == "sequences") {
-      if (!v.is_number_integer() || v.get<std::int64_t>() <= 0)
+      if (!v.is_number_integer() || v.get<std::int64_t>() <= 0 || v.get<std::int64_t>() > max_dim)
         throw InvalidArgument(kname + " option '" + key + "' must be a positive integer, got " + v.dump());
       (key == "block_size" ? block_size : sequences) = v.get<std::int64_t>();
     } else if (key == "scale") {
@@ -424,7 +425,7 @@ Invocation invocation_of(bool backward, const std::map<std::string, std::int64_t
   if (!backward) a = {q, k, v, g, g, bi, bc, cu, o, o, o, lse};
   else a = {q, k, v, g, g, bi, bc, cu, o, o, lse, o, q, k, v, g, g};
   Invocation inv = backward ? backward_invocation(a, block_size, scale) : forward_invocation(a, block_size, scale);
-  Problem::of(inv);
+  Registry::global().kernel(inv.kernel).validate(inv);
   return inv;
 }
 
@@ -432,8 +433,8 @@ Invocation invocation_of(bool backward, const std::map<std::string, std::int64_t
 
 std::vector<std::string> recipe_sizes() { return {"batch", "seq", "heads", "kv_heads", "head_dim", "head_dim_v", "selected"}; }
 
-void NsaKernel::validate(const Invocation& inv) const { (void)Problem::of(inv); }
-void NsaBwdKernel::validate(const Invocation& inv) const { (void)Problem::of(inv); }
+void NsaKernel::check(const Invocation& inv) const { (void)Problem::of(inv); }
+void NsaBwdKernel::check(const Invocation& inv) const { (void)Problem::of(inv); }
 
 namespace {
 Vars vars_of(const Problem& p) {

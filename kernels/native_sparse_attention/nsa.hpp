@@ -99,7 +99,7 @@ class NsaKernel final : public Kernel {
   std::string_view name() const override { return "native_sparse_attention"; }
   std::string_view host_version() const override { return "native_sparse_attention/1"; }
   std::vector<ArgDef> args() const override { return forward_args(); }
-  void validate(const Invocation& inv) const override;
+  void check(const Invocation& inv) const override;
   Vars vars(const Invocation& inv) const override;
   // Counted for every token at full selection (selected whole blocks) and seq / block_size / 2
   // compressed keys on average.
@@ -123,7 +123,7 @@ class NsaBwdKernel final : public Kernel {
   std::string_view name() const override { return "native_sparse_attention_bwd"; }
   std::string_view host_version() const override { return "native_sparse_attention_bwd/1"; }
   std::vector<ArgDef> args() const override { return backward_args(); }
-  void validate(const Invocation& inv) const override;
+  void check(const Invocation& inv) const override;
   Vars vars(const Invocation& inv) const override;
   double flops(const Invocation& inv) const override;
   double bytes(const Invocation& inv) const override;

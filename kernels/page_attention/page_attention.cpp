@@ -79,7 +79,7 @@ da::Engine engine(const Invocation& inv) {
   return e;
 }
 
-void PageAttentionKernel::validate(const Invocation& inv) const { (void)engine(inv); }
+void PageAttentionKernel::check(const Invocation& inv) const { (void)engine(inv); }
 Vars PageAttentionKernel::vars(const Invocation& inv) const { return da::vars(engine(inv)); }
 
 double PageAttentionKernel::flops(const Invocation& inv) const {
@@ -121,16 +121,7 @@ std::map<std::string, std::int64_t> PageAttentionKernel::example_sizes() const {
 Invocation PageAttentionKernel::from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
                                            const nlohmann::json& options) const {
   const std::string list = "batch, heads, head_dim, context; optional kv_heads, block_size, num_blocks";
-  const auto allowed = size_names();
-  for (const auto& [n, _] : sizes)
-    if (std::find(allowed.begin(), allowed.end(), n) == allowed.end())
-      throw InvalidArgument(std::string(kernel_name) + " has no size '" + n + "' (sizes: " + list + ")");
-  auto size = [&](const char* n, std::int64_t fallback) {
-    auto it = sizes.find(n);
-    if (it != sizes.end()) return it->second;
-    if (fallback < 0) throw InvalidArgument(std::string(kernel_name) + " needs size '" + n + "' (sizes: " + list + ")");
-    return fallback;
-  };
+  const RecipeSizes size(kernel_name, sizes, size_names(), list);
   const std::int64_t batch = size("batch", -1), heads = size("heads", -1), dim = size("head_dim", -1);
   const std::int64_t context = size("context", -1), kv_heads = size("kv_heads", heads), bs = size("block_size", 16);
   if (context < 0 || bs <= 0) throw InvalidArgument(std::string(kernel_name) + ": context must be >= 0 and block_size > 0");
@@ -146,7 +137,7 @@ Invocation PageAttentionKernel::from_sizes(const std::map<std::string, std::int6
   const TensorSpec q{{batch, heads, dim}, dtype}, cache{{blocks, kv_heads, bs, dim}, dtype};
   const TensorSpec args[] = {q, cache, cache, {{batch}, DType::i32}, {{batch, max_blocks}, DType::i32}, q};
   Invocation inv = invocation(args, o);
-  (void)engine(inv);
+  validate(inv);
   return inv;
 }
 

@@ -42,7 +42,7 @@ class PageAttentionKernel final : public Kernel {
   std::string_view name() const override { return "page_attention"; }
   std::string_view host_version() const override { return "page_attention/1"; }
   std::vector<ArgDef> args() const override { return page_attention::args(); }
-  void validate(const Invocation& inv) const override;
+  void check(const Invocation& inv) const override;
   Vars vars(const Invocation& inv) const override;
   // 4 batch heads keys head_dim, every sequence taken to fill its block table.
   double flops(const Invocation& inv) const override;

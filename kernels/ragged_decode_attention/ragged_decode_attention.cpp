@@ -87,7 +87,7 @@ da::Engine engine(const Invocation& inv) {
   return e;
 }
 
-void RaggedDecodeAttentionKernel::validate(const Invocation& inv) const { (void)engine(inv); }
+void RaggedDecodeAttentionKernel::check(const Invocation& inv) const { (void)engine(inv); }
 Vars RaggedDecodeAttentionKernel::vars(const Invocation& inv) const { return da::vars(engine(inv)); }
 
 namespace {
@@ -147,7 +147,7 @@ Invocation RaggedDecodeAttentionKernel::from_sizes(const std::map<std::string, s
   const TensorSpec q{{batch, heads, dim}, dtype}, kv{{batch, seq, kv_heads, dim}, dtype}, idx{{batch}, DType::i32};
   const TensorSpec args[] = {q, kv, kv, idx, idx, sinks ? TensorSpec{{heads}, DType::f32} : absent(), q};
   Invocation inv = invocation(args, o);
-  (void)engine(inv);
+  validate(inv);
   return inv;
 }
 

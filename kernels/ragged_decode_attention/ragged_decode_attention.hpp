@@ -47,7 +47,7 @@ class RaggedDecodeAttentionKernel final : public Kernel {
   std::string_view name() const override { return "ragged_decode_attention"; }
   std::string_view host_version() const override { return "ragged_decode_attention/1"; }
   std::vector<ArgDef> args() const override { return ragged_decode_attention::args(); }
-  void validate(const Invocation& inv) const override;
+  void check(const Invocation& inv) const override;
   Vars vars(const Invocation& inv) const override;
   // Every sequence taken to attend its whole row of seq keys (a window caps it).
   double flops(const Invocation& inv) const override;

@@ -106,7 +106,7 @@ da::Engine engine(const Invocation& inv) {
   return e;
 }
 
-void RaggedPageAttentionKernel::validate(const Invocation& inv) const { (void)engine(inv); }
+void RaggedPageAttentionKernel::check(const Invocation& inv) const { (void)engine(inv); }
 Vars RaggedPageAttentionKernel::vars(const Invocation& inv) const { return da::vars(engine(inv)); }
 
 double RaggedPageAttentionKernel::flops(const Invocation& inv) const {
@@ -184,7 +184,7 @@ Invocation RaggedPageAttentionKernel::from_sizes(const std::map<std::string, std
                              sinks ? TensorSpec{{heads}, DType::f32} : absent(),
                              q};
   Invocation inv = invocation(args, o);
-  (void)engine(inv);
+  validate(inv);
   return inv;
 }
 

@@ -51,7 +51,7 @@ class RaggedPageAttentionKernel final : public Kernel {
   std::string_view name() const override { return "ragged_page_attention"; }
   std::string_view host_version() const override { return "ragged_page_attention/1"; }
   std::vector<ArgDef> args() const override { return ragged_page_attention::args(); }
-  void validate(const Invocation& inv) const override;
+  void check(const Invocation& inv) const override;
   Vars vars(const Invocation& inv) const override;
   // Every query against every key of its table (causality not counted).
   double flops(const Invocation& inv) const override;

@@ -22,8 +22,12 @@ using Vars = std::map<std::string, Value, std::less<>>;
 // expressions, and the functions min(a, b), max(a, b). Text compares only with == and !=.
 class Expr {
  public:
+  // Parentheses, calls and operators nest at most this deep (a chain of binary operators
+  // counts one level per operator), so parsing and evaluating never exhaust the stack.
+  static constexpr int max_depth = 100;
   static Expr parse(std::string_view text);  // throws InvalidArgument with the column
-  std::int64_t eval(const Vars& vars) const;  // throws InvalidArgument for unknown names or / 0
+  // Throws InvalidArgument for unknown names, division by zero and 64-bit overflow.
+  std::int64_t eval(const Vars& vars) const;
   const std::string& text() const { return text_; }
   std::vector<std::string> names() const;  // identifiers it reads
 

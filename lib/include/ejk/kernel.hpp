@@ -36,8 +36,10 @@ class Kernel {
   virtual std::string_view host_version() const = 0;
   virtual std::vector<ArgDef> args() const = 0;
 
-  // Throws InvalidArgument naming the argument and its shape before anything launches.
-  virtual void validate(const Invocation& inv) const = 0;
+  // Throws InvalidArgument naming the argument and its shape before anything launches: the
+  // argument count and every shape's bounds (ejk/shape.hpp) are checked here for every kernel,
+  // then the kernel's own check() runs on shapes known to be within them.
+  void validate(const Invocation& inv) const;
   // Named sizes of an invocation (m, n, k, ...) that constraints and heuristics read.
   virtual Vars vars(const Invocation& inv) const = 0;
   virtual double flops(const Invocation& inv) const = 0;
@@ -64,11 +66,16 @@ class Kernel {
   // shows when the user gives no sizes. Empty (the default) when the kernel has none to
   // suggest, so the user must name every required size.
   virtual std::map<std::string, std::int64_t> example_sizes() const { return {}; }
+
+ protected:
+  // The kernel's shape, dtype and option checks; validate() calls it.
+  virtual void check(const Invocation& inv) const = 0;
 };
 
-// The sizes a recipe gave a kernel's from_sizes. Names outside `known` are refused at
-// construction; size(name, fallback) is the given value, else the fallback, and a size without
-// one (fallback < 0) is required. Errors name the kernel and `list`, the sizes it takes.
+// The sizes a recipe gave a kernel's from_sizes. Names outside `known`, and values outside 0 to
+// max_dim (ejk/shape.hpp), are refused at construction; size(name, fallback) is the given value,
+// else the fallback, and a size without one (fallback < 0) is required. Errors name the kernel
+// and `list`, the sizes it takes.
 class RecipeSizes {
  public:
   RecipeSizes(std::string kernel, const std::map<std::string, std::int64_t>& sizes,

@@ -163,10 +163,21 @@ struct TraceRecord {
   std::string device;   // device id; empty when the line has none
   std::string version;  // kernel version when recorded; empty when absent
   std::string tier;     // selection tier when recorded; empty when absent
+  int line = 0;         // its line in the file, from 1
+};
+
+// Bounds a trace line keeps: it is read no further than max_line_bytes, and its JSON may nest
+// no deeper than max_depth.
+struct TraceLimits {
+  static constexpr std::size_t max_line_bytes = std::size_t{1} << 20;
+  static constexpr int max_depth = 32;
 };
 
 // Reads a JSONL trace: one object per line with Invocation::from_json's fields (kernel, args,
-// options, scalars) and optionally device, version, tier. Throws IoError naming path:line.
+// options, scalars) and optionally device, version, tier, and the signature, fingerprint and
+// origin EJK_RECORD also writes. Every field is checked for its exact type, shapes for the
+// bounds of ejk/shape.hpp, and keys for duplicates and unknown names. Throws IoError naming
+// path:line and what is wrong, for the first line that breaks any of this.
 std::vector<TraceRecord> read_trace(const std::string& path);
 
 struct BatchOptions {

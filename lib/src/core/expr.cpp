@@ -1,7 +1,9 @@
 #include "ejk/expr.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <functional>
+#include <limits>
 #include <set>
 
 #include "ejk/error.hpp"
@@ -13,9 +15,16 @@ struct Expr::Node {
   std::int64_t value = 0;
   std::string text;  // identifier, operator or function name
   std::vector<std::shared_ptr<const Node>> kids;
+  int depth = 1;  // levels of the tree below and including this node
 };
 
 namespace {
+
+// A constraint as errors quote it: long texts are cut, so a message stays readable.
+std::string excerpt(std::string_view text) {
+  constexpr std::size_t most = 120;
+  return text.size() <= most ? std::string(text) : std::string(text.substr(0, most)) + "...";
+}
 
 using NodePtr = std::shared_ptr<const Expr::Node>;
 
@@ -38,7 +47,26 @@ class Parser {
   static constexpr int nlevels = 6;
 
   [[noreturn]] void fail(const std::string& what) const {
-    throw InvalidArgument("constraint '" + std::string(s_) + "' col " + std::to_string(pos_ + 1) + ": " + what);
+    throw InvalidArgument("constraint '" + excerpt(s_) + "' col " + std::to_string(pos_ + 1) + ": " + what);
+  }
+  // Parsing recurses into parentheses, calls and unary operators, and evaluating recurses into
+  // the tree (chains of binary operators included): both are bounded, so no text can exhaust
+  // the stack.
+  struct Nested {
+    explicit Nested(Parser& p) : p_(p) {
+      if (++p_.depth_ > Expr::max_depth) p_.fail("nested more than " + std::to_string(Expr::max_depth) + " levels deep");
+    }
+    ~Nested() { --p_.depth_; }
+    Parser& p_;
+  };
+  NodePtr branch(Expr::Node::Kind kind, std::string text, std::vector<NodePtr> kids) {
+    auto n = std::make_shared<Expr::Node>();
+    n->kind = kind;
+    n->text = std::move(text);
+    for (const auto& k : kids) n->depth = std::max(n->depth, k->depth + 1);
+    n->kids = std::move(kids);
+    if (n->depth > Expr::max_depth) fail("nested more than " + std::to_string(Expr::max_depth) + " levels deep");
+    return n;
   }
   void skip() {
     while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
@@ -65,11 +93,7 @@ class Parser {
       }
       if (!matched) return lhs;
       NodePtr rhs = binary(level + 1);
-      auto n = std::make_shared<Expr::Node>();
-      n->kind = Expr::Node::binary;
-      n->text = matched;
-      n->kids = {lhs, rhs};
-      lhs = n;
+      lhs = branch(Expr::Node::binary, matched, {lhs, rhs});
     }
   }
 
@@ -78,11 +102,8 @@ class Parser {
       skip();
       if (s_.substr(pos_, 2) == "!=") break;
       if (eat(op)) {
-        auto n = std::make_shared<Expr::Node>();
-        n->kind = Expr::Node::unary;
-        n->text = op;
-        n->kids = {unary()};
-        return n;
+        Nested guard(*this);
+        return branch(Expr::Node::unary, op, {unary()});
       }
     }
     return atom();
@@ -93,6 +114,7 @@ class Parser {
     if (pos_ >= s_.size()) fail("expression ends early");
     char c = s_[pos_];
     if (c == '(') {
+      Nested guard(*this);
       ++pos_;
       NodePtr n = binary(0);
       if (!eat(")")) fail("expected ')'");
@@ -109,8 +131,12 @@ class Parser {
     }
     if (std::isdigit(static_cast<unsigned char>(c))) {
       std::int64_t v = 0;
-      while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_])))
-        v = v * 10 + (s_[pos_++] - '0');
+      while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) {
+        const int digit = s_[pos_] - '0';
+        if (v > (std::numeric_limits<std::int64_t>::max() - digit) / 10) fail("number too large (above 2^63-1)");
+        v = v * 10 + digit;
+        ++pos_;
+      }
       n->kind = Expr::Node::number;
       n->value = v;
       return n;
@@ -126,14 +152,12 @@ class Parser {
       }
       if (eat("(")) {
         if (id != "min" && id != "max") fail("unknown function '" + id + "' (expected min or max)");
-        n->kind = Expr::Node::call;
-        n->text = id;
+        Nested guard(*this);
         std::vector<NodePtr> kids{binary(0)};
         if (!eat(",")) fail("expected ','");
         kids.push_back(binary(0));
         if (!eat(")")) fail("expected ')'");
-        n->kids = std::move(kids);
-        return n;
+        return branch(Expr::Node::call, id, std::move(kids));
       }
       n->kind = Expr::Node::name;
       n->text = id;
@@ -144,10 +168,27 @@ class Parser {
 
   std::string_view s_;
   std::size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 [[noreturn]] void eval_fail(const std::string& text, const std::string& what) {
-  throw InvalidArgument("constraint '" + text + "': " + what);
+  throw InvalidArgument("constraint '" + excerpt(text) + "': " + what);
+}
+
+// Integer arithmetic that refuses to overflow (signed overflow is undefined behaviour).
+std::int64_t arith(const std::string& op, std::int64_t a, std::int64_t b, const std::string& text) {
+  std::int64_t r = 0;
+  bool over = false;
+  if (op == "+") over = __builtin_add_overflow(a, b, &r);
+  else if (op == "-") over = __builtin_sub_overflow(a, b, &r);
+  else if (op == "*") over = __builtin_mul_overflow(a, b, &r);
+  else {
+    if (b == 0) eval_fail(text, "division by zero");
+    if (a == std::numeric_limits<std::int64_t>::min() && b == -1) over = true;
+    else r = op == "/" ? a / b : a % b;
+  }
+  if (over) eval_fail(text, std::to_string(a) + " " + op + " " + std::to_string(b) + " overflows 64 bits");
+  return r;
 }
 
 std::int64_t as_int(const Value& v, const std::string& text) {
@@ -166,7 +207,7 @@ Value eval_node(const Expr::Node& n, const Vars& vars, const std::string& text) 
     }
     case Expr::Node::unary: {
       std::int64_t v = as_int(eval_node(*n.kids[0], vars, text), text);
-      return n.text == "!" ? std::int64_t{!v} : -v;
+      return n.text == "!" ? std::int64_t{!v} : arith("-", 0, v, text);
     }
     case Expr::Node::call: {
       std::int64_t a = as_int(eval_node(*n.kids[0], vars, text), text);
@@ -187,11 +228,7 @@ Value eval_node(const Expr::Node& n, const Vars& vars, const std::string& text) 
       if (op == "<=") return std::int64_t{a <= b};
       if (op == ">") return std::int64_t{a > b};
       if (op == ">=") return std::int64_t{a >= b};
-      if (op == "+") return a + b;
-      if (op == "-") return a - b;
-      if (op == "*") return a * b;
-      if (b == 0) eval_fail(text, "division by zero");
-      return op == "/" ? a / b : a % b;
+      return arith(op, a, b, text);
     }
   }
   return std::int64_t{0};

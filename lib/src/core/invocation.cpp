@@ -1,5 +1,7 @@
 #include "ejk/invocation.hpp"
 
+#include <cstdint>
+
 #include "ejk/error.hpp"
 
 namespace ejk {
@@ -8,6 +10,8 @@ namespace {
 nlohmann::json spec_json(const TensorSpec& s) {
   return nlohmann::json{{"shape", s.shape}, {"dtype", std::string(to_string(s.dtype))}};
 }
+[[noreturn]] void malformed(const std::string& what) { throw InvalidArgument("malformed invocation: " + what); }
+
 }  // namespace
 
 std::string Invocation::signature() const {
@@ -24,19 +28,36 @@ nlohmann::json Invocation::to_json() const {
 }
 
 Invocation Invocation::from_json(const nlohmann::json& j) {
-  try {
-    Invocation inv;
-    inv.kernel = j.at("kernel").get<std::string>();
-    for (const auto& a : j.at("args"))
-      inv.args.push_back({a.at("shape").get<Shape>(), parse_dtype(a.at("dtype").get<std::string>())});
-    if (j.contains("options")) inv.options = j.at("options");
-    if (j.contains("scalars")) inv.scalars = j.at("scalars");
-    if (!inv.options.is_object() || !inv.scalars.is_object())
-      throw InvalidArgument("options and scalars must be objects");
-    return inv;
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidArgument(std::string("malformed invocation: ") + e.what());
+  // Every field is checked for its exact type: a JSON reader converts 1.5 to 1 and 2^64-1 to -1
+  // without a word, and a shape read that way would pass for a valid one.
+  if (!j.is_object()) malformed("not a JSON object");
+  Invocation inv;
+  if (!j.contains("kernel") || !j.at("kernel").is_string() || j.at("kernel").get_ref<const std::string&>().empty())
+    malformed("'kernel' must be a non-empty text");
+  inv.kernel = j.at("kernel").get<std::string>();
+  if (!j.contains("args") || !j.at("args").is_array()) malformed("'args' must be a list");
+  for (std::size_t i = 0; i < j.at("args").size(); ++i) {
+    const auto& a = j.at("args")[i];
+    const std::string at = "args[" + std::to_string(i) + "]";
+    if (!a.is_object() || !a.contains("shape") || !a.contains("dtype")) malformed(at + " must be an object with shape and dtype");
+    if (!a.at("shape").is_array()) malformed(at + ".shape must be a list of integers, got " + a.at("shape").dump());
+    TensorSpec spec;
+    for (const auto& d : a.at("shape")) {
+      // A value beyond int64 would wrap when read: numel below names every other bound.
+      if (!d.is_number_integer() ||
+          (d.is_number_unsigned() && d.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)))
+        malformed(at + ".shape must be a list of integers from 0 to 2^31-1, got " + a.at("shape").dump());
+      spec.shape.push_back(d.get<std::int64_t>());
+    }
+    if (!a.at("dtype").is_string()) malformed(at + ".dtype must be text, got " + a.at("dtype").dump());
+    spec.dtype = parse_dtype(a.at("dtype").get<std::string>());
+    (void)numel(spec.shape, at + " (" + inv.kernel + ")");  // every bound of ejk/shape.hpp
+    inv.args.push_back(std::move(spec));
   }
+  if (j.contains("options")) inv.options = j.at("options");
+  if (j.contains("scalars")) inv.scalars = j.at("scalars");
+  if (!inv.options.is_object() || !inv.scalars.is_object()) malformed("options and scalars must be objects");
+  return inv;
 }
 
 }  // namespace ejk

@@ -8,6 +8,20 @@
 
 namespace ejk {
 
+void Kernel::validate(const Invocation& inv) const {
+  const auto defs = args();
+  const std::string kernel(name());
+  if (inv.args.size() != defs.size()) {
+    std::string list;
+    for (const auto& d : defs) list += (list.empty() ? "" : ", ") + d.name;
+    throw InvalidArgument(kernel + " takes " + std::to_string(defs.size()) + " arguments (" + list + "), got " +
+                          std::to_string(inv.args.size()));
+  }
+  for (std::size_t i = 0; i < defs.size(); ++i)
+    (void)numel(inv.args[i].shape, kernel + ": argument " + defs[i].name + " " + std::string(to_string(inv.args[i].dtype)));
+  check(inv);
+}
+
 double Kernel::tolerance(const Invocation& inv) const {
   double tol = 0;
   for (const auto& a : inv.args) tol = std::max(tol, default_tolerance(a.dtype));
@@ -43,9 +57,14 @@ Invocation Kernel::from_sizes(const std::map<std::string, std::int64_t>& /*sizes
 RecipeSizes::RecipeSizes(std::string kernel, const std::map<std::string, std::int64_t>& sizes,
                          const std::vector<std::string>& known, std::string list)
     : kernel_(std::move(kernel)), list_(std::move(list)), sizes_(sizes) {
-  for (const auto& [name, _] : sizes)
+  for (const auto& [name, value] : sizes) {
     if (std::find(known.begin(), known.end(), name) == known.end())
       throw InvalidArgument(kernel_ + " has no size '" + name + "' (sizes: " + list_ + ")");
+    // Sizes become dimensions: bounded as dimensions are (ejk/shape.hpp), so the products a
+    // kernel forms from two of them stay within 64 bits.
+    if (value < 0 || value > max_dim)
+      throw InvalidArgument(kernel_ + " size '" + name + "' is " + std::to_string(value) + ", outside 0 to 2^31-1");
+  }
 }
 
 std::int64_t RecipeSizes::operator()(const char* name, std::int64_t fallback) const {

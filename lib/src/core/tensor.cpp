@@ -6,8 +6,7 @@ namespace ejk {
 
 Tensor::Tensor(std::shared_ptr<Device> device, Shape shape, DType dtype)
     : device_(std::move(device)), spec_{std::move(shape), dtype} {
-  for (auto d : spec_.shape)
-    if (d < 0) throw InvalidArgument("tensor shape " + to_string(spec_.shape) + " has a negative dimension");
+  (void)ejk::numel(spec_.shape, "tensor");  // refuses shapes beyond the bounds of ejk/shape.hpp
   // Zero-sized tensors still get a buffer, so every argument binds to something.
   buffer_ = device_->allocate(std::max<std::size_t>(bytes(), 4));
 }
@@ -15,8 +14,7 @@ Tensor::Tensor(std::shared_ptr<Device> device, Shape shape, DType dtype)
 Tensor Tensor::reshaped(Shape shape) const {
   Tensor t = *this;
   t.spec_.shape = std::move(shape);
-  for (auto d : t.spec_.shape)
-    if (d < 0) throw InvalidArgument("tensor shape " + to_string(t.spec_.shape) + " has a negative dimension");
+  (void)ejk::numel(t.spec_.shape, "reshaped tensor");
   if (t.numel() != numel())
     throw InvalidArgument("cannot reshape tensor " + to_string(spec_.shape) + " (" + std::to_string(numel()) +
                           " elements) to " + to_string(t.spec_.shape) + " (" + std::to_string(t.numel()) + ")");
@@ -27,8 +25,7 @@ Tensor Tensor::with_spare(std::shared_ptr<Device> device, Shape shape, DType dty
   Tensor t;
   t.device_ = device;
   t.spec_ = {std::move(shape), dtype};
-  for (auto d : t.spec_.shape)
-    if (d < 0) throw InvalidArgument("tensor shape " + to_string(t.spec_.shape) + " has a negative dimension");
+  (void)ejk::numel(t.spec_.shape, "tensor");
   t.buffer_ = device->allocate(t.bytes() + std::max<std::size_t>(spare_bytes, 4));
   return t;
 }

@@ -1,6 +1,8 @@
 // The tuner as the executor's autotune tier.
+#include <cmath>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "ejk/error.hpp"
 #include "ejk/executor.hpp"
@@ -20,10 +22,13 @@ T parse_env(const char* name, const char* text, Parse parse) {
   try {
     std::size_t used = 0;
     T v = parse(std::string(text), &used);
-    if (used != std::string(text).size() || v < 0) throw std::invalid_argument(text);
+    // stoull reads "-5" as 2^64-5 and stod reads "nan" and "inf": none is a budget or a seed.
+    if (used != std::string(text).size() || !(v >= 0) || text[0] == '-') throw std::invalid_argument(text);
+    if constexpr (std::is_floating_point_v<T>)
+      if (!std::isfinite(v)) throw std::invalid_argument(text);
     return v;
   } catch (const std::exception&) {
-    throw InvalidArgument(std::string(name) + "=" + text + " is not a non-negative number");
+    throw InvalidArgument(std::string(name) + "=" + text + " is not a non-negative finite number");
   }
 }
 

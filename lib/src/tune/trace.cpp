@@ -1,6 +1,11 @@
 // Batch tuning of a recorded trace (EJK_RECORD=trace.jsonl).
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
+
+#include <fmt/core.h>
 
 #include "ejk/bundle.hpp"
 #include "ejk/cache.hpp"
@@ -10,33 +15,112 @@
 
 namespace ejk {
 
+namespace {
+
+// One line, read no further than the limit (a huge line is refused without being held); false
+// at the end of the file.
+bool next_line(std::streambuf& in, std::string& line, bool& too_long) {
+  line.clear();
+  too_long = false;
+  bool any = false;
+  for (int c; (c = in.sbumpc()) != std::char_traits<char>::eof();) {
+    any = true;
+    if (c == '\n') return true;
+    if (line.size() == TraceLimits::max_line_bytes) {
+      too_long = true;
+      return true;
+    }
+    line.push_back(static_cast<char>(c));
+  }
+  return any;
+}
+
+// The JSON of one line, refusing nesting beyond the limit and duplicate keys (nlohmann keeps the
+// last of two silently) as the parser meets them.
+nlohmann::json parse_line(const std::string& line) {
+  std::vector<std::set<std::string>> open;  // keys of each object being read
+  auto check = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using Event = nlohmann::json::parse_event_t;
+    if (depth > TraceLimits::max_depth)
+      throw InvalidArgument("nested more than " + std::to_string(TraceLimits::max_depth) + " levels deep");
+    if (event == Event::object_start) open.emplace_back();
+    else if (event == Event::object_end && !open.empty()) open.pop_back();
+    else if (event == Event::key && !open.empty() && !open.back().insert(parsed.get<std::string>()).second)
+      throw InvalidArgument("duplicate key " + parsed.dump());
+    return true;
+  };
+  return nlohmann::json::parse(line, check);
+}
+
+// nlohmann quotes the bytes it read last: raw control characters and broken UTF-8 stay off the
+// terminal.
+std::string printable(std::string_view text) {
+  std::string out;
+  for (char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c < 0x7F) out += ch;
+    else out += fmt::format("\\x{:02x}", c);
+  }
+  return out;
+}
+
+std::string text_field(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key)) return {};
+  const auto& v = j.at(key);
+  if (!v.is_string()) throw InvalidArgument(std::string("'") + key + "' must be text, got " + v.dump());
+  const auto& s = v.get_ref<const std::string&>();
+  for (char ch : s)
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7F)
+      throw InvalidArgument(std::string("'") + key + "' holds a control character");
+  return s;
+}
+
+}  // namespace
+
 std::vector<TraceRecord> read_trace(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw IoError("cannot read trace " + path);
+  auto unreadable = [&](const std::string& why) { return IoError("cannot read trace " + path + ": " + why); };
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw unreadable("it is a folder");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw unreadable(std::strerror(errno));
+  static const std::set<std::string> known{"kernel", "args",      "options",     "scalars", "device",
+                                           "version", "tier",     "signature",   "fingerprint", "origin"};
   std::vector<TraceRecord> out;
   std::string line;
+  bool too_long = false;
   int number = 0;
-  while (std::getline(in, line)) {
+  while (next_line(*in.rdbuf(), line, too_long)) {
     ++number;
+    const std::string where = path + ":" + std::to_string(number);
+    if (too_long)
+      throw IoError(where + ": the line is longer than the limit of " + std::to_string(TraceLimits::max_line_bytes) +
+                    " bytes");
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
-      auto j = nlohmann::json::parse(line);
+      const auto j = parse_line(line);
       if (!j.is_object()) throw InvalidArgument("not a JSON object");
+      for (const auto& [key, _] : j.items())
+        if (!known.count(key)) {
+          std::string list;
+          for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+          throw InvalidArgument("unknown key '" + key + "' (allowed: " + list + ")");
+        }
       TraceRecord r;
       r.invocation = Invocation::from_json(j);
-      auto text = [&](const char* key) {
-        return j.contains(key) && j.at(key).is_string() ? j.at(key).get<std::string>() : std::string();
-      };
-      r.device = text("device");
-      r.version = text("version");
-      r.tier = text("tier");
+      (void)text_field(j, "kernel");
+      r.device = text_field(j, "device");
+      r.version = text_field(j, "version");
+      r.tier = text_field(j, "tier");
+      for (const char* key : {"signature", "fingerprint", "origin"}) (void)text_field(j, key);
+      r.line = number;
       out.push_back(std::move(r));
     } catch (const nlohmann::json::exception& e) {
-      throw IoError(path + ":" + std::to_string(number) + ": not a JSON line: " + e.what());
+      throw IoError(where + ": not a JSON line: " + printable(e.what()));
     } catch (const InvalidArgument& e) {
-      throw IoError(path + ":" + std::to_string(number) + ": " + e.what());
+      throw IoError(where + ": " + e.what());
     }
   }
+  if (in.bad()) throw unreadable(std::strerror(errno));
   return out;
 }
 

@@ -50,7 +50,8 @@ std::string isa() {
 CpuBuffer::CpuBuffer(std::size_t bytes) : Buffer(bytes) {
   // 64-byte alignment and size rounding keep vector loads within the allocation.
   data_ = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-  if (!data_) throw std::bad_alloc();
+  // As the other backends say it: a buffer the device cannot hold, not an internal error.
+  if (!data_) throw ResourceError("cpu: cannot allocate a buffer of " + std::to_string(bytes) + " bytes");
 }
 
 CpuBuffer::~CpuBuffer() { std::free(data_); }
