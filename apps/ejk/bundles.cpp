@@ -76,6 +76,7 @@ void add_bundles(CLI::App& app, Globals& g) {
     // Everything is checked before the cache is opened: the bundle's schema, checksum and every
     // entry (read_bundle), then what this build can use; the merge is one transaction.
     Bundle b = read_bundle(imf->path);
+    if (b.entries.empty()) throw InvalidArgument(imf->path + ": the bundle holds no entries; nothing to import");
     std::set<std::string> unknown;
     for (const auto& e : b.entries)
       if (!Registry::global().has(e.kernel)) unknown.insert(printable(e.kernel, 80));
