@@ -286,6 +286,22 @@ TEST_P(BlockSparseAttention, HeuristicIsInTheSpace) {
     }
 }
 
+TEST(BlockSparseLayout, HostLayoutsAreBounded) {
+  // 2^20 tokens in blocks of 64 are 2^28 block pairs: refused before any list is built.
+  for (const bool backward : {false, true}) {
+    const std::map<std::string, std::int64_t> sizes{{"seq", std::int64_t{1} << 20}, {"heads", 1}, {"head_dim", 64}};
+    try {
+      (void)bsa::recipe_invocation(backward, sizes, DType::f16, nlohmann::json::object());
+      ADD_FAILURE() << "a 2^28-block layout was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("16384 x 16384 block pairs"), std::string::npos) << e.what();
+    }
+  }
+  // At the bound itself (2^18 tokens: 4096 x 4096 pairs) the workload is made.
+  const std::map<std::string, std::int64_t> edge{{"seq", std::int64_t{1} << 18}, {"heads", 1}, {"head_dim", 64}};
+  EXPECT_NO_THROW((void)bsa::recipe_invocation(false, edge, DType::f16, {{"causal", true}, {"local_blocks", 2}}));
+}
+
 TEST_P(BlockSparseAttention, WorkloadsFromRecipeSizes) {
   Context ctx(GetParam());
   // Local window + strided at seq 4096 in blocks of 64: the density the flops count uses.

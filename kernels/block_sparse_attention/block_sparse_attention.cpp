@@ -506,6 +506,14 @@ double BlockSparseAttentionBwdKernel::tolerance(const Invocation& inv) const {
 std::vector<std::string> recipe_sizes() { return {"seq", "heads", "head_dim", "batch", "kv_heads", "seq_q", "seq_k"}; }
 
 Layout workload_layout(const Problem& p) {
+  const std::int64_t lb = p.mask ? p.batch : 1, lh = p.mask ? p.heads : 1;
+  if (static_cast<double>(lb) * static_cast<double>(lh) * static_cast<double>(p.nbq) * static_cast<double>(p.nbk) >
+      static_cast<double>(max_layout_blocks))
+    throw InvalidArgument("block_sparse_attention: a layout of " + std::to_string(lb) + " x " + std::to_string(lh) +
+                          " x " + std::to_string(p.nbq) + " x " + std::to_string(p.nbk) +
+                          " block pairs is more than the " + std::to_string(max_layout_blocks) +
+                          " whose block lists are built on the host (seq_q / block_q x seq_k / block_k, per batch and "
+                          "head when mask is on)");
   if (!p.mask) return build_layout(p.batch, p.heads, p.seq_q, p.seq_k, p.pattern());
   // A fixed draw, so that the density recorded in the invocation is the one the inputs have.
   std::mt19937_64 rng(0x5eed);

@@ -141,6 +141,9 @@ std::vector<std::string> recipe_sizes();
 Invocation recipe_invocation(bool backward, const std::map<std::string, std::int64_t>& sizes, DType dtype,
                              const nlohmann::json& options);
 // The layout a workload of these options uses (the random mask included): what inputs() passes.
+// Its block lists are built on the host, so a layout of more than max_layout_blocks block pairs
+// (lb x lh x nbq x nbk: 2^24, a 262144-token square at 64-token blocks) is refused naming them.
+inline constexpr std::int64_t max_layout_blocks = std::int64_t{1} << 24;
 Layout workload_layout(const Problem& p);
 
 class BlockSparseAttentionKernel final : public Kernel {
