@@ -257,7 +257,8 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_bwd_dq(
 }
 
 // Backward, per (token, kv head) where the token starts a whole block: the pooled key's and
-// value's gradient from every query of the sequence that sees the block (f32 scratch).
+// value's gradient from every query of the sequence that sees the block (f32 scratch). Other
+// groups run no query and store nothing; see the note on barriers above nsa_bwd_dkv.
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_bwd_dcmp(
     const __global ushort* q16, const __global ushort* gc16, const __global int* cu, const __global float* kc,
     const __global float* vc, const __global float* lse, const __global ushort* do16, const __global float* delta,
@@ -266,16 +267,20 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_bwd_dcmp(
   const int t0 = get_group_id(0), h = get_group_id(1), lid = get_local_id(0), HQ = H * G;
   int bos, eos;
   locate(cu, nseq, t0, &bos, &eos);
-  if ((t0 - bos) % BS != 0 || t0 + BS > eos) return;
-  for (int d = lid; d < DK; d += THREADS) {
-    kr[d] = kc[(t0 * H + h) * DK + d];
-    gk[d] = 0.f;
+  const bool whole = (t0 - bos) % BS == 0 && t0 + BS <= eos;
+  if (whole) {
+    for (int d = lid; d < DK; d += THREADS) {
+      kr[d] = kc[(t0 * H + h) * DK + d];
+      gk[d] = 0.f;
+    }
+    for (int d = lid; d < DV; d += THREADS) {
+      vr[d] = vc[(t0 * H + h) * DV + d];
+      gv[d] = 0.f;
+    }
   }
-  for (int d = lid; d < DV; d += THREADS) {
-    vr[d] = vc[(t0 * H + h) * DV + d];
-    gv[d] = 0.f;
-  }
-  for (int t = t0 + BS - 1; t < eos; ++t)
+  barrier(CLK_LOCAL_MEM_FENCE);
+  const int t_end = whole ? eos : t0;
+  for (int t = t0 + BS - 1; t < t_end; ++t)
     for (int g0 = 0; g0 < G; g0 += HPG) {
       const int th0 = t * HQ + h * G + g0;
       barrier(CLK_LOCAL_MEM_FENCE);
@@ -299,13 +304,25 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_bwd_dcmp(
         gv[d] = x;
       }
     }
-  for (int d = lid; d < DK; d += THREADS) dkc[(t0 * H + h) * DK + d] = gk[d];
-  for (int d = lid; d < DV; d += THREADS) dvc[(t0 * H + h) * DV + d] = gv[d];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (whole) {
+    for (int d = lid; d < DK; d += THREADS) dkc[(t0 * H + h) * DK + d] = gk[d];
+    for (int d = lid; d < DV; d += THREADS) dvc[(t0 * H + h) * DV + d] = gv[d];
+  }
 }
+
+// Barriers in the backward key kernels: every group runs to the end, and a barrier separates
+// the work-item-dependent loops from every branch on loaded data (a group with nothing to do,
+// the query loop's bounds) that decides whether barriers run. PoCL's CPU work-group compiler
+// cannot prove a branch on loaded data uniform: it evaluates such a branch for work-item 0 alone
+// and assumes the other work-items follow. Where an early return let work-item-dependent stores
+// share a region with such a branch, a build for AVX-512 applied that assumption to the stores'
+// bound (d < DK) as well, and work-items past it stored beyond the group's rows of dkc and dvc.
 
 // Backward, per (token, kv head) where the token starts a tile of TILE keys within its block:
 // the keys' gradients from every query of the sequence whose selection lists the block (as
 // often as it lists it), plus 1/BS of the block's pooled gradient when the block is whole.
+// Other groups have no keys (n = 0) and run no query.
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_bwd_dkv(
     const __global ushort* q16, const __global ushort* k16, const __global ushort* v16, const __global ushort* gs16,
     const __global int* bi, const __global int* bc, const __global int* cu, const __global float* lse,
@@ -317,13 +334,14 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_bwd_dkv(
   int bos, eos;
   locate(cu, nseq, j0, &bos, &eos);
   const int off = (j0 - bos) % BS;
-  if (off % TILE != 0) return;
   const int b = (j0 - bos) / BS, block0 = j0 - off;
-  const int n = min(TILE, min(block0 + BS, eos) - j0);
+  const int n = off % TILE == 0 ? min(TILE, min(block0 + BS, eos) - j0) : 0;
   stage_rows(n, j0, H, h, k16, v16, dtype, kt, vt);
   for (int e = lid; e < n * DK; e += THREADS) gk[e] = 0.f;
   for (int e = lid; e < n * DV; e += THREADS) gv[e] = 0.f;
-  for (int t = j0; t < eos; ++t) {
+  barrier(CLK_LOCAL_MEM_FENCE);
+  const int t_end = n > 0 ? eos : j0;
+  for (int t = j0; t < t_end; ++t) {
     const int cnt = bc[t * H + h];
     int times = 0;
     for (int i = 0; i < cnt; ++i) times += bi[(t * H + h) * S + i] == b;
@@ -360,6 +378,7 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_bwd_dkv(
       }
     }
   }
+  barrier(CLK_LOCAL_MEM_FENCE);
   const bool pooled = block0 + BS <= eos;
   const float inv = 1.f / (float)BS;
   for (int e = lid; e < n * DK; e += THREADS)
