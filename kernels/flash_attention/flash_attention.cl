@@ -50,20 +50,22 @@
 // ---- staging -------------------------------------------------------------------------------
 
 // rows [0, n) of sh at `base` (stride DS) = tokens tok0.. of head h of src (nh heads) * scale;
-// rows from `valid` on are zero. Every work-item of the group takes part.
+// rows from `valid` on and columns from D on are zero: output tiles read every column a
+// work-item holds (WD * RX of them, some past head_dim), and none of it may be uninitialised.
+// Every work-item of the group takes part.
 void stage(__local float* sh, uint base, uint n, int tok0, int valid, uint nh, uint h, __global const float* src,
            uint dt, uint D, float scale, uint tid, uint nt) {
   // Row and column advance by nt elements per step, without a division per element.
-  const uint rstep = nt / D, dstep = nt - rstep * D;
-  uint r = tid / D, d = tid - r * D;
+  const uint W = WD * RX, rstep = nt / W, dstep = nt - rstep * W;
+  uint r = tid / W, d = tid - r * W;
   while (r < n) {
     float x = 0.0f;
-    if ((int)r < valid) x = ld(src, ((uint)(tok0 + (int)r) * nh + h) * D + d, dt) * scale;
+    if ((int)r < valid && d < D) x = ld(src, ((uint)(tok0 + (int)r) * nh + h) * D + d, dt) * scale;
     sh[base + r * DS + d] = x;
     r += rstep;
     d += dstep;
-    if (d >= D) {
-      d -= D;
+    if (d >= W) {
+      d -= W;
       ++r;
     }
   }
