@@ -59,11 +59,14 @@ typedef VEC(float, VWN) floatN;
 #define UNPACK_16(d, o, v) UNPACK_8(d, o, (v).lo) UNPACK_8(d, (o) + 8, (v).hi)
 #define UNPACK(w, d, o, v) CAT(UNPACK_, w)(d, o, v)
 
+// Vectors are built from scalars, not from halves: clang joins halves with widening shuffles
+// whose undefined lanes Oclgrind's uninitialised-value checker cannot follow.
 #define PACK_1(s, o) (s[o])
 #define PACK_2(s, o) ((float2)(s[o], s[(o) + 1]))
-#define PACK_4(s, o) ((float4)(PACK_2(s, o), PACK_2(s, (o) + 2)))
-#define PACK_8(s, o) ((float8)(PACK_4(s, o), PACK_4(s, (o) + 4)))
-#define PACK_16(s, o) ((float16)(PACK_8(s, o), PACK_8(s, (o) + 8)))
+#define S4(s, o) s[o], s[(o) + 1], s[(o) + 2], s[(o) + 3]
+#define PACK_4(s, o) ((float4)(S4(s, o)))
+#define PACK_8(s, o) ((float8)(S4(s, o), S4(s, (o) + 4)))
+#define PACK_16(s, o) ((float16)(S4(s, o), S4(s, (o) + 4), S4(s, (o) + 8), S4(s, (o) + 12)))
 #define PACK(w, s, o) CAT(PACK_, w)(s, o)
 
 // ---- storage types: LD1/ST1 one element, VLOAD_w/VSTORE_w a vector at any element offset,
