@@ -1,0 +1,155 @@
+// Every kernel with an OpenCL implementation on its smallest workload: the heuristic's config and
+// the first and last config of its space, each against the double reference. Cheap enough to run
+// where every work-item is checked: scripts/test runs this suite under Oclgrind (data races,
+// uninitialised values, out-of-bounds accesses, API misuse) and under a second work-group
+// scheduling method of PoCL (tests/CMakeLists.txt). The coverage test keeps every OpenCL source
+// in the table.
+#include <algorithm>
+#include <cstdlib>
+#include <set>
+#include <tuple>
+
+#include "ejk/detail/embedded.hpp"
+#include "support.hpp"
+
+namespace ejk {
+namespace {
+
+struct SmallCase {
+  std::string kernel;
+  std::map<std::string, std::int64_t> sizes;
+  nlohmann::json options = nlohmann::json::object();
+};
+
+// Odd lengths, more than one head or group, a grouped-query ratio where the kernel has one.
+const std::vector<SmallCase>& small_cases() {
+  static const std::vector<SmallCase> cases = {
+      {"attention_merge", {{"seq", 5}, {"heads", 2}, {"head_dim", 16}}},
+      {"block_sparse_attention", {{"seq", 19}, {"heads", 2}, {"kv_heads", 1}, {"head_dim", 16}}},
+      {"block_sparse_attention_bwd", {{"seq", 19}, {"heads", 2}, {"kv_heads", 1}, {"head_dim", 16}}},
+      {"flash_attention", {{"seq", 9}, {"heads", 2}, {"kv_heads", 1}, {"head_dim", 16}}, {{"causal", true}}},
+      {"flash_attention_bwd", {{"seq", 9}, {"heads", 2}, {"kv_heads", 1}, {"head_dim", 16}}, {{"causal", true}}},
+      {"gla", {{"seq", 9}, {"heads", 2}, {"head_dim", 8}}},
+      {"gla_bwd", {{"seq", 9}, {"heads", 2}, {"head_dim", 8}}},
+      {"grouped_matmul", {{"m", 9}, {"k", 8}, {"n", 7}, {"groups", 3}}},
+      {"grouped_matmul_tgmm", {{"m", 9}, {"k", 8}, {"n", 7}, {"groups", 3}}},
+      {"lightning_attention", {{"seq", 9}, {"heads", 2}, {"head_dim", 8}}},
+      {"lightning_attention_bwd", {{"seq", 9}, {"heads", 2}, {"head_dim", 8}}},
+      {"matmul", {{"m", 5}, {"n", 7}, {"k", 9}}},
+      {"mean_pooling", {{"batch", 2}, {"seq", 7}, {"dim", 8}}},
+      {"mean_pooling_bwd", {{"batch", 2}, {"seq", 7}, {"dim", 8}}},
+      {"mla_decode",
+       {{"batch", 2}, {"heads", 2}, {"context", 9}, {"qk_nope_head_dim", 16}, {"rope_dim", 8}, {"v_head_dim", 16},
+        {"kv_lora_rank", 16}, {"block_size", 4}}},
+      {"native_sparse_attention", {{"batch", 1}, {"seq", 9}, {"heads", 4}, {"kv_heads", 1}, {"head_dim", 16}, {"selected", 2}}, {{"block_size", 4}}},
+      {"native_sparse_attention_bwd", {{"batch", 1}, {"seq", 9}, {"heads", 4}, {"kv_heads", 1}, {"head_dim", 16}, {"selected", 2}}, {{"block_size", 4}}},
+      {"page_attention", {{"batch", 2}, {"heads", 2}, {"kv_heads", 1}, {"head_dim", 16}, {"context", 9}, {"block_size", 4}}},
+      {"ragged_decode_attention", {{"batch", 2}, {"heads", 2}, {"kv_heads", 1}, {"head_dim", 16}, {"seq", 9}}},
+      {"ragged_page_attention",
+       {{"num_seqs", 2}, {"q_len", 2}, {"context", 9}, {"heads", 2}, {"kv_heads", 1}, {"head_dim", 16}, {"block_size", 4}}},
+      {"recurrent", {{"seq", 9}, {"heads", 2}, {"head_dim", 8}}},
+      {"recurrent_bwd", {{"seq", 9}, {"heads", 2}, {"head_dim", 8}}},
+  };
+  return cases;
+}
+
+const Implementation* opencl_implementation(std::string_view kernel) {
+  for (const Implementation* impl : Registry::global().implementations(kernel))
+    if (impl->backend() == Backend::opencl) return impl;
+  return nullptr;
+}
+
+std::vector<std::string> opencl_devices() {
+  std::vector<std::string> out;
+  for (const auto& d : list_devices())
+    if (d.backend == Backend::opencl) out.push_back(d.id());
+  return out;
+}
+
+// Runs `inv` on `ctx` under `config` with the inputs `in`; returns the out and inout arguments
+// as read back, in order.
+HostArrays run_outputs(const Context& ctx, const Invocation& inv, const Implementation& impl, const Config& config,
+                       const HostArrays& in) {
+  std::vector<Tensor> args;
+  for (std::size_t i = 0; i < inv.args.size(); ++i) args.push_back(ctx.from(inv.args[i].shape, inv.args[i].dtype, in[i]));
+  impl.run(inv, config, args, ctx.device());
+  const auto defs = Registry::global().kernel(inv.kernel).args();
+  HostArrays out;
+  for (std::size_t i = 0; i < args.size(); ++i)
+    if (defs[i].role != Role::in) out.push_back(args[i].read());
+  return out;
+}
+
+class SmallestCases : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(SmallestCases, MatchTheReference) {
+  const auto& [name, id] = GetParam();
+  const auto it = std::find_if(small_cases().begin(), small_cases().end(), [&](const SmallCase& c) { return c.kernel == name; });
+  ASSERT_NE(it, small_cases().end());
+  Context ctx(id);
+  // Under a checker the device must be the checker's (its runner script sets this).
+  if (const char* want = std::getenv("EJK_TEST_OPENCL_DEVICE")) {
+    ASSERT_NE(ctx.device().info().name.find(want), std::string::npos) << ctx.device().info().name;
+  }
+  const Kernel& kernel = Registry::global().kernel(name);
+  const Invocation inv = kernel.from_sizes(it->sizes, DType::f32, it->options);
+  const DeviceInfo& dev = ctx.device().info();
+  const Implementation& impl = Registry::global().implementation(inv, dev);
+  ASSERT_EQ(impl.backend(), Backend::opencl);
+  const HostArrays in = kernel.inputs(inv, 11);
+  const HostArrays want = kernel.reference(inv, in);
+  std::vector<Config> configs{impl.heuristic(inv, dev)};
+  const auto space = impl.space(inv, dev).enumerate();
+  if (!space.empty())
+    for (const Config& c : {space.front(), space.back()})
+      if (std::find(configs.begin(), configs.end(), c) == configs.end()) configs.push_back(c);
+  for (const Config& config : configs) {
+    const HostArrays got = run_outputs(ctx, inv, impl, config, in);
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i)
+      EXPECT_LE(test::relative_error(got[i], want[i]), kernel.tolerance(inv)) << config.canonical() << " output " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, SmallestCases,
+                         ::testing::Combine(::testing::ValuesIn([] {
+                                              std::vector<std::string> names;
+                                              for (const auto& c : small_cases()) names.push_back(c.kernel);
+                                              return names;
+                                            }()),
+                                            ::testing::ValuesIn(opencl_devices())),
+                         [](const auto& param) {
+                           return std::get<0>(param.param) + "_" + test::test_name(std::get<1>(param.param));
+                         });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(SmallestCases);
+
+// The table names exactly the kernels that have an OpenCL implementation, and their sources
+// (with what they include) are every OpenCL source embedded: a new kernel or .cl file cannot
+// escape the checks above.
+TEST(SmallestCasesCoverage, EveryOpenClKernelAndSource) {
+  std::set<std::string> with_opencl, in_table, covered;
+  for (const auto& name : Registry::global().kernels())
+    if (opencl_implementation(name)) with_opencl.insert(name);
+  for (const auto& c : small_cases()) in_table.insert(c.kernel);
+  EXPECT_EQ(in_table, with_opencl);
+  for (const auto& name : in_table)
+    if (const Implementation* impl = opencl_implementation(name))
+      for (const auto& key : impl->sources()) covered.insert(key);
+  std::set<std::string> all;
+  for (const detail::EmbeddedFile* f : detail::embedded_files()) {
+    const std::string key = f->key;
+    if (key.size() > 3 && key.ends_with(".cl")) all.insert(key);
+  }
+  // Sources spliced into a covered one by #include "file" (same folder) are covered too.
+  for (const auto& key : std::set<std::string>(covered)) {
+    const std::string folder = key.substr(0, key.find('/') + 1);
+    for (const auto& other : all)
+      if (other.starts_with(folder) &&
+          detail::embedded(key).text().find("#include \"" + other.substr(folder.size()) + "\"") != std::string_view::npos)
+        covered.insert(other);
+  }
+  for (const auto& key : all) EXPECT_TRUE(covered.count(key)) << key << " is run by no kernel in the table";
+}
+
+}  // namespace
+}  // namespace ejk
