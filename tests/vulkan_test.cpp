@@ -1,37 +1,25 @@
 // The Vulkan backend: device info, pipelines, timestamps, limits, transfer ordering, the
-// validation layer, and the cooperative-matrix matmul where a device offers it. A listener fails
-// whichever test was running when the validation layer reported something, so every test in this
-// program runs under validation (ctest sets EJK_VULKAN_VALIDATION=1).
+// validation layer (core and synchronization), and the cooperative-matrix matmul where a device
+// offers it. A listener fails whichever test was running when the validation layer reported
+// something, so every test in this program runs under validation (ctest sets
+// EJK_VULKAN_VALIDATION=1).
 #ifdef EJK_HAVE_VULKAN
 #include <map>
 #include <random>
 #include <set>
 
-#include "backends/vulkan/validation.hpp"
 #include "backends/vulkan/vk_util.hpp"
 #include "backends/vulkan/vulkan_device.hpp"
 #include "ejk/detail/embedded.hpp"
 #include "matmul/matmul.hpp"
 #include "support.hpp"
+#include "vulkan_validation.hpp"
 
 namespace ejk {
 namespace {
 
-class ValidationListener : public ::testing::EmptyTestEventListener {
-  // Messages before the first test (instance creation, device listing) count against it.
-  void OnTestEnd(const ::testing::TestInfo& /*info*/) override {
-    std::uint64_t now = vulkan::validation_messages();
-    if (now > blamed_)
-      ADD_FAILURE() << (now - blamed_) << " Vulkan validation message(s) during this test (printed above)";
-    blamed_ = now;
-  }
-  std::uint64_t blamed_ = 0;
-};
-
-// gtest sends end events to listeners in reverse order: appended after the result printer, this
-// one reports before the printer writes the test's verdict.
 [[maybe_unused]] const bool listener_installed = [] {
-  ::testing::UnitTest::GetInstance()->listeners().Append(new ValidationListener);
+  test::install_vulkan_validation_listener();
   return true;
 }();
 
@@ -349,6 +337,49 @@ TEST_P(Vulkan, ValidationLayerReportsMisuse) {
   VkBuffer buffer = VK_NULL_HANDLE;
   if (vkCreateBuffer(device().handle(), &info, nullptr, &buffer) == VK_SUCCESS) vkDestroyBuffer(device().handle(), buffer, nullptr);
   EXPECT_GT(expect.count(), 0u);
+}
+
+// Synchronization validation is on as well: two writes of one buffer with no barrier between
+// them (what the backend's command stream must never record) are a reported hazard.
+TEST_P(Vulkan, SynchronizationValidationReportsAHazard) {
+  if (!vulkan::validation_active()) {
+    if (vulkan::validation_requested() && test::in_ci()) FAIL() << "EJK_VULKAN_VALIDATION=1 but the layer is not active";
+    GTEST_SKIP() << "the validation layer is not active (EJK_VULKAN_VALIDATION=1 and vulkan-validationlayers)";
+  }
+  const VkDevice dev = device().handle();
+  auto bi = vulkan::make<VkBufferCreateInfo>(VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO);
+  bi.size = 256;
+  bi.usage = VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+  VkBuffer raw = VK_NULL_HANDLE;
+  vulkan::check(vkCreateBuffer(dev, &bi, nullptr, &raw), "vkCreateBuffer");
+  const vulkan::OwnedBuffer buffer(dev, raw);
+  VkMemoryRequirements req{};
+  vkGetBufferMemoryRequirements(dev, raw, &req);
+  auto ai = vulkan::make<VkMemoryAllocateInfo>(VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO);
+  ai.allocationSize = req.size;
+  while (!(req.memoryTypeBits & (1u << ai.memoryTypeIndex))) ++ai.memoryTypeIndex;
+  VkDeviceMemory mem = VK_NULL_HANDLE;
+  vulkan::check(vkAllocateMemory(dev, &ai, nullptr, &mem), "vkAllocateMemory");
+  const vulkan::OwnedMemory memory(dev, mem);
+  vulkan::check(vkBindBufferMemory(dev, raw, mem, 0), "vkBindBufferMemory");
+  auto pi = vulkan::make<VkCommandPoolCreateInfo>(VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO);
+  pi.queueFamilyIndex = device().physical().queue_family;
+  VkCommandPool pool_raw = VK_NULL_HANDLE;
+  vulkan::check(vkCreateCommandPool(dev, &pi, nullptr, &pool_raw), "vkCreateCommandPool");
+  const vulkan::OwnedCommandPool pool(dev, pool_raw);
+  auto ci = vulkan::make<VkCommandBufferAllocateInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO);
+  ci.commandPool = pool_raw;
+  ci.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  ci.commandBufferCount = 1;
+  VkCommandBuffer cmd = VK_NULL_HANDLE;
+  vulkan::check(vkAllocateCommandBuffers(dev, &ci, &cmd), "vkAllocateCommandBuffers");
+  auto begin = vulkan::make<VkCommandBufferBeginInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO);
+  vulkan::check(vkBeginCommandBuffer(cmd, &begin), "vkBeginCommandBuffer");
+  vulkan::ExpectValidationMessages expect;
+  vkCmdFillBuffer(cmd, raw, 0, 256, 1u);
+  vkCmdFillBuffer(cmd, raw, 0, 256, 2u);
+  EXPECT_GT(expect.count(), 0u);
+  vulkan::check(vkEndCommandBuffer(cmd), "vkEndCommandBuffer");
 }
 
 // The coopmat variant's space and heuristic on a device description with an H100's relevant caps

@@ -13,6 +13,9 @@
 
 #include "ejk/ring_attention.hpp"
 #include "support.hpp"
+#ifdef EJK_HAVE_VULKAN
+#include "vulkan_validation.hpp"
+#endif
 
 namespace ejk {
 namespace {
@@ -176,6 +179,9 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &ejk::g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ejk::g_size);
   ::testing::InitGoogleTest(&argc, argv);
+#ifdef EJK_HAVE_VULKAN
+  ejk::test::install_vulkan_validation_listener();  // each rank fails on its own messages
+#endif
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) ejk::g_device = argv[++i];
   if (ejk::g_rank != 0) {
