@@ -122,6 +122,7 @@ TEST(TuneTrace, EveryFieldIsCheckedWithItsLine) {
     return std::string("accepted");
   };
   const std::string at = trace.string() + ":2: ";
+  auto at_col = [&](std::size_t col) { return trace.string() + ":2:" + std::to_string(col) + ": "; };
   auto with = [&](const std::string& from, const std::string& to) {
     std::string line = good;
     line.replace(line.find(from), from.size(), to);
@@ -135,14 +136,24 @@ TEST(TuneTrace, EveryFieldIsCheckedWithItsLine) {
             at + "malformed invocation: args[0].shape must be a list of integers from 0 to 2^31-1, got [2.5,3]");
   EXPECT_EQ(error_on_line_2(with("\"cpu\"", "7")), at + "'device' must be text, got 7");
   EXPECT_EQ(error_on_line_2(with("\"device\"", "\"devise\"")).rfind(at + "unknown key 'devise' (allowed: ", 0), 0u);
-  EXPECT_EQ(error_on_line_2(with("\"device\":\"cpu\"", "\"device\":\"cpu\",\"device\":\"cpu\"")), at + "duplicate key \"device\"");
+  // What the JSON reader refuses also names the column.
+  const std::string dup = with("\"device\":\"cpu\"", "\"device\":\"cpu\",\"device\":\"cpu\"");
+  EXPECT_EQ(error_on_line_2(dup), at_col(dup.rfind("\"device\"") + 8) + "duplicate key 'device' at /device");
   EXPECT_EQ(error_on_line_2(with("\"cpu\"", "\"c\\u001bpu\"")), at + "'device' holds a control character");
-  EXPECT_EQ(error_on_line_2(with("\"cpu\"", "\"cpu\",\"options\":" + std::string(100, '[') + std::string(100, ']'))),
-            at + "nested more than 32 levels deep");
+  const std::string deep = with("\"cpu\"", "\"cpu\",\"options\":" + std::string(100, '[') + std::string(100, ']'));
+  EXPECT_EQ(error_on_line_2(deep), at_col(deep.find('[', deep.find("options")) + 32) +
+                                       "arrays and objects nested deeper than 32 levels (at /options/0/0/0/0/0/.../0/0/0/0)");
+  // 100,000 levels in one line: refused where the limit is passed, never recursed into.
+  std::string abyss = good.substr(0, good.size() - 1) + ",\"options\":";
+  for (int i = 0; i < 100000; ++i) abyss += "{\"a\":";
+  EXPECT_EQ(error_on_line_2(abyss).rfind(trace.string() + ":2:", 0), 0u);
+  EXPECT_NE(error_on_line_2(abyss).find("nested deeper than 32 levels"), std::string::npos);
   EXPECT_EQ(error_on_line_2(std::string(TraceLimits::max_line_bytes + 10, ' ') + "{}"),
             at + "the line is longer than the limit of 1048576 bytes");
   EXPECT_EQ(error_on_line_2("[1, 2]"), at + "not a JSON object");
-  EXPECT_NE(error_on_line_2(with("[2,3]", "[1e400]")).find(at + "not a JSON line"), std::string::npos);
+  EXPECT_EQ(error_on_line_2(with("[2,3]", "[1e400]")).rfind(trace.string() + ":2:", 0), 0u);
+  EXPECT_NE(error_on_line_2(with("[2,3]", "[1e400]")).find("number overflow"), std::string::npos);
+  EXPECT_EQ(error_on_line_2("{\"kernel\": matmul}"), at_col(12) + "not valid JSON: syntax error while parsing value - invalid literal; last read: '\"kernel\": m'");
   // The good line alone reads, with its line number.
   std::ofstream(trace) << "\n" << good << "\n";
   auto records = read_trace(trace.string());

@@ -21,7 +21,9 @@ struct JsonLimits {
 
 // Parses `text`. Throws InvalidArgument "<source>:<line>:<col>: ..." for invalid JSON, a number
 // out of range (1e400), a duplicate key, nesting deeper than the limit or too many bytes.
-nlohmann::json parse_json(std::string_view text, std::string_view source, const JsonLimits& limits = {});
+// `first_line` is the line of `source` on which `text` starts (a line of a JSON-lines file).
+nlohmann::json parse_json(std::string_view text, std::string_view source, const JsonLimits& limits = {},
+                          std::size_t first_line = 1);
 
 // Reads and parses a file. Throws IoError naming the path when it cannot be read, and
 // InvalidArgument (as parse_json, with the path as source) for what it holds.

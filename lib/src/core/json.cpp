@@ -55,10 +55,11 @@ class Tracked {
   std::size_t* read_;
 };
 
-// "line:col" of the byte before offset `read` (the last one the parser consumed).
-std::string place(std::string_view text, std::size_t read) {
+// "line:col" of the byte before offset `read` (the last one the parser consumed), `text`
+// starting on line `first_line`.
+std::string place(std::string_view text, std::size_t read, std::size_t first_line) {
   const std::size_t at = std::min(read > 0 ? read - 1 : 0, text.size());
-  std::size_t line = 1, line_start = 0;
+  std::size_t line = first_line, line_start = 0;
   for (std::size_t i = 0; i < at; ++i)
     if (text[i] == '\n') {
       ++line;
@@ -138,7 +139,8 @@ std::string json_kind(const nlohmann::json& v) {
   }
 }
 
-nlohmann::json parse_json(std::string_view text, std::string_view source, const JsonLimits& limits) {
+nlohmann::json parse_json(std::string_view text, std::string_view source, const JsonLimits& limits,
+                          std::size_t first_line) {
   const std::string src = printable(source, 4096);
   if (text.size() > limits.max_bytes)
     throw InvalidArgument(src + ": " + std::to_string(text.size()) + " bytes of JSON, more than the limit of " +
@@ -179,12 +181,12 @@ nlohmann::json parse_json(std::string_view text, std::string_view source, const 
   try {
     return nlohmann::json::parse(Tracked(begin, begin, &read), Tracked(begin + text.size(), begin, &read), check);
   } catch (const Refusal& r) {
-    throw InvalidArgument(src + ":" + place(text, read) + ": " + r.what);
+    throw InvalidArgument(src + ":" + place(text, read, first_line) + ": " + r.what);
   } catch (const nlohmann::json::parse_error& e) {
-    throw InvalidArgument(src + ":" + place(text, e.byte) + ": not valid JSON: " + printable(reason_of(e)));
+    throw InvalidArgument(src + ":" + place(text, e.byte, first_line) + ": not valid JSON: " + printable(reason_of(e)));
   } catch (const nlohmann::json::exception& e) {
     // A number out of range (1e400) is the parser's out_of_range.406.
-    throw InvalidArgument(src + ":" + place(text, read) + ": " + printable(reason_of(e)));
+    throw InvalidArgument(src + ":" + place(text, read, first_line) + ": " + printable(reason_of(e)));
   }
 }
 

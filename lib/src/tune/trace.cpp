@@ -5,12 +5,12 @@
 #include <fstream>
 #include <set>
 
-#include <fmt/core.h>
-
 #include "ejk/bundle.hpp"
 #include "ejk/cache.hpp"
 #include "ejk/error.hpp"
+#include "ejk/json.hpp"
 #include "ejk/registry.hpp"
+#include "ejk/text.hpp"
 #include "ejk/tuner.hpp"
 
 namespace ejk {
@@ -35,35 +35,6 @@ bool next_line(std::streambuf& in, std::string& line, bool& too_long) {
   return any;
 }
 
-// The JSON of one line, refusing nesting beyond the limit and duplicate keys (nlohmann keeps the
-// last of two silently) as the parser meets them.
-nlohmann::json parse_line(const std::string& line) {
-  std::vector<std::set<std::string>> open;  // keys of each object being read
-  auto check = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    using Event = nlohmann::json::parse_event_t;
-    if (depth > TraceLimits::max_depth)
-      throw InvalidArgument("nested more than " + std::to_string(TraceLimits::max_depth) + " levels deep");
-    if (event == Event::object_start) open.emplace_back();
-    else if (event == Event::object_end && !open.empty()) open.pop_back();
-    else if (event == Event::key && !open.empty() && !open.back().insert(parsed.get<std::string>()).second)
-      throw InvalidArgument("duplicate key " + parsed.dump());
-    return true;
-  };
-  return nlohmann::json::parse(line, check);
-}
-
-// nlohmann quotes the bytes it read last: raw control characters and broken UTF-8 stay off the
-// terminal.
-std::string printable(std::string_view text) {
-  std::string out;
-  for (char ch : text) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c >= 0x20 && c < 0x7F) out += ch;
-    else out += fmt::format("\\x{:02x}", c);
-  }
-  return out;
-}
-
 std::string text_field(const nlohmann::json& j, const char* key) {
   if (!j.contains(key)) return {};
   const auto& v = j.at(key);
@@ -85,6 +56,7 @@ std::vector<TraceRecord> read_trace(const std::string& path) {
   if (!in) throw unreadable(std::strerror(errno));
   static const std::set<std::string> known{"kernel", "args",      "options",     "scalars", "device",
                                            "version", "tier",     "signature",   "fingerprint", "origin"};
+  static constexpr JsonLimits limits{.max_bytes = TraceLimits::max_line_bytes, .max_depth = TraceLimits::max_depth};
   std::vector<TraceRecord> out;
   std::string line;
   bool too_long = false;
@@ -96,14 +68,19 @@ std::vector<TraceRecord> read_trace(const std::string& path) {
       throw IoError(where + ": the line is longer than the limit of " + std::to_string(TraceLimits::max_line_bytes) +
                     " bytes");
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j;
     try {
-      const auto j = parse_line(line);
+      j = parse_json(line, path, limits, static_cast<std::size_t>(number));
+    } catch (const InvalidArgument& e) {
+      throw IoError(e.what());  // already path:line:col
+    }
+    try {
       if (!j.is_object()) throw InvalidArgument("not a JSON object");
       for (const auto& [key, _] : j.items())
         if (!known.count(key)) {
           std::string list;
           for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
-          throw InvalidArgument("unknown key '" + key + "' (allowed: " + list + ")");
+          throw InvalidArgument("unknown key '" + printable(key) + "' (allowed: " + list + ")");
         }
       TraceRecord r;
       r.invocation = Invocation::from_json(j);
@@ -115,7 +92,7 @@ std::vector<TraceRecord> read_trace(const std::string& path) {
       r.line = number;
       out.push_back(std::move(r));
     } catch (const nlohmann::json::exception& e) {
-      throw IoError(where + ": not a JSON line: " + printable(e.what()));
+      throw IoError(where + ": " + printable(e.what()));
     } catch (const InvalidArgument& e) {
       throw IoError(where + ": " + e.what());
     }
