@@ -103,7 +103,10 @@ TEST(Recipe, YamlStructureIsRefusedWithItsPlace) {
   EXPECT_EQ(error_of("name: x\nworkloads:\n  - kernel: matmul\n    shape: {m: 1, n: 1, k: 1, m: 2}\n"),
             "r.yaml:4:31: duplicate key 'm' (first at r.yaml:4:13)");
   // Only the first document was read.
-  EXPECT_EQ(error_of("name: x\n" + wl + "---\nname: y\n"), "r.yaml:6:1: a recipe is one YAML document, and a second one starts here");
+  EXPECT_EQ(error_of("name: x\n" + wl + "---\nname: y\n"), "r.yaml:5:1: a recipe is one YAML document, and a second one starts here");
+  // yaml-cpp's LoadAll yields empty documents forever from this one, without reading on.
+  EXPECT_EQ(error_of(",nam&w: \"anchored\"\nworkloads\"anchored\"# A fir  st "),
+            "r.yaml:1:1: YAML syntax error: this is not a YAML document");
   EXPECT_EQ(error_of(""), "r.yaml:1:1: the recipe is empty (it needs name and workloads)");
   EXPECT_EQ(error_of("# nothing\n"), "r.yaml:1:1: the recipe is empty (it needs name and workloads)");
   // Text: valid UTF-8, in the file and after escapes, and no control characters.

@@ -7,10 +7,14 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include <fmt/core.h>
+#include <sstream>
+
 #include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 namespace ejk::app {
@@ -208,6 +212,24 @@ void check_bytes(const std::string& text, const std::string& path) {
   }
 }
 
+// Where each document of a YAML stream starts, without building any node. YAML::LoadAll is not
+// used: on some malformed streams yaml-cpp 0.7 yields empty documents forever without reading
+// further, so only the first two documents are ever asked for.
+struct DocumentStarts : YAML::EventHandler {
+  std::optional<YAML::Mark> start;
+  void OnDocumentStart(const YAML::Mark& m) override {
+    if (!start) start = m;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
 // auto, cpu, cpu:0, opencl:N or vulkan:N (N up to 9 digits).
 bool device_syntax(std::string_view d) {
   if (d == "auto" || d == "cpu" || d == "cpu:0") return true;
@@ -224,18 +246,26 @@ bool device_syntax(std::string_view d) {
 Recipe parse_recipe(const std::string& text, const std::string& path) {
   check_bytes(text, path);
   Reader r(path);
-  std::vector<YAML::Node> docs;
+  YAML::Node root;
   try {
-    docs = YAML::LoadAll(text);
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    DocumentStarts first, second;
+    if (!parser.HandleNextDocument(first))
+      throw InvalidArgument(path + ":1:1: the recipe is empty (it needs name and workloads)");
+    if (parser.HandleNextDocument(second) && second.start) {
+      // A "document" that starts where the first did is yaml-cpp going round in circles.
+      if (first.start && second.start->pos <= first.start->pos)
+        throw InvalidArgument(r.where(*second.start) + ": YAML syntax error: this is not a YAML document");
+      throw InvalidArgument(r.where(*second.start) + ": a recipe is one YAML document, and a second one starts here");
+    }
+    root = YAML::Load(text);
   } catch (const YAML::DeepRecursion& e) {
     throw InvalidArgument(fmt::format("{}: YAML nested too deeply (more than {} levels)", r.where(e.mark),
                                       RecipeLimits::max_depth));
   } catch (const YAML::Exception& e) {
     throw InvalidArgument(fmt::format("{}: YAML syntax error: {}", r.where(e.mark), e.msg));
   }
-  if (docs.empty()) throw InvalidArgument(path + ":1:1: the recipe is empty (it needs name and workloads)");
-  if (docs.size() > 1) r.fail(docs[1], "a recipe is one YAML document, and a second one starts here");
-  const YAML::Node root = docs.front();
   r.check_tree(root, 0);
   if (!root.IsMap()) r.fail(root, "a recipe must be a mapping with name and workloads");
   r.keys(root, {"name", "device", "defaults", "workloads", "tune"}, "the recipe");
