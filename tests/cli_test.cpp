@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -70,7 +71,7 @@ TEST_F(Cli, RunPrintsATableAndGoogleBenchmarkJson) {
   std::string header, row;
   std::getline(lines, header);
   std::getline(lines, row);
-  EXPECT_EQ(shape_of(header), "workload median ±IQR GFLOP/s GB/s tier config");
+  EXPECT_EQ(shape_of(header), "workload median ±IQR FLOP/s B/s tier config");
   EXPECT_EQ(row.rfind("matmul/m:8/n:24/k:32/f32", 0), 0u) << row;
   EXPECT_NE(row.find("heuristic"), std::string::npos) << row;
   auto j = nlohmann::json::parse(read("run.json"));
@@ -86,11 +87,45 @@ TEST_F(Cli, RunPrintsATableAndGoogleBenchmarkJson) {
   EXPECT_EQ(b["tier"], "heuristic");
 }
 
+// Ctrl-C during a long run: the workload under way finishes, the JSON file holds every finished
+// row (the ones printed), and the exit code says it was interrupted.
+TEST_F(Cli, AnInterruptedRunKeepsItsFinishedRows) {
+  write("long.yaml",
+        "name: long\ndevice: cpu\nworkloads:\n  - kernel: matmul\n"
+        "    shape: {m: [8, 9, 10, 11, 12, 13, 14, 15, 16, 17], n: [8, 9, 10, 11, 12, 13, 14, 15, 16, 17], "
+        "k: [8, 9, 10, 11, 12, 13, 14, 15, 16, 17]}\n");
+  // The signal comes once the first row is in the file, so at least one row is finished.
+  const std::string cmd = "cd " + dir_.string() + "; EJK_CACHE_DIR=" + path("cache") + " EJK_PROFILE_DIR=" + path("none") +
+                          " " EJK_CLI_PATH " run long.yaml --json run.json >out.txt 2>&1 & pid=$!; i=0; "
+                          "while [ ! -s run.json ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; kill -INT $pid; wait $pid";
+  Result r;
+  const int status = std::system(cmd.c_str());
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = read("out.txt");
+  ASSERT_EQ(r.code, 130) << r.out;
+  EXPECT_NE(r.out.find("ejk: interrupted"), std::string::npos) << r.out;
+  auto j = nlohmann::json::parse(read("run.json"));
+  const std::size_t rows = j["benchmarks"].size();
+  EXPECT_GE(rows, 1u);
+  EXPECT_LT(rows, 1000u);
+  std::size_t printed = 0;
+  for (std::size_t at = r.out.find("\nmatmul/"); at != std::string::npos; at = r.out.find("\nmatmul/", at + 1)) ++printed;
+  EXPECT_EQ(printed, rows) << r.out;
+}
+
+// Rates read in the unit that suits them.
+TEST_F(Cli, RatesPrintWithAFittingPrefix) {
+  auto r = ejk("run tiny.yaml");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(" [0-9.]+ [kMGT]?FLOP/s ")));
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(" [0-9.]+ [kMGT]?B/s ")));
+}
+
 TEST_F(Cli, TuneStoresThenRunUsesTheCacheThenExportImportRoundTrip) {
   auto t = ejk("tune tiny.yaml --json tune.json");
   ASSERT_EQ(t.code, 0) << t.out;
   EXPECT_EQ(shape_of(t.out.substr(0, t.out.find('\n'))),
-            "workload heuristic tuned speedup GFLOP/s evals config");
+            "workload heuristic tuned speedup FLOP/s evals config");
   auto again = ejk("tune tiny.yaml");
   EXPECT_NE(again.out.find("already tuned"), std::string::npos) << again.out;
   auto run = ejk("run tiny.yaml");

@@ -9,6 +9,7 @@
 //   5 I/O error (missing, unreadable or unwritable file, damaged bundle or trace)
 //   6 selection error (EJK_STRICT refused a selection)
 //   70 internal error
+//   130 interrupted (run, replay, tune: the finished workloads are reported)
 #include <cstdlib>
 
 #include <CLI/CLI.hpp>

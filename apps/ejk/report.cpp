@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
+#include <iterator>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -50,38 +52,40 @@ std::string human_time(double ns) {
   return fmt::format("{:.2f} s", ns / 1e9);
 }
 
+}  // namespace
+
 std::string rate(double amount, double ns, const char* unit) {
   if (amount <= 0 || ns <= 0) return "-";
-  return fmt::format("{:.1f} {}", amount / ns, unit);  // per ns = G per s
+  double v = amount / ns * 1e9;  // per second
+  static const char* prefixes[] = {"", "k", "M", "G", "T", "P", "E"};
+  std::size_t p = 0;
+  while (v >= 1000 && p + 1 < std::size(prefixes)) v /= 1000, ++p;
+  return fmt::format("{:.{}f} {}{}", v, v < 10 ? 2 : 1, prefixes[p], unit);
+}
+
+namespace {
+
+std::string header(std::size_t w, bool tuning) {
+  if (tuning)
+    return fmt::format("{:<{}}  {:>10}  {:>10}  {:>7}  {:>14}  {:>9}  {}\n", "workload", w, "heuristic", "tuned", "speedup",
+                       "FLOP/s", "evals", "config");
+  return fmt::format("{:<{}}  {:>10}  {:>6}  {:>14}  {:>12}  {:<10}  {}\n", "workload", w, "median", "±IQR", "FLOP/s", "B/s",
+                     "tier", "config");
+}
+
+std::string line(const Row& r, std::size_t w, bool tuning) {
+  if (r.status != "ok") return fmt::format("{:<{}}  {}: {}\n", r.name, w, r.status, r.note);
+  const double t = r.stats.median_ns;
+  if (tuning)
+    return fmt::format("{:<{}}  {:>10}  {:>10}  {:>7}  {:>14}  {:>9}  {}{}\n", r.name, w, human_time(r.heuristic_ns),
+                       human_time(t), r.speedup > 0 ? fmt::format("{:.2f}x", r.speedup) : "-", rate(r.flops, t, "FLOP/s"),
+                       fmt::format("{}/{}", r.evaluations, r.space), r.config, r.note.empty() ? "" : "  (" + r.note + ")");
+  return fmt::format("{:<{}}  {:>10}  {:>6}  {:>14}  {:>12}  {:<10}  {}\n", r.name, w, human_time(t),
+                     t > 0 ? fmt::format("{:.1f}%", 100 * r.stats.iqr_ns / t) : "-", rate(r.flops, t, "FLOP/s"),
+                     rate(r.bytes, t, "B/s"), r.tier, r.config);
 }
 
 }  // namespace
-
-void print_table(const std::vector<Row>& rows, bool tuning) {
-  std::size_t w = 8;
-  for (const auto& r : rows) w = std::max(w, r.name.size());
-  if (tuning)
-    fmt::print("{:<{}}  {:>10}  {:>10}  {:>7}  {:>12}  {:>9}  {}\n", "workload", w, "heuristic", "tuned", "speedup",
-               "GFLOP/s", "evals", "config");
-  else
-    fmt::print("{:<{}}  {:>10}  {:>6}  {:>12}  {:>10}  {:<10}  {}\n", "workload", w, "median", "±IQR", "GFLOP/s", "GB/s",
-               "tier", "config");
-  for (const auto& r : rows) {
-    if (r.status != "ok") {
-      fmt::print("{:<{}}  {}: {}\n", r.name, w, r.status, r.note);
-      continue;
-    }
-    const double t = r.stats.median_ns;
-    if (tuning)
-      fmt::print("{:<{}}  {:>10}  {:>10}  {:>7}  {:>12}  {:>9}  {}{}\n", r.name, w, human_time(r.heuristic_ns),
-                 human_time(t), r.speedup > 0 ? fmt::format("{:.2f}x", r.speedup) : "-", rate(r.flops, t, "GFLOP/s"),
-                 fmt::format("{}/{}", r.evaluations, r.space), r.config, r.note.empty() ? "" : "  (" + r.note + ")");
-    else
-      fmt::print("{:<{}}  {:>10}  {:>6}  {:>12}  {:>10}  {:<10}  {}\n", r.name, w, human_time(t),
-                 t > 0 ? fmt::format("{:.1f}%", 100 * r.stats.iqr_ns / t) : "-", rate(r.flops, t, "GFLOP/s"),
-                 rate(r.bytes, t, "GB/s"), r.tier, r.config);
-  }
-}
 
 nlohmann::json benchmark_json(const DeviceInfo& device, const std::vector<Row>& rows) {
   char host[256] = {};
@@ -146,29 +150,97 @@ Progress::~Progress() { finish(); }
 void Progress::step(const std::string& label) {
   if (!on_) return;
   label_ = label;
-  draw();
+  detail_.clear();
   ++done_;
+  draw();
+}
+
+void Progress::detail(const std::string& text) {
+  if (!on_) return;
+  detail_ = text;
+  draw();
 }
 
 void Progress::draw() const {
+  // done_ counts the item being worked on: the ETA comes from the ones before it.
+  const std::size_t finished = done_ > 0 ? done_ - 1 : 0;
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const int width = 24;
-  const int filled = total_ ? static_cast<int>(width * done_ / total_) : width;
+  const int filled = total_ ? static_cast<int>(width * finished / total_) : width;
   std::string eta = "--";
-  if (done_ > 0) {
-    const double left = elapsed / static_cast<double>(done_) * static_cast<double>(total_ - done_);
+  if (finished > 0) {
+    const double left = elapsed / static_cast<double>(finished) * static_cast<double>(total_ - finished);
     eta = fmt::format("{}:{:02}", static_cast<int>(left) / 60, static_cast<int>(left) % 60);
   }
+  std::string what = label_.substr(0, 60);
+  if (!detail_.empty()) what += "  " + detail_;
   fmt::print(stderr, "\r\x1b[2K[{}{}] {}/{} ETA {}  {}", std::string(static_cast<std::size_t>(filled), '#'),
-             std::string(static_cast<std::size_t>(width - filled), '.'), done_, total_, eta, label_.substr(0, 60));
+             std::string(static_cast<std::size_t>(width - filled), '.'), std::min(done_, total_), total_, eta, what);
+  std::fflush(stderr);
+}
+
+void Progress::clear() const {
+  if (!on_) return;
+  fmt::print(stderr, "\r\x1b[2K");
   std::fflush(stderr);
 }
 
 void Progress::finish() {
-  if (!on_) return;
-  fmt::print(stderr, "\r\x1b[2K");
-  std::fflush(stderr);
+  clear();
   on_ = false;
 }
+
+Report::Report(const std::vector<std::string>& names, bool tuning, bool print, std::string json_path, Progress& progress)
+    : tuning_(tuning), print_(print), json_path_(std::move(json_path)), progress_(progress) {
+  for (const auto& n : names) width_ = std::max(width_, n.size());
+  if (print_) progress_.above([&] { fmt::print("{}", header(width_, tuning_)); });
+}
+
+void Report::add(Row row, const DeviceInfo* device) {
+  if (!device_) device_ = device;
+  if (print_) progress_.above([&] { fmt::print("{}", line(row, width_, tuning_)); });
+  rows_.push_back(std::move(row));
+  dirty_ = true;
+  // At most every two seconds: a run of thousands of small workloads must not spend its time
+  // rewriting the file. finish() and an interruption write the rest.
+  if (std::chrono::steady_clock::now() - written_ >= std::chrono::seconds(2) || Interruptible::requested()) write_json();
+}
+
+void Report::finish() {
+  if (dirty_ || rows_.empty()) write_json();
+}
+
+void Report::write_json() {
+  dirty_ = false;
+  written_ = std::chrono::steady_clock::now();
+  if (json_path_.empty()) return;
+  write_json_file(json_path_, benchmark_json(device_ ? *device_ : open_device("cpu")->info(), rows_));
+}
+
+namespace {
+
+volatile std::sig_atomic_t interrupted = 0;
+
+extern "C" void on_interrupt(int sig) {
+  interrupted = 1;
+  static const char msg[] = "\nejk: interrupted: finishing the current workload and writing what is done (again to stop now)\n";
+  [[maybe_unused]] auto n = write(STDERR_FILENO, msg, sizeof msg - 1);
+  std::signal(sig, SIG_DFL);
+}
+
+}  // namespace
+
+Interruptible::Interruptible() {
+  interrupted = 0;
+  std::signal(SIGINT, on_interrupt);
+  std::signal(SIGTERM, on_interrupt);
+}
+
+Interruptible::~Interruptible() {
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+}
+
+bool Interruptible::requested() { return interrupted != 0; }
 
 }  // namespace ejk::app

@@ -2,6 +2,7 @@
 // What run, tune and replay print: a table for people, Google Benchmark-shaped JSON for tools,
 // and a progress bar on a terminal.
 #include <chrono>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -33,22 +34,68 @@ struct Row {
 // "matmul/m:64/n:256/k:256/f32" from a recipe's sizes, or from the shapes of a trace's arguments.
 std::string workload_name(const Invocation& inv, const std::map<std::string, std::int64_t>& sizes = {});
 
-void print_table(const std::vector<Row>& rows, bool tuning);
 nlohmann::json benchmark_json(const DeviceInfo& device, const std::vector<Row>& rows);
 
+// "150.97 TFLOP/s", "812.3 GB/s", "3.4 MFLOP/s": `amount` units over `ns`, in the prefix that reads well.
+std::string rate(double amount, double ns, const char* unit);
+
+// A progress line on a terminal's stderr: the workload, its part (a tuning candidate i/N) and
+// an ETA. Whatever else goes to the terminal goes through `above`, so the line never tears it.
 class Progress {
  public:
   Progress(std::size_t total, bool enabled);  // drawn only when enabled and stderr is a terminal
   ~Progress();
   void step(const std::string& label);  // before the item starts
+  void detail(const std::string& text);  // within the item, e.g. "candidate 3/32"
+  template <class F>
+  void above(F&& print) {
+    clear();
+    print();
+    std::fflush(stdout);
+    if (on_) draw();
+  }
   void finish();
 
  private:
   void draw() const;
+  void clear() const;
   std::size_t total_, done_ = 0;
   bool on_;
-  std::string label_;
+  std::string label_, detail_;
   std::chrono::steady_clock::time_point start_;
+};
+
+// The results of run, replay and tune as they come: each row printed when its workload is done
+// (under the progress line), and the --json file rewritten so that it holds every finished row,
+// also when the command is interrupted.
+class Report {
+ public:
+  // `names`: every workload's name, for the table's width.
+  Report(const std::vector<std::string>& names, bool tuning, bool print, std::string json_path, Progress& progress);
+  void add(Row row, const DeviceInfo* device);
+  // Writes the JSON file a last time.
+  void finish();
+  const std::vector<Row>& rows() const { return rows_; }
+
+ private:
+  void write_json();
+  bool tuning_, print_;
+  std::size_t width_ = 8;
+  std::string json_path_;
+  Progress& progress_;
+  std::vector<Row> rows_;
+  const DeviceInfo* device_ = nullptr;
+  std::chrono::steady_clock::time_point written_{};
+  bool dirty_ = false;
+};
+
+// Ctrl-C (SIGINT) or SIGTERM while alive: the command finishes the workload it is on, reports
+// what it has and exits with 130; a second signal stops it at once.
+class Interruptible {
+ public:
+  Interruptible();
+  ~Interruptible();
+  static bool requested();
 };
 
 }  // namespace ejk::app

@@ -37,18 +37,20 @@ class Executors {
 
 int run_workset(const Workset& w, const Globals& g, bool check) {
   Executors executors;
-  std::vector<Row> rows;
-  const DeviceInfo* first_device = nullptr;
   Progress progress(w.items.size(), !g.quiet);
+  std::vector<std::string> names;
+  for (const auto& item : w.items) names.push_back(item.name);
+  Report report(names, false, !g.quiet, g.json_path, progress);
+  Interruptible interruptible;
   int failed = 0;
   for (const auto& item : w.items) {
+    if (Interruptible::requested()) break;
     progress.step(item.name);
     Row row;
     row.name = item.name;
     row.kernel = item.invocation.kernel;
     // An unknown device is the command's error, not one workload's.
     Executor& ex = executors[item.device];
-    if (!first_device) first_device = &ex.device().info();
     try {
       const Kernel& k = Registry::global().kernel(item.invocation.kernel);
       // One call through the executor: the path applications take, and what EJK_RECORD records.
@@ -92,12 +94,11 @@ int run_workset(const Workset& w, const Globals& g, bool check) {
       row.note = item.where + ": out of host memory for this workload's arguments";
       ++failed;
     }
-    rows.push_back(std::move(row));
+    report.add(std::move(row), &ex.device().info());
   }
   progress.finish();
-  if (!g.quiet) print_table(rows, false);
-  if (!g.json_path.empty())
-    write_json_file(g.json_path, benchmark_json(first_device ? *first_device : open_device("cpu")->info(), rows));
+  report.finish();
+  if (Interruptible::requested()) return 130;
   return failed ? 1 : 0;
 }
 

@@ -199,23 +199,33 @@ void write_run_bundle(const std::string& path, const std::vector<std::string>& k
                b.checksum().substr(0, 16));
 }
 
-void finish_run(Plan& p, std::vector<Row> rows, const TuneFlags& f, Globals& g, int unusable) {
-  if (!g.quiet) print_table(rows, true);
-  if (!g.json_path.empty())
-    write_json_file(g.json_path, benchmark_json(p.first_device ? *p.first_device : open_device("cpu")->info(), rows));
-  if (!f.bundle.empty()) write_run_bundle(f.bundle, p.keys, g.quiet);
-  g.exit_code = unusable ? 1 : 0;
+std::vector<std::string> names_of(const Workset& w) {
+  std::vector<std::string> names;
+  for (const auto& item : w.items) names.push_back(item.name);
+  return names;
 }
 
-void tune_here(const Workset& w, const TuneOptions& opts, const TuneFlags& f, Globals& g) {
+void finish_run(Plan& p, Report& report, const TuneFlags& f, Globals& g, int unusable) {
+  report.finish();
+  if (!f.bundle.empty()) write_run_bundle(f.bundle, p.keys, g.quiet);
+  g.exit_code = Interruptible::requested() ? 130 : unusable ? 1 : 0;
+}
+
+void tune_here(const Workset& w, const TuneOptions& options, const TuneFlags& f, Globals& g) {
   Plan p = plan(w, f.force);
-  std::vector<Row> rows;
   Progress progress(p.to_tune.size(), !g.quiet);
+  Report report(names_of(w), true, !g.quiet, g.json_path, progress);
+  Interruptible interruptible;
+  TuneOptions opts = options;
+  opts.progress = [&progress](const Measurement&, std::size_t evaluated, std::size_t space) {
+    progress.detail(fmt::format("candidate {}/{}", evaluated, space));
+  };
   int unusable = 0;
   std::size_t next = 0;
   for (std::size_t i = 0; i < w.items.size(); ++i) {
+    if (Interruptible::requested()) break;
     if (p.rows[i]) {
-      rows.push_back(std::move(*p.rows[i]));
+      report.add(std::move(*p.rows[i]), p.first_device);
       continue;
     }
     if (next >= p.to_tune.size() || p.to_tune[next] != i) continue;  // a duplicate
@@ -231,12 +241,12 @@ void tune_here(const Workset& w, const TuneOptions& opts, const TuneFlags& f, Gl
     } catch (const Error& e) {
       // This workload cannot be tuned here (no config fits, the device cannot hold it): its row
       // says why and where, and the others go on.
-      rows.push_back(failed_row(item, e.what()));
+      report.add(failed_row(item, e.what()), &ex.device().info());
       ++unusable;
       continue;
     } catch (const std::bad_alloc&) {
       // The checks before the run compare sizes with the memory there is, not with what is free.
-      rows.push_back(failed_row(item, "out of host memory for this workload's arguments"));
+      report.add(failed_row(item, "out of host memory for this workload's arguments"), &ex.device().info());
       ++unusable;
       continue;
     }
@@ -246,11 +256,11 @@ void tune_here(const Workset& w, const TuneOptions& opts, const TuneFlags& f, Gl
                     " was tuned but cannot be stored");
     if (r.tuned) cache->put(r.entry, r.measurements, DeviceRecord::of(ex.device().info()));
     if (!r.tuned) ++unusable;
-    if (g.verbose) fmt::print(stderr, "{}\n", r.report);
-    rows.push_back(row_of(item, r));
+    if (g.verbose) progress.above([&] { fmt::print(stderr, "{}\n", r.report); });
+    report.add(row_of(item, r), &ex.device().info());
   }
   progress.finish();
-  finish_run(p, std::move(rows), f, g, unusable);
+  finish_run(p, report, f, g, unusable);
 }
 
 #ifdef EJK_HAVE_MPI
@@ -290,18 +300,19 @@ void tune_ranks(const MpiSession& session, const Workset& w, const TuneOptions& 
 
   for (const auto& line : out.rank_failures)
     fmt::print(stderr, "ejk: {}; its invocations were tuned again on rank 0\n", line);
-  std::vector<Row> rows;
+  Progress none(0, false);
+  Report report(names_of(w), true, !g.quiet, g.json_path, none);
   int unusable = 0;
   std::size_t t = 0;
   for (std::size_t i = 0; i < w.items.size(); ++i) {
     if (p.rows[i]) {
-      rows.push_back(std::move(*p.rows[i]));
+      report.add(std::move(*p.rows[i]), p.first_device);
       continue;
     }
     if (t >= p.to_tune.size() || p.to_tune[t] != i) continue;
     const DistributedResult& r = out.results[t++];
     if (!r.result) {
-      rows.push_back(failed_row(w.items[i], r.error));
+      report.add(failed_row(w.items[i], r.error), p.first_device);
       ++unusable;
       continue;
     }
@@ -312,7 +323,7 @@ void tune_ranks(const MpiSession& session, const Workset& w, const TuneOptions& 
     if (r.result->tuned) p.keys.push_back(r.result->entry.key());
     std::string where = r.redone ? fmt::format("rank 0 (again, after {})", r.error) : fmt::format("rank {}", r.rank);
     row.note = row.note.empty() ? "tuned on " + where : row.note + "; tuned on " + where;
-    rows.push_back(std::move(row));
+    report.add(std::move(row), p.first_device);
   }
   std::sort(p.keys.begin(), p.keys.end());
   p.keys.erase(std::unique(p.keys.begin(), p.keys.end()), p.keys.end());
@@ -322,7 +333,7 @@ void tune_ranks(const MpiSession& session, const Workset& w, const TuneOptions& 
       share += fmt::format("{}rank {}: {}", r ? ", " : "", r, out.tasks_per_rank[r]);
     fmt::print("distributed over {} ranks ({})\n", out.size, share);
   }
-  finish_run(p, std::move(rows), f, g, unusable);
+  finish_run(p, report, f, g, unusable);
 }
 #endif
 

@@ -79,15 +79,21 @@ bool find_block(int blk, int flags, int num_seqs, __global const int* q_loc, int
 // The query block `blk` (find_block) and its rows' visible keys [lo_row, hi_row): query i of a
 // sequence's qlen tokens sits at pos = kv_end - qlen + i and sees kv_begin..pos, or the last
 // `window` of them; rows past the block's nq tokens see none. Rows are (token, query head of
-// kv head) pairs, G heads a token. False when the block holds no query.
-bool block_rows(int blk, int tid, int G, int flags, int num_seqs, int window, __global const int* q_loc,
+// kv head) pairs, G heads a token. A block that holds no query gets nq = 0 and runs to the end
+// with nothing to do: a return ahead of the barriers is what PoCL's work-group compiler may get
+// wrong (docs/testing.md).
+void block_rows(int blk, int tid, int G, int flags, int num_seqs, int window, __global const int* q_loc,
                 __global const int* kv_begin, __global const int* kv_end, __local int* lo_row, __local int* hi_row,
                 int* s, int* t0, int* nq) {
   int qlen;
-  if (!find_block(blk, flags, num_seqs, q_loc, s, t0, nq, &qlen)) return false;
-  const int kve = kv_end[*s];
-  const int kvb = (flags & HAS_BEGIN) ? kv_begin[*s] : 0;
-  const int i0 = *t0 - ((flags & VARLEN) ? q_loc[*s] : *s);
+  if (!find_block(blk, flags, num_seqs, q_loc, s, t0, nq, &qlen)) {
+    *s = 0;
+    *nq = 0;
+  }
+  const bool any = *nq > 0;
+  const int kve = any ? kv_end[*s] : 0;
+  const int kvb = any && (flags & HAS_BEGIN) ? kv_begin[*s] : 0;
+  const int i0 = any ? *t0 - ((flags & VARLEN) ? q_loc[*s] : *s) : 0;
   for (int r = tid; r < R; r += T) {
     const int qi = r / G;
     const int pos = kve - qlen + i0 + qi;
@@ -95,7 +101,6 @@ bool block_rows(int blk, int tid, int G, int flags, int num_seqs, int window, __
     lo_row[r] = valid ? (window > 0 ? max(kvb, pos - window + 1) : kvb) : 0;
     hi_row[r] = valid ? pos + 1 : 0;
   }
-  return true;
 }
 
 // Four consecutive elements of a row from element i (zeros past n): one vector load where n is
@@ -129,7 +134,7 @@ __kernel __attribute__((reqd_work_group_size(T, 1, 1))) void decode_partial(
   const int tid = get_local_id(0);
   const int G = heads / kv_heads;
   int s, t0, nq;
-  if (!block_rows(blk, tid, G, flags, num_seqs, window, q_loc, kv_begin, kv_end, lo_row, hi_row, &s, &t0, &nq)) return;
+  block_rows(blk, tid, G, flags, num_seqs, window, q_loc, kv_begin, kv_end, lo_row, hi_row, &s, &t0, &nq);
   const int nd4 = (head_dim + 3) / 4;
 
   for (int r = tid; r < R; r += T) {
@@ -146,7 +151,7 @@ __kernel __attribute__((reqd_work_group_size(T, 1, 1))) void decode_partial(
   }
   barrier(CLK_LOCAL_MEM_FENCE);
   // Keys of the block's rows: lo grows and hi grows with the token, so the first and last rows bound them.
-  const int u0 = lo_row[0], u1 = hi_row[(nq - 1) * G];
+  const int u0 = lo_row[0], u1 = nq > 0 ? hi_row[(nq - 1) * G] : u0;
   const int span = max(0, u1 - u0);
   const int chunk = ((span + splits - 1) / splits + BK - 1) / BK * BK;
   const int c0 = u0 + split * chunk, c1 = min(c0 + chunk, u1);
@@ -338,9 +343,9 @@ __kernel __attribute__((reqd_work_group_size(T, 1, 1))) void decode_stream(
   const int tid = get_local_id(0), c = tid % DS, kg = tid / DS;
   const int G = R / BQ;  // heads / kv_heads, known here at compile time
   int s, t0, nq;
-  if (!block_rows(blk, tid, G, flags, num_seqs, window, q_loc, kv_begin, kv_end, lo_row, hi_row, &s, &t0, &nq)) return;
+  block_rows(blk, tid, G, flags, num_seqs, window, q_loc, kv_begin, kv_end, lo_row, hi_row, &s, &t0, &nq);
   barrier(CLK_LOCAL_MEM_FENCE);
-  const int u0 = lo_row[0], u1 = hi_row[(nq - 1) * G];
+  const int u0 = lo_row[0], u1 = nq > 0 ? hi_row[(nq - 1) * G] : u0;
   const int span = max(0, u1 - u0);
   const int chunk = ((span + splits - 1) / splits + BKS - 1) / BKS * BKS;
   const int c0 = u0 + split * chunk, c1 = min(c0 + chunk, u1);

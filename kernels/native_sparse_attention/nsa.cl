@@ -148,8 +148,8 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_fwd(
       const int cnt = bc[t * H + h];
       for (int i = 0; i < cnt; ++i) {
         const int e = bi[(t * H + h) * S + i];
-        if (e < 0 || e * BS > pos) continue;
-        const int len = min(BS, pos - e * BS + 1);
+        // A block past the query runs no tile rather than `continue` past the barriers.
+        const int len = e < 0 || e * BS > pos ? 0 : min(BS, pos - e * BS + 1);
         for (int j0 = 0; j0 < len; j0 += TILE) {
           const int n = min(TILE, len - j0);
           stage_rows(n, bos + e * BS + j0, H, h, k16, v16, dtype, kt, vt);
@@ -242,8 +242,8 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_bwd_dq(
       const int cnt = bc[t * H + h];
       for (int i = 0; i < cnt; ++i) {
         const int e = bi[(t * H + h) * S + i];
-        if (e < 0 || e * BS > pos) continue;
-        const int len = min(BS, pos - e * BS + 1);
+        // A block past the query runs no tile rather than `continue` past the barriers.
+        const int len = e < 0 || e * BS > pos ? 0 : min(BS, pos - e * BS + 1);
         for (int j0 = 0; j0 < len; j0 += TILE) {
           const int n = min(TILE, len - j0);
           stage_rows(n, bos + e * BS + j0, H, h, k16, v16, dtype, kt, vt);
@@ -345,9 +345,8 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_bwd_dkv(
     const int cnt = bc[t * H + h];
     int times = 0;
     for (int i = 0; i < cnt; ++i) times += bi[(t * H + h) * S + i] == b;
-    if (times == 0) continue;
-    const int rows = min(n, t - j0 + 1);
-    for (int g0 = 0; g0 < G; g0 += HPG) {
+    const int rows = min(n, t - j0 + 1), groups = times == 0 ? 0 : G;
+    for (int g0 = 0; g0 < groups; g0 += HPG) {
       const int th0 = t * HQ + h * G + g0;
       barrier(CLK_LOCAL_MEM_FENCE);
       for (int e = lid; e < HPG * DK; e += THREADS) qs[e] = scale * load(q16, th0 * DK + e, dtype);
