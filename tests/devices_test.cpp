@@ -58,6 +58,76 @@ TEST_P(DeviceBuffers, RoundTripAndCopy) {
   EXPECT_EQ(h.read(), v);
 }
 
+// Typed transfers: floats, int32 and 16-bit storage words in and out without doubles, slices
+// that touch only their elements, and refusals naming the tensor.
+TEST_P(DeviceBuffers, TypedTransfersAndSlices) {
+  Context ctx(GetParam());
+  const std::vector<float> f{1.5f, -2.25f, 3.0f, 65504.0f, 0.1f, -0.0f};
+  for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+    Tensor x = ctx.from({2, 3}, t, std::span<const float>(f));
+    const std::vector<double> d = x.read();
+    const std::vector<float> back = x.read<float>();
+    ASSERT_EQ(back.size(), f.size());
+    for (std::size_t i = 0; i < f.size(); ++i) {
+      EXPECT_EQ(static_cast<double>(back[i]), round_to(t, f[i])) << to_string(t) << " " << i;
+      EXPECT_EQ(d[i], round_to(t, f[i])) << to_string(t) << " " << i;
+    }
+    // A slice: only elements 2 and 3 are written, and read back alone.
+    const std::vector<float> two{7.0f, -8.0f};
+    x.write(std::span<const float>(two), 2);
+    EXPECT_EQ(x.read<float>(2, 2), two) << to_string(t);
+    EXPECT_EQ(x.read<float>(0, 2), (std::vector<float>(back.begin(), back.begin() + 2))) << to_string(t);
+    EXPECT_EQ(x.read<float>(4), (std::vector<float>(back.begin() + 4, back.end()))) << to_string(t);
+    EXPECT_TRUE(x.read<float>(6).empty());
+  }
+  // 16-bit words are the storage as it is: f16's 0x3c00 is 1.0, bf16's 0x3f80 is 1.0.
+  const std::vector<std::uint16_t> one_h{0x3c00, 0xbc00}, one_b{0x3f80, 0xbf80};
+  Tensor h = ctx.from({2}, DType::f16, std::span<const std::uint16_t>(one_h));
+  Tensor b = ctx.from({2}, DType::bf16, std::span<const std::uint16_t>(one_b));
+  EXPECT_EQ(h.read(), (std::vector<double>{1.0, -1.0}));
+  EXPECT_EQ(b.read(), (std::vector<double>{1.0, -1.0}));
+  EXPECT_EQ(h.read<std::uint16_t>(), one_h);
+  EXPECT_EQ(b.read<std::uint16_t>(1, 1), std::vector<std::uint16_t>{0xbf80});
+  // int32 as it is; into a float tensor it converts.
+  const std::vector<std::int32_t> ints{-7, 0, 2147483647};
+  Tensor i = ctx.from({3}, DType::i32, std::span<const std::int32_t>(ints));
+  EXPECT_EQ(i.read<std::int32_t>(), ints);
+  EXPECT_EQ(i.read<double>(2), std::vector<double>{2147483647.0});
+  Tensor fi = ctx.from({3}, DType::f32, std::span<const std::int32_t>(ints));
+  EXPECT_EQ(fi.read<float>(0, 2), (std::vector<float>{-7.0f, 0.0f}));
+  // Doubles past int32's range saturate rather than wrap.
+  Tensor sat = ctx.from({2}, DType::i32, std::vector<double>{1e12, -1e12});
+  EXPECT_EQ(sat.read<std::int32_t>(), (std::vector<std::int32_t>{2147483647, -2147483647 - 1}));
+
+  const std::vector<std::uint16_t> words(6);
+  Tensor f32 = ctx.empty({2, 3}, DType::f32);
+  test::expect_error([&] { f32.write(std::span<const std::uint16_t>(words)); }, "not of a f32 tensor of shape [2, 3]");
+  test::expect_error([&] { (void)f32.read<std::uint16_t>(); }, "16-bit words are the storage of f16 and bf16");
+  test::expect_error([&] { f32.write(std::span<const float>(f.data(), 4), 3); },
+                     "writing elements [3, 7) of a f32 tensor of shape [2, 3] (6 elements)");
+  test::expect_error([&] { (void)f32.read<float>(5, 2); }, "reading elements [5, 7) of a f32 tensor");
+  test::expect_error([&] { (void)f32.read<float>(-1, 1); }, "reading elements [-1, 0)");
+  test::expect_error([&] { (void)f32.read<float>(7); }, "reading elements [7, end)");
+  test::expect_error([&] { f32.write(std::span<const float>(f.data(), 5)); },
+                     "writing 5 float values into a f32 tensor of shape [2, 3] (6 elements)");
+}
+
+// Without a seed, a context makes the same sequence of tensors on every run; each call differs.
+TEST_P(DeviceBuffers, RandomIsDeterministicPerContext) {
+  Context a(GetParam()), b(GetParam());
+  const auto a1 = a.random({64}, DType::f32).read<float>(), a2 = a.random({64}, DType::f32).read<float>();
+  const auto b1 = b.random({64}, DType::f32).read<float>();
+  EXPECT_EQ(a1, b1);
+  EXPECT_NE(a1, a2);
+  a.seed(1);
+  EXPECT_EQ(a.random({64}, DType::f32).read<float>(), a1);
+  EXPECT_EQ(a.random({64}, DType::f32, 42).read<float>(), b.random({64}, DType::f32, 42).read<float>());
+  for (float x : a1) {
+    EXPECT_GE(x, -1.0f);
+    EXPECT_LT(x, 1.0f);
+  }
+}
+
 TEST_P(DeviceBuffers, CopiesBetweenOffsetsAndRejectsRangesPastTheEnd) {
   Context ctx(GetParam());
   std::vector<double> v(40), zeros(40, 0.0);

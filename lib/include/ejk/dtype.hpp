@@ -60,6 +60,15 @@ inline std::uint16_t f32_to_bf16(float x) {
 
 inline float bf16_to_f32(std::uint16_t h) { return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16); }
 
+// A value stored in an i32 tensor: truncated toward zero, as C++ converts, but saturated to
+// int32's range and NaN to 0, where a plain conversion would be undefined.
+inline std::int32_t to_i32(double x) {
+  if (std::isnan(x)) return 0;
+  if (x >= 2147483647.0) return 2147483647;
+  if (x <= -2147483648.0) return -2147483647 - 1;
+  return static_cast<std::int32_t>(x);
+}
+
 // Host-side encode/decode between doubles and a dtype's storage bytes.
 std::vector<std::byte> encode(DType t, std::span<const double> values);
 std::vector<double> decode(DType t, std::span<const std::byte> bytes);

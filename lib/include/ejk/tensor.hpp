@@ -42,12 +42,23 @@ class Tensor {
   const std::shared_ptr<Device>& device_ptr() const { return device_; }
   Buffer& buffer() const;
 
-  // Host transfers, converting to and from the storage dtype.
+  // Host transfers. Values convert to and from the storage dtype (f16/bf16 round to nearest
+  // even); 16-bit words are the storage of an f16 or bf16 tensor as they are, and only those.
+  // One argument: the whole tensor, the span's size must be numel(). With `first`: elements
+  // first .. first + size - 1 of the row-major order, and nothing else is touched or moved.
   void write(std::span<const double> values) const;
   void write(std::span<const float> values) const;
   void write(std::span<const std::int32_t> values) const;
+  void write(std::span<const std::uint16_t> words) const;
+  void write(std::span<const double> values, std::int64_t first) const;
+  void write(std::span<const float> values, std::int64_t first) const;
+  void write(std::span<const std::int32_t> values, std::int64_t first) const;
+  void write(std::span<const std::uint16_t> words, std::int64_t first) const;
   void write_bytes(std::span<const std::byte> bytes) const;
-  std::vector<double> read() const;
+  // T: double, float, std::int32_t or std::uint16_t (words of f16/bf16). `count` -1: to the end.
+  // Reads only the slice's bytes from the device.
+  template <class T = double>
+  std::vector<T> read(std::int64_t first = 0, std::int64_t count = -1) const;
   std::vector<std::byte> read_bytes() const;
 
  private:
@@ -55,5 +66,10 @@ class Tensor {
   std::shared_ptr<Buffer> buffer_;
   TensorSpec spec_;
 };
+
+extern template std::vector<double> Tensor::read<double>(std::int64_t, std::int64_t) const;
+extern template std::vector<float> Tensor::read<float>(std::int64_t, std::int64_t) const;
+extern template std::vector<std::int32_t> Tensor::read<std::int32_t>(std::int64_t, std::int64_t) const;
+extern template std::vector<std::uint16_t> Tensor::read<std::uint16_t>(std::int64_t, std::int64_t) const;
 
 }  // namespace ejk

@@ -56,7 +56,7 @@ std::vector<std::byte> encode(DType t, std::span<const double> values) {
         break;
       }
       case DType::i32: {
-        auto v = static_cast<std::int32_t>(values[i]);
+        const std::int32_t v = to_i32(values[i]);
         std::memcpy(p, &v, 4);
         break;
       }
@@ -105,7 +105,7 @@ double round_to(DType t, double x) {
     case DType::f32: return static_cast<float>(x);
     case DType::f16: return f16_to_f32(f32_to_f16(static_cast<float>(x)));
     case DType::bf16: return bf16_to_f32(f32_to_bf16(static_cast<float>(x)));
-    case DType::i32: return static_cast<double>(static_cast<std::int32_t>(x));
+    case DType::i32: return static_cast<double>(to_i32(x));
   }
   return x;
 }

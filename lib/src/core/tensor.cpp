@@ -1,5 +1,11 @@
 #include "ejk/tensor.hpp"
 
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <type_traits>
+
 #include "ejk/error.hpp"
 
 namespace ejk {
@@ -49,21 +55,123 @@ Buffer& Tensor::buffer() const {
   return *buffer_;
 }
 
-void Tensor::write(std::span<const double> values) const {
-  if (static_cast<std::int64_t>(values.size()) != numel())
-    throw InvalidArgument("writing " + std::to_string(values.size()) + " values into a tensor of shape " + to_string(shape()));
-  write_bytes(encode(dtype(), values));
+namespace {
+
+// Storage of one element from a host value, and back.
+template <class T>
+void put(DType t, T x, std::byte* dst) {
+  switch (t) {
+    case DType::f32: {
+      const float f = static_cast<float>(x);
+      std::memcpy(dst, &f, 4);
+      return;
+    }
+    case DType::f16:
+    case DType::bf16: {
+      const float f = static_cast<float>(x);
+      const std::uint16_t w = t == DType::f16 ? f32_to_f16(f) : f32_to_bf16(f);
+      std::memcpy(dst, &w, 2);
+      return;
+    }
+    case DType::i32: {
+      const std::int32_t i = to_i32(static_cast<double>(x));
+      std::memcpy(dst, &i, 4);
+      return;
+    }
+  }
 }
 
-void Tensor::write(std::span<const float> values) const {
-  std::vector<double> v(values.begin(), values.end());
-  write(std::span<const double>(v));
+template <class T>
+T get(DType t, const std::byte* src) {
+  switch (t) {
+    case DType::f32: {
+      float f;
+      std::memcpy(&f, src, 4);
+      return static_cast<T>(f);
+    }
+    case DType::f16:
+    case DType::bf16: {
+      std::uint16_t w;
+      std::memcpy(&w, src, 2);
+      return static_cast<T>(t == DType::f16 ? f16_to_f32(w) : bf16_to_f32(w));
+    }
+    case DType::i32: {
+      std::int32_t i;
+      std::memcpy(&i, src, 4);
+      return static_cast<T>(i);
+    }
+  }
+  return T{};
 }
 
-void Tensor::write(std::span<const std::int32_t> values) const {
-  std::vector<double> v(values.begin(), values.end());
-  write(std::span<const double>(v));
+template <class T>
+constexpr const char* host_type() {
+  if constexpr (std::is_same_v<T, double>) return "double";
+  else if constexpr (std::is_same_v<T, float>) return "float";
+  else if constexpr (std::is_same_v<T, std::int32_t>) return "int32";
+  else return "16-bit word";
 }
+
+}  // namespace
+
+// Elements [first, first + count) of the tensor (count -1: to the end), or InvalidArgument
+// naming the tensor.
+static void check_range(const Tensor& t, std::int64_t first, std::int64_t count, const char* what) {
+  const bool to_end = count == -1;
+  if (to_end) count = t.numel() - first;
+  if (first < 0 || count < 0 || first > t.numel() || count > t.numel() - first)
+    throw InvalidArgument(std::string(what) + " elements [" + std::to_string(first) + ", " +
+                          (to_end ? std::string("end") : std::to_string(first + count)) + ") of a " +
+                          std::string(to_string(t.dtype())) + " tensor of shape " + to_string(t.shape()) + " (" +
+                          std::to_string(t.numel()) + " elements)");
+}
+
+template <class T>
+static void write_values(const Tensor& t, std::span<const T> values, std::int64_t first) {
+  const auto count = static_cast<std::int64_t>(values.size());
+  check_range(t, first, count, "writing");
+  const std::size_t size = dtype_size(t.dtype());
+  if constexpr (std::is_same_v<T, std::uint16_t>) {
+    if (t.dtype() != DType::f16 && t.dtype() != DType::bf16)
+      throw InvalidArgument("16-bit words are the storage of f16 and bf16 tensors, not of a " +
+                            std::string(to_string(t.dtype())) + " tensor of shape " + to_string(t.shape()));
+  }
+  if (count == 0) return;
+  std::vector<std::byte> bytes(static_cast<std::size_t>(count) * size);
+  if constexpr (std::is_same_v<T, std::uint16_t>) {
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+  } else if constexpr (std::is_same_v<T, float>) {
+    if (t.dtype() == DType::f32) std::memcpy(bytes.data(), values.data(), bytes.size());
+    else
+      for (std::size_t i = 0; i < values.size(); ++i) put(t.dtype(), values[i], bytes.data() + i * size);
+  } else if constexpr (std::is_same_v<T, std::int32_t>) {
+    if (t.dtype() == DType::i32) std::memcpy(bytes.data(), values.data(), bytes.size());
+    else
+      for (std::size_t i = 0; i < values.size(); ++i) put(t.dtype(), values[i], bytes.data() + i * size);
+  } else {
+    // Doubles go through encode(), whose rounding the references mirror.
+    bytes = encode(t.dtype(), values);
+  }
+  t.device().write(t.buffer(), static_cast<std::size_t>(first) * size, bytes.data(), bytes.size());
+}
+
+template <class T>
+static void write_whole(const Tensor& t, std::span<const T> values) {
+  if (static_cast<std::int64_t>(values.size()) != t.numel())
+    throw InvalidArgument("writing " + std::to_string(values.size()) + " " + host_type<T>() + " values into a " +
+                          std::string(to_string(t.dtype())) + " tensor of shape " + to_string(t.shape()) + " (" +
+                          std::to_string(t.numel()) + " elements)");
+  write_values(t, values, 0);
+}
+
+void Tensor::write(std::span<const double> values) const { write_whole(*this, values); }
+void Tensor::write(std::span<const float> values) const { write_whole(*this, values); }
+void Tensor::write(std::span<const std::int32_t> values) const { write_whole(*this, values); }
+void Tensor::write(std::span<const std::uint16_t> words) const { write_whole(*this, words); }
+void Tensor::write(std::span<const double> values, std::int64_t first) const { write_values(*this, values, first); }
+void Tensor::write(std::span<const float> values, std::int64_t first) const { write_values(*this, values, first); }
+void Tensor::write(std::span<const std::int32_t> values, std::int64_t first) const { write_values(*this, values, first); }
+void Tensor::write(std::span<const std::uint16_t> words, std::int64_t first) const { write_values(*this, words, first); }
 
 void Tensor::write_bytes(std::span<const std::byte> bytes) const {
   if (bytes.size() != this->bytes())
@@ -71,10 +179,35 @@ void Tensor::write_bytes(std::span<const std::byte> bytes) const {
   if (!bytes.empty()) device().write(buffer(), 0, bytes.data(), bytes.size());
 }
 
-std::vector<double> Tensor::read() const {
-  auto b = read_bytes();
-  return decode(dtype(), b);
+template <class T>
+std::vector<T> Tensor::read(std::int64_t first, std::int64_t count) const {
+  check_range(*this, first, count, "reading");
+  if (count == -1) count = numel() - first;
+  if constexpr (std::is_same_v<T, std::uint16_t>) {
+    if (dtype() != DType::f16 && dtype() != DType::bf16)
+      throw InvalidArgument("16-bit words are the storage of f16 and bf16 tensors, not of a " +
+                            std::string(to_string(dtype())) + " tensor of shape " + to_string(shape()));
+  }
+  const std::size_t size = dtype_size(dtype());
+  std::vector<std::byte> bytes(static_cast<std::size_t>(count) * size);
+  if (!bytes.empty()) device().read(buffer(), static_cast<std::size_t>(first) * size, bytes.data(), bytes.size());
+  if constexpr (std::is_same_v<T, double>) {
+    return decode(dtype(), bytes);
+  } else {
+    std::vector<T> out(static_cast<std::size_t>(count));
+    const bool same = (std::is_same_v<T, float> && dtype() == DType::f32) ||
+                      (std::is_same_v<T, std::int32_t> && dtype() == DType::i32) || std::is_same_v<T, std::uint16_t>;
+    if (same) std::memcpy(out.data(), bytes.data(), bytes.size());
+    else
+      for (std::size_t i = 0; i < out.size(); ++i) out[i] = get<T>(dtype(), bytes.data() + i * size);
+    return out;
+  }
 }
+
+template std::vector<double> Tensor::read<double>(std::int64_t, std::int64_t) const;
+template std::vector<float> Tensor::read<float>(std::int64_t, std::int64_t) const;
+template std::vector<std::int32_t> Tensor::read<std::int32_t>(std::int64_t, std::int64_t) const;
+template std::vector<std::uint16_t> Tensor::read<std::uint16_t>(std::int64_t, std::int64_t) const;
 
 std::vector<std::byte> Tensor::read_bytes() const {
   std::vector<std::byte> out(bytes());
