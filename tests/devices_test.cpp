@@ -1,4 +1,7 @@
+#include <cmath>
 #include <set>
+
+#include "flash_attention/philox.h"
 
 #include "support.hpp"
 
@@ -126,6 +129,40 @@ TEST_P(DeviceBuffers, RandomIsDeterministicPerContext) {
     EXPECT_GE(x, -1.0f);
     EXPECT_LT(x, 1.0f);
   }
+}
+
+// fill_uniform: the same bytes on every device as on the CPU, across the slices it is made in,
+// and each element what the stated formula gives.
+TEST_P(DeviceBuffers, FillUniformIsTheSameOnEveryDeviceAndFollowsItsFormula) {
+  Context ctx(GetParam()), cpu("cpu");
+  const std::int64_t n = (std::int64_t{1} << 22) + 7;  // past the first slice, not a multiple of 4
+  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32}) {
+    const float lo = t == DType::i32 ? -100.0f : -0.5f, hi = t == DType::i32 ? 100.0f : 2.0f;
+    Tensor here = ctx.empty({n}, t), there = cpu.empty({n}, t);
+    fill_uniform(here, 0x123456789abcdefull, lo, hi);
+    fill_uniform(there, 0x123456789abcdefull, lo, hi);
+    const auto got = here.read<double>();
+    EXPECT_TRUE(here.read_bytes() == there.read_bytes()) << to_string(t);
+    for (std::int64_t i : {std::int64_t{0}, std::int64_t{1}, std::int64_t{3}, std::int64_t{4}, std::int64_t{5},
+                           (std::int64_t{1} << 22) - 1, std::int64_t{1} << 22, n - 1}) {
+      const auto block = static_cast<std::uint64_t>(i) / 4;
+      const ejk_u32x4 r = ejk_philox4x32_10(ejk_make4(static_cast<std::uint32_t>(block), static_cast<std::uint32_t>(block >> 32),
+                                                      0x66696c6cu, 0),
+                                            0x89abcdefu, 0x01234567u);
+      const std::uint32_t words[4] = {r.x, r.y, r.z, r.w};
+      const float x = std::fma(hi - lo, static_cast<float>(words[i % 4] >> 8) * 0x1p-24f, lo);
+      const double want = t == DType::i32 ? std::floor(static_cast<double>(x)) : round_to(t, x);
+      EXPECT_EQ(got[static_cast<std::size_t>(i)], want) << to_string(t) << " element " << i;
+    }
+    double sum = 0;
+    for (double v : got) {
+      ASSERT_GE(v, lo) << to_string(t);
+      ASSERT_LE(v, hi) << to_string(t);  // f16/bf16 rounding may reach hi itself
+      sum += v;
+    }
+    EXPECT_NEAR(sum / static_cast<double>(n), (lo + hi) / 2 - (t == DType::i32 ? 0.5 : 0.0), 0.01) << to_string(t);
+  }
+  test::expect_error([&] { fill_uniform(ctx.empty({4}, DType::f32), 1, 1.0f, -1.0f); }, "fill_uniform of a tensor of shape [4]");
 }
 
 TEST_P(DeviceBuffers, CopiesBetweenOffsetsAndRejectsRangesPastTheEnd) {

@@ -22,9 +22,10 @@ class Context {
   Executor& executor() const { return *executor_; }
 
   Tensor empty(const Shape& shape, DType dtype) const;
-  // Uniform in [-1, 1) rounded to the dtype (i32: integers in [-100, 100)). Without a seed, the
-  // context's next one: a program makes the same tensors on every run, and each call a different
-  // one. seed(s) restarts that sequence; a context starts it at 1.
+  // Uniform in [-1, 1) rounded to the dtype (i32: integers in [-100, 100)), by fill_uniform:
+  // the same values on every device for a seed. Without a seed, the context's next one: a
+  // program makes the same tensors on every run, and each call a different one. seed(s)
+  // restarts that sequence; a context starts it at 1.
   Tensor random(const Shape& shape, DType dtype) const;
   Tensor random(const Shape& shape, DType dtype, std::uint64_t seed) const;
   void seed(std::uint64_t s) { next_seed_ = s; }

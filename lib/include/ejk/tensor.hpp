@@ -67,6 +67,14 @@ class Tensor {
   TensorSpec spec_;
 };
 
+// Fills the tensor with values uniform in [lo, hi), the same for a seed and element count on
+// every device and every run (docs/library.md#random-values): element i is
+//   u = (word_i >> 8) * 2^-24 with word_i = Philox4x32-10(counter (i / 4 mod 2^32, i / 2^34,
+//       0x66696c6c, 0), key (seed mod 2^32, seed / 2^32)), lane i % 4,
+//   x = fma(hi - lo, u, lo) in float, then rounded to the dtype (i32: floor of it).
+// Made and uploaded a slice at a time: host memory stays a few MiB whatever the tensor's size.
+void fill_uniform(const Tensor& t, std::uint64_t seed, float lo = -1.0f, float hi = 1.0f);
+
 extern template std::vector<double> Tensor::read<double>(std::int64_t, std::int64_t) const;
 extern template std::vector<float> Tensor::read<float>(std::int64_t, std::int64_t) const;
 extern template std::vector<std::int32_t> Tensor::read<std::int32_t>(std::int64_t, std::int64_t) const;

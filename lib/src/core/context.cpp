@@ -1,7 +1,6 @@
 #include "ejk/context.hpp"
 
 #include <cmath>
-#include <random>
 
 namespace ejk {
 
@@ -19,11 +18,10 @@ Tensor Context::random(const Shape& shape, DType dtype) const {
 }
 
 Tensor Context::random(const Shape& shape, DType dtype, std::uint64_t seed) const {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> dist(-1.0, 1.0);
-  std::vector<double> v(static_cast<std::size_t>(numel(shape, "random tensor")));
-  for (auto& x : v) x = dtype == DType::i32 ? std::floor(dist(rng) * 100) : dist(rng);
-  return from(shape, dtype, v);
+  Tensor t = empty(shape, dtype);
+  if (dtype == DType::i32) fill_uniform(t, seed, -100.0f, 100.0f);
+  else fill_uniform(t, seed);
+  return t;
 }
 
 template <class T>

@@ -1,0 +1,79 @@
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "ejk/error.hpp"
+#include "ejk/tensor.hpp"
+#include "flash_attention/philox.h"
+
+namespace ejk {
+
+namespace {
+
+constexpr std::uint32_t fill_tag = 0x66696c6cu;  // "fill": apart from dropout's counters
+
+// Elements [first, first + n) of a fill into `out` (storage bytes of dtype t).
+void generate(DType t, std::uint64_t seed, float lo, float hi, std::int64_t first, std::int64_t n, std::byte* out) {
+  const auto k0 = static_cast<std::uint32_t>(seed), k1 = static_cast<std::uint32_t>(seed >> 32);
+  const float span = hi - lo;
+  const std::size_t size = dtype_size(t);
+  for (std::int64_t i = first; i < first + n;) {
+    const auto block = static_cast<std::uint64_t>(i) / 4;
+    const ejk_u32x4 r = ejk_philox4x32_10(
+        ejk_make4(static_cast<std::uint32_t>(block), static_cast<std::uint32_t>(block >> 32), fill_tag, 0), k0, k1);
+    const std::uint32_t words[4] = {r.x, r.y, r.z, r.w};
+    for (auto lane = static_cast<std::int64_t>(i % 4); lane < 4 && i < first + n; ++lane, ++i) {
+      const float u = static_cast<float>(words[lane] >> 8) * 0x1p-24f;
+      const float x = std::fma(span, u, lo);
+      std::byte* dst = out + static_cast<std::size_t>(i - first) * size;
+      switch (t) {
+        case DType::f32: std::memcpy(dst, &x, 4); break;
+        case DType::f16: {
+          const std::uint16_t w = f32_to_f16(x);
+          std::memcpy(dst, &w, 2);
+          break;
+        }
+        case DType::bf16: {
+          const std::uint16_t w = f32_to_bf16(x);
+          std::memcpy(dst, &w, 2);
+          break;
+        }
+        case DType::i32: {
+          const std::int32_t v = to_i32(std::floor(static_cast<double>(x)));
+          std::memcpy(dst, &v, 4);
+          break;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void fill_uniform(const Tensor& t, std::uint64_t seed, float lo, float hi) {
+  if (!(std::isfinite(lo) && std::isfinite(hi) && lo <= hi && std::isfinite(hi - lo)))
+    throw InvalidArgument("fill_uniform of a tensor of shape " + to_string(t.shape()) + ": the range [" + std::to_string(lo) +
+                          ", " + std::to_string(hi) + ") must be finite with lo <= hi");
+  const std::int64_t n = t.numel();
+  const std::size_t size = dtype_size(t.dtype());
+  // Slices of 4 Mi elements, each made by every core at once, then uploaded.
+  constexpr std::int64_t slice = std::int64_t{1} << 22;
+  const unsigned threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  std::vector<std::byte> bytes(static_cast<std::size_t>(std::min(n, slice)) * size);
+  for (std::int64_t first = 0; first < n; first += slice) {
+    const std::int64_t count = std::min(slice, n - first);
+    const std::int64_t part = (count / threads + 4) / 4 * 4;  // a multiple of 4: whole Philox blocks
+    std::vector<std::jthread> pool;
+    for (std::int64_t p = part; p < count; p += part)
+      pool.emplace_back([&, p] {
+        generate(t.dtype(), seed, lo, hi, first + p, std::min(part, count - p), bytes.data() + static_cast<std::size_t>(p) * size);
+      });
+    generate(t.dtype(), seed, lo, hi, first, std::min(part, count), bytes.data());
+    pool.clear();  // joins
+    t.device().write(t.buffer(), static_cast<std::size_t>(first) * size, bytes.data(), static_cast<std::size_t>(count) * size);
+  }
+}
+
+}  // namespace ejk
