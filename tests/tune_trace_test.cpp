@@ -141,7 +141,9 @@ TEST(TuneTrace, EveryFieldIsCheckedWithItsLine) {
   EXPECT_EQ(error_on_line_2(dup), at_col(dup.rfind("\"device\"") + 8) + "duplicate key 'device' at /device");
   EXPECT_EQ(error_on_line_2(with("\"cpu\"", "\"c\\u001bpu\"")), at + "'device' holds a control character");
   const std::string deep = with("\"cpu\"", "\"cpu\",\"options\":" + std::string(100, '[') + std::string(100, ']'));
-  EXPECT_EQ(error_on_line_2(deep), at_col(deep.find('[', deep.find("options")) + 33) +
+  // The line's object is level 1 and the first '[' (column index + 1) level 2: the bracket that
+  // opens level 33 is 31 further on.
+  EXPECT_EQ(error_on_line_2(deep), at_col(deep.find('[', deep.find("options")) + 1 + 31) +
                                        "arrays and objects nested deeper than 32 levels (at /options/0/0/0/0/0/.../0/0/0/0)");
   // 100,000 levels in one line: refused where the limit is passed, never recursed into.
   std::string abyss = good.substr(0, good.size() - 1) + ",\"options\":";
