@@ -197,7 +197,7 @@ std::vector<T> Tensor::read(std::int64_t first, std::int64_t count) const {
     std::vector<T> out(static_cast<std::size_t>(count));
     const bool same = (std::is_same_v<T, float> && dtype() == DType::f32) ||
                       (std::is_same_v<T, std::int32_t> && dtype() == DType::i32) || std::is_same_v<T, std::uint16_t>;
-    if (same) std::memcpy(out.data(), bytes.data(), bytes.size());
+    if (same && !bytes.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
     else
       for (std::size_t i = 0; i < out.size(); ++i) out[i] = get<T>(dtype(), bytes.data() + i * size);
     return out;
