@@ -16,13 +16,6 @@ namespace {
 
 namespace fa = kernels::flash_attention;
 
-std::vector<std::string> opencl_devices() {
-  std::vector<std::string> out;
-  for (const auto& d : list_devices())
-    if (d.backend == Backend::opencl) out.push_back(d.id());
-  return out;
-}
-
 // What NVIDIA's OpenCL driver reports on an H100 or H200.
 DeviceInfo nvidia_like() {
   DeviceInfo d;
@@ -217,7 +210,7 @@ TEST_P(FlashAttentionOpenCL, TensorCoreVariantMatchesTheReference) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, FlashAttentionOpenCL, ::testing::ValuesIn(opencl_devices()),
+INSTANTIATE_TEST_SUITE_P(All, FlashAttentionOpenCL, ::testing::ValuesIn(test::devices(Backend::opencl)),
                          [](const auto& p) { return test::test_name(p.param); });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FlashAttentionOpenCL);
 

@@ -11,13 +11,6 @@ namespace {
 
 namespace fa = kernels::flash_attention;
 
-std::vector<std::string> vulkan_devices() {
-  std::vector<std::string> out;
-  for (const auto& id : test::devices())
-    if (id.rfind("vulkan", 0) == 0) out.push_back(id);
-  return out;
-}
-
 Invocation invocation(bool backward, std::int64_t dim, DType t, const nlohmann::json& options,
                       std::map<std::string, std::int64_t> sizes = {}) {
   sizes.merge(std::map<std::string, std::int64_t>{{"batch", 2}, {"seq_q", 21}, {"seq_k", 37}, {"heads", 4},
@@ -127,7 +120,7 @@ TEST_P(FlashAttentionVulkan, ConfigsOutsideTheSpaceAreRefused) {
   expect_refused(f, fa::fwd::out, cfg(8, 8, 0, 8), "positive");
 }
 
-INSTANTIATE_TEST_SUITE_P(All, FlashAttentionVulkan, ::testing::ValuesIn(vulkan_devices()),
+INSTANTIATE_TEST_SUITE_P(All, FlashAttentionVulkan, ::testing::ValuesIn(test::devices(Backend::vulkan)),
                          [](const auto& p) { return test::test_name(p.param); });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FlashAttentionVulkan);
 

@@ -14,13 +14,6 @@
 namespace ejk {
 namespace {
 
-std::vector<std::string> opencl_devices() {
-  std::vector<std::string> out;
-  for (const auto& d : list_devices())
-    if (d.backend == Backend::opencl) out.push_back(d.id());
-  return out;
-}
-
 // An H100-like device description: what NVIDIA's OpenCL driver reports.
 DeviceInfo gpu_like(std::uint64_t local_mem = 48 * 1024, std::uint32_t max_wg = 1024) {
   DeviceInfo d;
@@ -294,7 +287,7 @@ TEST_P(OpenCL, CpuFamilyVariantsComputeTheProduct) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, OpenCL, ::testing::ValuesIn(opencl_devices()),
+INSTANTIATE_TEST_SUITE_P(All, OpenCL, ::testing::ValuesIn(test::devices(Backend::opencl)),
                          [](const auto& p) { return test::test_name(p.param); });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(OpenCL);
 

@@ -59,13 +59,6 @@ const Implementation* opencl_implementation(std::string_view kernel) {
   return nullptr;
 }
 
-std::vector<std::string> opencl_devices() {
-  std::vector<std::string> out;
-  for (const auto& d : list_devices())
-    if (d.backend == Backend::opencl) out.push_back(d.id());
-  return out;
-}
-
 // Runs `inv` on `ctx` under `config` with the inputs `in`; returns the out and inout arguments
 // as read back, in order.
 HostArrays run_outputs(const Context& ctx, const Invocation& inv, const Implementation& impl, const Config& config,
@@ -117,7 +110,7 @@ INSTANTIATE_TEST_SUITE_P(All, SmallestCases,
                                               for (const auto& c : small_cases()) names.push_back(c.kernel);
                                               return names;
                                             }()),
-                                            ::testing::ValuesIn(opencl_devices())),
+                                            ::testing::ValuesIn(test::devices(Backend::opencl))),
                          [](const auto& param) {
                            return std::get<0>(param.param) + "_" + test::test_name(std::get<1>(param.param));
                          });

@@ -25,6 +25,14 @@ inline std::vector<std::string> devices() {
   return out;
 }
 
+// The devices of one backend present (none is fine: the suite then instantiates nothing).
+inline std::vector<std::string> devices(Backend backend) {
+  std::vector<std::string> out;
+  for (const auto& d : list_devices())
+    if (d.backend == backend) out.push_back(d.id());
+  return out;
+}
+
 inline bool in_ci() {
   const char* ci = std::getenv("CI");
   return ci && std::string(ci) == "true";

@@ -23,13 +23,6 @@ namespace {
   return true;
 }();
 
-std::vector<std::string> vulkan_devices() {
-  std::vector<std::string> out;
-  for (const auto& d : list_devices())
-    if (d.backend == Backend::vulkan) out.push_back(d.id());
-  return out;
-}
-
 std::vector<double> reference(const Invocation& inv, const Tensor& a, const Tensor& b, const Tensor& c) {
   return kernels::matmul::MatmulKernel().reference(inv, {a.read(), b.read(), c.read()})[0];
 }
@@ -388,7 +381,7 @@ TEST(VulkanMatmulSpace, CoopmatConfigsFitADeviceThatOffersThem) {
 #ifndef EJK_HAVE_COOPMAT
   GTEST_SKIP() << "built without the cooperative-matrix shader";
 #endif
-  auto devices = vulkan_devices();
+  auto devices = test::devices(Backend::vulkan);
   if (devices.empty()) GTEST_SKIP() << "no Vulkan device";
   DeviceInfo dev = open_device(devices.front())->info();
   dev.fp16 = true;
@@ -429,7 +422,7 @@ TEST(VulkanMatmulSpace, CoopmatConfigsFitADeviceThatOffersThem) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, Vulkan, ::testing::ValuesIn(vulkan_devices()),
+INSTANTIATE_TEST_SUITE_P(All, Vulkan, ::testing::ValuesIn(test::devices(Backend::vulkan)),
                          [](const auto& p) { return test::test_name(p.param); });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Vulkan);
 

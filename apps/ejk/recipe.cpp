@@ -9,10 +9,9 @@
 #include <limits>
 #include <optional>
 #include <set>
-
-#include <fmt/core.h>
 #include <sstream>
 
+#include <fmt/core.h>
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>

@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <csignal>
-#include <iterator>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include <fmt/core.h>
 
@@ -52,8 +52,7 @@ std::string human_time(double ns) {
   return fmt::format("{:.2f} s", ns / 1e9);
 }
 
-}  // namespace
-
+// "150.97 TFLOP/s", "812.3 GB/s", "3.4 MFLOP/s": `amount` units over `ns`, in the prefix that reads well.
 std::string rate(double amount, double ns, const char* unit) {
   if (amount <= 0 || ns <= 0) return "-";
   double v = amount / ns * 1e9;  // per second
@@ -62,8 +61,6 @@ std::string rate(double amount, double ns, const char* unit) {
   while (v >= 1000 && p + 1 < std::size(prefixes)) v /= 1000, ++p;
   return fmt::format("{:.{}f} {}{}", v, v < 10 ? 2 : 1, prefixes[p], unit);
 }
-
-namespace {
 
 std::string header(std::size_t w, bool tuning) {
   if (tuning)

@@ -36,9 +36,6 @@ std::string workload_name(const Invocation& inv, const std::map<std::string, std
 
 nlohmann::json benchmark_json(const DeviceInfo& device, const std::vector<Row>& rows);
 
-// "150.97 TFLOP/s", "812.3 GB/s", "3.4 MFLOP/s": `amount` units over `ns`, in the prefix that reads well.
-std::string rate(double amount, double ns, const char* unit);
-
 // A progress line on a terminal's stderr: the workload, its part (a tuning candidate i/N) and
 // an ETA. Whatever else goes to the terminal goes through `above`, so the line never tears it.
 class Progress {
@@ -75,7 +72,6 @@ class Report {
   void add(Row row, const DeviceInfo* device);
   // Writes the JSON file a last time.
   void finish();
-  const std::vector<Row>& rows() const { return rows_; }
 
  private:
   void write_json();

@@ -38,9 +38,7 @@ class Executors {
 int run_workset(const Workset& w, const Globals& g, bool check) {
   Executors executors;
   Progress progress(w.items.size(), !g.quiet);
-  std::vector<std::string> names;
-  for (const auto& item : w.items) names.push_back(item.name);
-  Report report(names, false, !g.quiet, g.json_path, progress);
+  Report report(w.names(), false, !g.quiet, g.json_path, progress);
   Interruptible interruptible;
   int failed = 0;
   for (const auto& item : w.items) {

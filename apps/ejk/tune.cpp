@@ -199,12 +199,6 @@ void write_run_bundle(const std::string& path, const std::vector<std::string>& k
                b.checksum().substr(0, 16));
 }
 
-std::vector<std::string> names_of(const Workset& w) {
-  std::vector<std::string> names;
-  for (const auto& item : w.items) names.push_back(item.name);
-  return names;
-}
-
 void finish_run(Plan& p, Report& report, const TuneFlags& f, Globals& g, int unusable) {
   report.finish();
   if (!f.bundle.empty()) write_run_bundle(f.bundle, p.keys, g.quiet);
@@ -214,7 +208,7 @@ void finish_run(Plan& p, Report& report, const TuneFlags& f, Globals& g, int unu
 void tune_here(const Workset& w, const TuneOptions& options, const TuneFlags& f, Globals& g) {
   Plan p = plan(w, f.force);
   Progress progress(p.to_tune.size(), !g.quiet);
-  Report report(names_of(w), true, !g.quiet, g.json_path, progress);
+  Report report(w.names(), true, !g.quiet, g.json_path, progress);
   Interruptible interruptible;
   TuneOptions opts = options;
   opts.progress = [&progress](const Measurement&, std::size_t evaluated, std::size_t space) {
@@ -301,7 +295,7 @@ void tune_ranks(const MpiSession& session, const Workset& w, const TuneOptions& 
   for (const auto& line : out.rank_failures)
     fmt::print(stderr, "ejk: {}; its invocations were tuned again on rank 0\n", line);
   Progress none(0, false);
-  Report report(names_of(w), true, !g.quiet, g.json_path, none);
+  Report report(w.names(), true, !g.quiet, g.json_path, none);
   int unusable = 0;
   std::size_t t = 0;
   for (std::size_t i = 0; i < w.items.size(); ++i) {

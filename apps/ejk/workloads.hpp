@@ -24,6 +24,12 @@ struct Workset {
   std::string source;
   std::vector<Item> items;
   std::optional<TuneSettings> tune;  // from a recipe
+
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const auto& item : items) out.push_back(item.name);
+    return out;
+  }
 };
 
 // Runs `check`, prefixing any error it throws with `where` and keeping the error's kind, so the

@@ -3,6 +3,7 @@
 #include <bit>
 #include <cmath>
 
+#include "core/element.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk {
@@ -36,67 +37,16 @@ DType parse_dtype(std::string_view name) {
 bool is_float(DType t) { return t != DType::i32; }
 
 std::vector<std::byte> encode(DType t, std::span<const double> values) {
-  std::vector<std::byte> out(values.size() * dtype_size(t));
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    std::byte* p = out.data() + i * dtype_size(t);
-    switch (t) {
-      case DType::f32: {
-        float v = static_cast<float>(values[i]);
-        std::memcpy(p, &v, 4);
-        break;
-      }
-      case DType::f16: {
-        std::uint16_t v = f32_to_f16(static_cast<float>(values[i]));
-        std::memcpy(p, &v, 2);
-        break;
-      }
-      case DType::bf16: {
-        std::uint16_t v = f32_to_bf16(static_cast<float>(values[i]));
-        std::memcpy(p, &v, 2);
-        break;
-      }
-      case DType::i32: {
-        const std::int32_t v = to_i32(values[i]);
-        std::memcpy(p, &v, 4);
-        break;
-      }
-    }
-  }
+  const std::size_t size = dtype_size(t);
+  std::vector<std::byte> out(values.size() * size);
+  for (std::size_t i = 0; i < values.size(); ++i) store_element(t, values[i], out.data() + i * size);
   return out;
 }
 
 std::vector<double> decode(DType t, std::span<const std::byte> bytes) {
-  const std::size_t n = bytes.size() / dtype_size(t);
+  const std::size_t size = dtype_size(t), n = bytes.size() / size;
   std::vector<double> out(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::byte* p = bytes.data() + i * dtype_size(t);
-    switch (t) {
-      case DType::f32: {
-        float v;
-        std::memcpy(&v, p, 4);
-        out[i] = v;
-        break;
-      }
-      case DType::f16: {
-        std::uint16_t v;
-        std::memcpy(&v, p, 2);
-        out[i] = f16_to_f32(v);
-        break;
-      }
-      case DType::bf16: {
-        std::uint16_t v;
-        std::memcpy(&v, p, 2);
-        out[i] = bf16_to_f32(v);
-        break;
-      }
-      case DType::i32: {
-        std::int32_t v;
-        std::memcpy(&v, p, 4);
-        out[i] = v;
-        break;
-      }
-    }
-  }
+  for (std::size_t i = 0; i < n; ++i) out[i] = load_element(t, bytes.data() + i * size);
   return out;
 }
 

@@ -1,9 +1,9 @@
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <thread>
 #include <vector>
 
+#include "core/element.hpp"
 #include "ejk/error.hpp"
 #include "ejk/tensor.hpp"
 #include "flash_attention/philox.h"
@@ -27,25 +27,8 @@ void generate(DType t, std::uint64_t seed, float lo, float hi, std::int64_t firs
     for (auto lane = static_cast<std::int64_t>(i % 4); lane < 4 && i < first + n; ++lane, ++i) {
       const float u = static_cast<float>(words[lane] >> 8) * 0x1p-24f;
       const float x = std::fma(span, u, lo);
-      std::byte* dst = out + static_cast<std::size_t>(i - first) * size;
-      switch (t) {
-        case DType::f32: std::memcpy(dst, &x, 4); break;
-        case DType::f16: {
-          const std::uint16_t w = f32_to_f16(x);
-          std::memcpy(dst, &w, 2);
-          break;
-        }
-        case DType::bf16: {
-          const std::uint16_t w = f32_to_bf16(x);
-          std::memcpy(dst, &w, 2);
-          break;
-        }
-        case DType::i32: {
-          const std::int32_t v = to_i32(std::floor(static_cast<double>(x)));
-          std::memcpy(dst, &v, 4);
-          break;
-        }
-      }
+      // i32 takes the floor: integers spread evenly over [lo, hi).
+      store_element(t, t == DType::i32 ? std::floor(static_cast<double>(x)) : x, out + static_cast<std::size_t>(i - first) * size);
     }
   }
 }

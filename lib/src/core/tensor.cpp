@@ -1,11 +1,10 @@
 #include "ejk/tensor.hpp"
 
-#include <cmath>
 #include <cstring>
-#include <limits>
 #include <string>
 #include <type_traits>
 
+#include "core/element.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk {
@@ -57,59 +56,25 @@ Buffer& Tensor::buffer() const {
 
 namespace {
 
-// Storage of one element from a host value, and back.
-template <class T>
-void put(DType t, T x, std::byte* dst) {
-  switch (t) {
-    case DType::f32: {
-      const float f = static_cast<float>(x);
-      std::memcpy(dst, &f, 4);
-      return;
-    }
-    case DType::f16:
-    case DType::bf16: {
-      const float f = static_cast<float>(x);
-      const std::uint16_t w = t == DType::f16 ? f32_to_f16(f) : f32_to_bf16(f);
-      std::memcpy(dst, &w, 2);
-      return;
-    }
-    case DType::i32: {
-      const std::int32_t i = to_i32(static_cast<double>(x));
-      std::memcpy(dst, &i, 4);
-      return;
-    }
-  }
-}
-
-template <class T>
-T get(DType t, const std::byte* src) {
-  switch (t) {
-    case DType::f32: {
-      float f;
-      std::memcpy(&f, src, 4);
-      return static_cast<T>(f);
-    }
-    case DType::f16:
-    case DType::bf16: {
-      std::uint16_t w;
-      std::memcpy(&w, src, 2);
-      return static_cast<T>(t == DType::f16 ? f16_to_f32(w) : bf16_to_f32(w));
-    }
-    case DType::i32: {
-      std::int32_t i;
-      std::memcpy(&i, src, 4);
-      return static_cast<T>(i);
-    }
-  }
-  return T{};
-}
-
 template <class T>
 constexpr const char* host_type() {
   if constexpr (std::is_same_v<T, double>) return "double";
   else if constexpr (std::is_same_v<T, float>) return "float";
   else if constexpr (std::is_same_v<T, std::int32_t>) return "int32";
   else return "16-bit word";
+}
+
+// True when T is the tensor's storage as it is, so elements are copied rather than converted.
+// 16-bit words are only ever the storage of f16 and bf16, and refused for other dtypes.
+template <class T>
+bool is_storage(const Tensor& t) {
+  if constexpr (std::is_same_v<T, std::uint16_t>) {
+    if (t.dtype() != DType::f16 && t.dtype() != DType::bf16)
+      throw InvalidArgument("16-bit words are the storage of f16 and bf16 tensors, not of a " +
+                            std::string(to_string(t.dtype())) + " tensor of shape " + to_string(t.shape()));
+    return true;
+  }
+  return (std::is_same_v<T, float> && t.dtype() == DType::f32) || (std::is_same_v<T, std::int32_t> && t.dtype() == DType::i32);
 }
 
 }  // namespace
@@ -130,28 +95,13 @@ template <class T>
 static void write_values(const Tensor& t, std::span<const T> values, std::int64_t first) {
   const auto count = static_cast<std::int64_t>(values.size());
   check_range(t, first, count, "writing");
-  const std::size_t size = dtype_size(t.dtype());
-  if constexpr (std::is_same_v<T, std::uint16_t>) {
-    if (t.dtype() != DType::f16 && t.dtype() != DType::bf16)
-      throw InvalidArgument("16-bit words are the storage of f16 and bf16 tensors, not of a " +
-                            std::string(to_string(t.dtype())) + " tensor of shape " + to_string(t.shape()));
-  }
+  const bool raw = is_storage<T>(t);
   if (count == 0) return;
+  const std::size_t size = dtype_size(t.dtype());
   std::vector<std::byte> bytes(static_cast<std::size_t>(count) * size);
-  if constexpr (std::is_same_v<T, std::uint16_t>) {
-    std::memcpy(bytes.data(), values.data(), bytes.size());
-  } else if constexpr (std::is_same_v<T, float>) {
-    if (t.dtype() == DType::f32) std::memcpy(bytes.data(), values.data(), bytes.size());
-    else
-      for (std::size_t i = 0; i < values.size(); ++i) put(t.dtype(), values[i], bytes.data() + i * size);
-  } else if constexpr (std::is_same_v<T, std::int32_t>) {
-    if (t.dtype() == DType::i32) std::memcpy(bytes.data(), values.data(), bytes.size());
-    else
-      for (std::size_t i = 0; i < values.size(); ++i) put(t.dtype(), values[i], bytes.data() + i * size);
-  } else {
-    // Doubles go through encode(), whose rounding the references mirror.
-    bytes = encode(t.dtype(), values);
-  }
+  if (raw) std::memcpy(bytes.data(), values.data(), bytes.size());
+  else
+    for (std::size_t i = 0; i < values.size(); ++i) store_element(t.dtype(), static_cast<double>(values[i]), bytes.data() + i * size);
   t.device().write(t.buffer(), static_cast<std::size_t>(first) * size, bytes.data(), bytes.size());
 }
 
@@ -183,25 +133,16 @@ template <class T>
 std::vector<T> Tensor::read(std::int64_t first, std::int64_t count) const {
   check_range(*this, first, count, "reading");
   if (count == -1) count = numel() - first;
-  if constexpr (std::is_same_v<T, std::uint16_t>) {
-    if (dtype() != DType::f16 && dtype() != DType::bf16)
-      throw InvalidArgument("16-bit words are the storage of f16 and bf16 tensors, not of a " +
-                            std::string(to_string(dtype())) + " tensor of shape " + to_string(shape()));
-  }
+  const bool raw = is_storage<T>(*this);
   const std::size_t size = dtype_size(dtype());
   std::vector<std::byte> bytes(static_cast<std::size_t>(count) * size);
-  if (!bytes.empty()) device().read(buffer(), static_cast<std::size_t>(first) * size, bytes.data(), bytes.size());
-  if constexpr (std::is_same_v<T, double>) {
-    return decode(dtype(), bytes);
-  } else {
-    std::vector<T> out(static_cast<std::size_t>(count));
-    const bool same = (std::is_same_v<T, float> && dtype() == DType::f32) ||
-                      (std::is_same_v<T, std::int32_t> && dtype() == DType::i32) || std::is_same_v<T, std::uint16_t>;
-    if (same && !bytes.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
-    else
-      for (std::size_t i = 0; i < out.size(); ++i) out[i] = get<T>(dtype(), bytes.data() + i * size);
-    return out;
-  }
+  if (bytes.empty()) return {};
+  device().read(buffer(), static_cast<std::size_t>(first) * size, bytes.data(), bytes.size());
+  std::vector<T> out(static_cast<std::size_t>(count));
+  if (raw) std::memcpy(out.data(), bytes.data(), bytes.size());
+  else
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(load_element(dtype(), bytes.data() + i * size));
+  return out;
 }
 
 template std::vector<double> Tensor::read<double>(std::int64_t, std::int64_t) const;
