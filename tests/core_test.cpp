@@ -1,7 +1,9 @@
 // dtype conversions, expressions, parameter spaces, configs and invocations.
 #include <cmath>
 #include <limits>
+#include <thread>
 
+#include "backends/program_store.hpp"
 #include "core/sha256.hpp"
 #include "support.hpp"
 
@@ -186,6 +188,35 @@ TEST(Registry, KnowsMatmulAndRejectsMismatchedImplementations) {
   EXPECT_EQ(r.implementations("matmul").front()->args(), r.kernel("matmul").args());
   auto impl = r.implementations("matmul").front();
   EXPECT_EQ(r.version(*impl).size(), 16u);
+}
+
+// Writers of one key racing readers: a reader sees nothing or a whole, correct file.
+TEST(ProgramStore, ConcurrentWritersNeverShowAPartialFile) {
+  test::TempDir dir;
+  const ProgramStore store(dir.path / "programs");
+  std::vector<unsigned char> bytes(1 << 20);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(i * 131 + 7);
+  EXPECT_FALSE(store.load("k"));
+  std::atomic<int> wrong{0};
+  {
+    std::vector<std::jthread> threads;
+    for (int t = 0; t < 4; ++t)
+      threads.emplace_back([&] {
+        for (int i = 0; i < 10; ++i) store.store("k", bytes);
+      });
+    for (int t = 0; t < 4; ++t)
+      threads.emplace_back([&] {
+        for (int i = 0; i < 20; ++i)
+          if (auto got = store.load("k"); got && *got != bytes) ++wrong;
+      });
+  }
+  EXPECT_EQ(wrong.load(), 0);
+  ASSERT_TRUE(store.load("k"));
+  EXPECT_EQ(*store.load("k"), bytes);
+  EXPECT_FALSE(store.load("other"));
+  std::size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path / "programs")) files += e.is_regular_file();
+  EXPECT_EQ(files, 1u) << "temporary files left behind";
 }
 
 }  // namespace

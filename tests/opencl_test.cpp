@@ -1,6 +1,7 @@
 // The OpenCL backend: device description, errors, program cache, event timing, and the
 // matmul's GPU-family configurations run on whatever OpenCL device is present.
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <random>
 
@@ -79,6 +80,47 @@ TEST_P(OpenCL, DeviceInfoIsFilledIn) {
   if (d.vendor.find("NVIDIA") != std::string::npos) {
     EXPECT_EQ(d.architecture.rfind("sm_", 0), 0u) << d.architecture;
   }
+}
+
+// Program binaries kept in the cache folder answer another process's build (a second device
+// object stands in for it); a damaged file is a miss, never an error.
+TEST_P(OpenCL, ProgramBinariesAreKeptAcrossProcesses) {
+  test::TempDir dir;
+  setenv("EJK_CACHE_DIR", dir.path.c_str(), 1);
+  setenv("EJK_PROGRAM_CACHE", "1", 1);
+  auto fresh = [&] { return std::make_unique<opencl::OpenCLDevice>(dev().platform(), dev().id(), dev().info()); };
+  auto first = fresh(), second = fresh(), third = fresh();
+  unsetenv("EJK_PROGRAM_CACHE");
+  unsetenv("EJK_CACHE_DIR");
+  const std::string src =
+      "__kernel void twice(__global float* x) { x[get_global_id(0)] = 2.0f * x[get_global_id(0)] + OFFSET; }";
+  auto run = [&](opencl::OpenCLDevice& d) {
+    auto k = d.kernel_from_source(src, "-DOFFSET=1.0f", "twice");
+    std::shared_ptr<Device> owner(std::shared_ptr<Device>(), &d);
+    Tensor x(owner, {16}, DType::f32);
+    x.write(std::vector<float>(16, 3.0f));
+    d.launch(*k, opencl::Range(16), opencl::Range(16), x);
+    for (float v : x.read<float>()) EXPECT_EQ(v, 7.0f);
+  };
+  run(*first);
+  EXPECT_EQ(first->program_cache_stats().builds, 1u);
+  EXPECT_EQ(first->program_cache_stats().loaded, 0u);
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path))
+    if (e.is_regular_file()) files.push_back(e.path());
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(files[0].extension(), ".bin");
+  run(*second);
+  EXPECT_EQ(second->program_cache_stats().builds, 0u);
+  EXPECT_EQ(second->program_cache_stats().loaded, 1u);
+  {
+    std::fstream f(files[0], std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-1, std::ios::end);
+    f.put('\x5a');
+  }
+  run(*third);
+  EXPECT_EQ(third->program_cache_stats().builds, 1u);
+  EXPECT_EQ(third->program_cache_stats().loaded, 0u);
 }
 
 TEST_P(OpenCL, BuildFailureIsCompileErrorWithTheLog) {

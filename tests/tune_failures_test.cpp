@@ -77,6 +77,7 @@ class FaultyCpu final : public Implementation {
     if (mode == "oob") y[n + 3] = 1.0f;  // within the allocation: only the canary can tell
     if (mode == "nan") y[n / 2] = NAN;
     if (mode == "input") x[0] += 1;
+    if (mode == "input_last") x[n - 1] += 1;
   }
 };
 
@@ -197,6 +198,26 @@ TEST(TuneFailures, LargeProblemsAreCheckedAgainstTheTrustedConfig) {
   EXPECT_EQ(of(r, "wrong").status, Status::validation);
   EXPECT_NE(of(r, "wrong").message.find("differs from the trusted output"), std::string::npos);
   EXPECT_EQ(of(r, "good2").status, Status::ok);
+}
+
+// Above 32 MiB an input is checked by chunks spread from its first byte to its last, and
+// outputs are compared a slice at a time against the trusted output kept on the device.
+TEST(TuneFailures, LargeArgumentsAreCheckedInSlices) {
+  register_faulty();
+  auto dev = open_device("cpu");
+  TuneOptions o = quick();
+  o.reference_flops_limit = 0;
+  TuneResult r = tune(faulty({"good", "input", "input_last", "wrong", "nan", "good2"}, std::int64_t{9} << 20), *dev, o);
+  EXPECT_EQ(r.validated, "trusted config {\"mode\":\"good\"}");
+  for (const char* mode : {"input", "input_last"}) {
+    EXPECT_EQ(of(r, mode).status, Status::validation) << mode;
+    EXPECT_NE(of(r, mode).message.find("modified its input x"), std::string::npos) << of(r, mode).message;
+  }
+  EXPECT_NE(of(r, "wrong").message.find("differs from the trusted output"), std::string::npos) << of(r, "wrong").message;
+  EXPECT_NE(of(r, "nan").message.find("NaN in y at element " + std::to_string((std::int64_t{9} << 20) / 2)), std::string::npos)
+      << of(r, "nan").message;
+  // The inputs were made again after each write, so a later clean candidate passes.
+  EXPECT_EQ(of(r, "good2").status, Status::ok) << of(r, "good2").message;
 }
 
 TEST(TuneFailures, TrustedConfigFailingHandsOverToTheFirstCleanCandidate) {

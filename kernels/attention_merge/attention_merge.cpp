@@ -129,24 +129,22 @@ HostArrays AttentionMergeKernel::reference(const Invocation& inv, const HostArra
 
 double AttentionMergeKernel::tolerance(const Invocation& inv) const { return default_tolerance(Problem::of(inv).out_dtype); }
 
-HostArrays AttentionMergeKernel::inputs(const Invocation& inv, std::uint64_t seed) const {
+std::vector<Fill> AttentionMergeKernel::fills(const Invocation& inv, std::uint64_t seed) const {
   const Problem p = Problem::of(inv);
   std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> value(-1.0, 1.0), logit(-4.0, 4.0);
+  std::uniform_real_distribution<double> logit(-4.0, 4.0);
   std::uniform_int_distribution<int> kind(0, 7);
-  HostArrays a(arg::count);
-  for (std::size_t i : {arg::out, arg::part}) {
-    a[i].resize(static_cast<std::size_t>(numel(inv.args[i].shape)));
-    for (auto& x : a[i]) x = round_to(inv.args[i].dtype, value(rng));
-  }
+  std::vector<Fill> a(arg::count, Fill::uniform());
+  // One log-sum-exp per row: small, and drawn on the host to place the -inf cases.
   const auto rows = static_cast<std::size_t>(p.rows());
-  a[arg::lse].resize(rows);
-  a[arg::part_lse].resize(rows);
+  std::vector<double> lse(rows), part_lse(rows);
   for (std::size_t i = 0; i < rows; ++i) {
     const int k = kind(rng);  // 0: lse -inf, 1: part_lse -inf, 2: both, else both finite
-    a[arg::lse][i] = k == 0 || k == 2 ? -INFINITY : round_to(DType::f32, logit(rng));
-    a[arg::part_lse][i] = k == 1 || k == 2 ? -INFINITY : round_to(DType::f32, logit(rng));
+    lse[i] = k == 0 || k == 2 ? -INFINITY : round_to(DType::f32, logit(rng));
+    part_lse[i] = k == 1 || k == 2 ? -INFINITY : round_to(DType::f32, logit(rng));
   }
+  a[arg::lse] = Fill::of(std::move(lse));
+  a[arg::part_lse] = Fill::of(std::move(part_lse));
   return a;
 }
 

@@ -81,7 +81,7 @@ class AttentionMergeKernel : public Kernel {
   double tolerance(const Invocation& inv) const override;
   // Floats uniform in [-1, 1); log-sum-exps uniform in [-4, 4) with about one row in eight -inf
   // in lse, in part_lse, and in both.
-  HostArrays inputs(const Invocation& inv, std::uint64_t seed) const override;
+  std::vector<Fill> fills(const Invocation& inv, std::uint64_t seed) const override;
   // Sizes batch (1), seq, heads, head_dim; options packed (bool: out [batch * seq, heads,
   // head_dim]) and part_dtype (f32 | f16 | bf16, default the workload's dtype).
   Invocation from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,

@@ -595,17 +595,6 @@ Invocation BlockSparseAttentionBwdKernel::from_sizes(const std::map<std::string,
 }
 
 namespace {
-std::vector<double> uniform(const TensorSpec& s, std::mt19937_64& rng) {
-  std::uniform_real_distribution<double> d(-1.0, 1.0);
-  std::vector<double> v(static_cast<std::size_t>(numel(s.shape)));
-  for (auto& x : v) {
-    do x = d(rng);
-    while (x == 0.0);
-    x = round_to(s.dtype, x);
-  }
-  return v;
-}
-
 // Two runs of segment ids per sequence.
 std::vector<double> segment_runs(std::int64_t batch, std::int64_t len) {
   std::vector<double> ids;
@@ -616,58 +605,50 @@ std::vector<double> segment_runs(std::int64_t batch, std::int64_t len) {
 
 std::vector<double> doubles(const std::vector<std::int32_t>& v) { return {v.begin(), v.end()}; }
 
-HostArrays fill(const Invocation& inv, std::uint64_t seed, std::size_t counts, std::size_t qcounts, std::size_t qseg) {
+std::vector<Fill> fill(const Invocation& inv, const std::vector<ArgDef>& defs, std::size_t counts, std::size_t qcounts,
+                       std::size_t qseg) {
   const Problem p = Problem::of(inv);
-  std::mt19937_64 rng(seed);
-  HostArrays a;
-  for (const auto& s : inv.args)
-    a.push_back(is_absent(s) || s.dtype == DType::i32 ? std::vector<double>(static_cast<std::size_t>(numel(s.shape)), 0.0)
-                                                       : uniform(s, rng));
+  std::vector<Fill> a;
+  for (std::size_t i = 0; i < inv.args.size(); ++i) {
+    const TensorSpec& s = inv.args[i];
+    if (defs[i].role == Role::out) a.push_back(Fill::none());
+    else if (is_absent(s) || s.dtype == DType::i32) a.push_back(Fill::of(std::vector<double>(static_cast<std::size_t>(numel(s.shape)), 0.0)));
+    else a.push_back(Fill::uniform());
+  }
   Layout l = workload_layout(p);
   if (l.lb != p.lb || l.lh != p.lh)
     throw InvalidArgument(inv.kernel + ": the block lists " + to_string(inv.args[counts].shape) +
                           " do not broadcast as the workload's layout does ([" + std::to_string(l.lb) + ", " +
                           std::to_string(l.lh) + ", ...])");
-  a[counts] = doubles(l.kv_counts);
-  a[counts + 1] = doubles(l.kv_indices);
+  a[counts] = Fill::of(doubles(l.kv_counts));
+  a[counts + 1] = Fill::of(doubles(l.kv_indices));
   if (qcounts) {
-    a[qcounts] = doubles(l.q_counts);
-    a[qcounts + 1] = doubles(l.q_indices);
+    a[qcounts] = Fill::of(doubles(l.q_counts));
+    a[qcounts + 1] = Fill::of(doubles(l.q_indices));
   }
   if (p.has_segments) {
-    a[qseg] = segment_runs(p.batch, p.seq_q);
-    a[qseg + 1] = segment_runs(p.batch, p.seq_k);
+    a[qseg] = Fill::of(segment_runs(p.batch, p.seq_q));
+    a[qseg + 1] = Fill::of(segment_runs(p.batch, p.seq_k));
   }
   return a;
 }
 }  // namespace
 
-HostArrays BlockSparseAttentionKernel::inputs(const Invocation& inv, std::uint64_t seed) const {
-  return fill(inv, seed, fwd::kv_block_counts, 0, fwd::q_segment_ids);
+std::vector<Fill> BlockSparseAttentionKernel::fills(const Invocation& inv, std::uint64_t /*seed*/) const {
+  return fill(inv, args(), fwd::kv_block_counts, 0, fwd::q_segment_ids);
 }
 
-HostArrays BlockSparseAttentionBwdKernel::inputs(const Invocation& inv, std::uint64_t seed) const {
-  HostArrays a = fill(inv, seed, bwd::kv_block_counts, bwd::q_block_counts, bwd::q_segment_ids);
-  // out and lse must be the forward's for these q, k, v: the CPU implementation called
-  // directly (not through an executor, which might tune).
+std::vector<Fill> BlockSparseAttentionBwdKernel::fills(const Invocation& inv, std::uint64_t /*seed*/) const {
+  std::vector<Fill> a = fill(inv, args(), bwd::kv_block_counts, bwd::q_block_counts, bwd::q_segment_ids);
+  a[bwd::out] = a[bwd::lse] = Fill::none();  // derive() computes them
+  return a;
+}
+
+void BlockSparseAttentionBwdKernel::derive(const Invocation& inv, std::span<const Tensor> args) const {
+  // out and lse must be the forward's for these q, k, v.
   const std::size_t from[] = {bwd::q,           bwd::k,             bwd::v,   bwd::kv_block_counts, bwd::kv_block_indices,
                               bwd::q_segment_ids, bwd::kv_segment_ids, bwd::out, bwd::lse};
-  Invocation f = inv;
-  f.kernel = "block_sparse_attention";
-  f.args.clear();
-  for (std::size_t i : from) f.args.push_back(inv.args[i]);
-  auto dev = open_device("cpu");
-  std::vector<Tensor> t;
-  for (std::size_t i = 0; i < f.args.size(); ++i) {
-    t.emplace_back(dev, f.args[i].shape, f.args[i].dtype);
-    if (!a[from[i]].empty()) t.back().write(a[from[i]]);
-  }
-  const Implementation& impl = Registry::global().implementation(f, dev->info());
-  impl.run(f, impl.heuristic(f, dev->info()), t, *dev);
-  dev->synchronize();
-  a[bwd::out] = t[fwd::out].read();
-  a[bwd::lse] = t[fwd::lse].read();
-  return a;
+  run_on("block_sparse_attention", inv, args, from);
 }
 
 }  // namespace ejk::kernels::block_sparse_attention

@@ -158,7 +158,7 @@ class BlockSparseAttentionKernel final : public Kernel {
   double bytes(const Invocation& inv) const override;
   HostArrays reference(const Invocation& inv, const HostArrays& args) const override;
   double tolerance(const Invocation& inv) const override;
-  HostArrays inputs(const Invocation& inv, std::uint64_t seed) const override;
+  std::vector<Fill> fills(const Invocation& inv, std::uint64_t seed) const override;
   Invocation from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
                         const nlohmann::json& options) const override;
   std::vector<std::string> size_names() const override { return recipe_sizes(); }
@@ -178,8 +178,9 @@ class BlockSparseAttentionBwdKernel final : public Kernel {
   double bytes(const Invocation& inv) const override;
   HostArrays reference(const Invocation& inv, const HostArrays& args) const override;
   double tolerance(const Invocation& inv) const override;
-  // The backward's out and lse from the CPU forward, so that they agree with q, k, v.
-  HostArrays inputs(const Invocation& inv, std::uint64_t seed) const override;
+  std::vector<Fill> fills(const Invocation& inv, std::uint64_t seed) const override;
+  // out and lse: the forward on the same device, so they agree with q, k, v.
+  void derive(const Invocation& inv, std::span<const Tensor> args) const override;
   Invocation from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
                         const nlohmann::json& options) const override;
   std::vector<std::string> size_names() const override { return recipe_sizes(); }

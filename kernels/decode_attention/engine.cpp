@@ -225,21 +225,21 @@ std::vector<ArgDef> arg_defs(const std::vector<std::string>& names, int out) {
   return a;
 }
 
-HostArrays uniform(const Invocation& inv, std::uint64_t seed) {
-  HostArrays all;
+std::vector<Fill> uniform(const Invocation& inv, const std::vector<ArgDef>& defs) {
+  std::vector<Fill> all;
   for (std::size_t i = 0; i < inv.args.size(); ++i) {
     const TensorSpec& s = inv.args[i];
-    std::mt19937_64 rng(seed + i);
-    std::uniform_real_distribution<double> d(-1.0, 1.0);
-    std::vector<double> v(static_cast<std::size_t>(numel(s.shape)));
-    if (is_float(s.dtype))
-      for (auto& x : v) {
-        do x = round_to(s.dtype, d(rng));
-        while (x == 0.0);
-      }
-    all.push_back(std::move(v));
+    if (defs[i].role == Role::out) all.push_back(Fill::none());
+    else if (is_float(s.dtype)) all.push_back(Fill::uniform());
+    else all.push_back(Fill::of(std::vector<double>(static_cast<std::size_t>(numel(s.shape)), 0.0)));
   }
   return all;
+}
+
+HostArrays index_values(const std::vector<Fill>& fills) {
+  HostArrays a;
+  for (const auto& f : fills) a.push_back(f.kind == Fill::Kind::values ? f.values : std::vector<double>{});
+  return a;
 }
 
 std::vector<double> shuffled_tables(std::int64_t num_seqs, std::int64_t max_blocks, std::int64_t num_blocks,

@@ -172,9 +172,8 @@ class FlashAttentionKernel final : public Kernel {
   double bytes(const Invocation& inv) const override;
   HostArrays reference(const Invocation& inv, const HostArrays& args) const override;
   double tolerance(const Invocation& inv) const override;
-  // q, k, v (and dout) uniform in [-1, 1); packed offsets split the tokens evenly; segment
-  // ids in runs; the backward's out and lse from the CPU forward, so they agree with q, k, v.
-  HostArrays inputs(const Invocation& inv, std::uint64_t seed) const override;
+  // q, k, v uniform in [-1, 1); packed offsets split the tokens evenly; segment ids in runs.
+  std::vector<Fill> fills(const Invocation& inv, std::uint64_t seed) const override;
   // Recipe sizes and options: see recipe_invocation.
   Invocation from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
                         const nlohmann::json& options) const override;
@@ -193,9 +192,10 @@ class FlashAttentionBwdKernel final : public Kernel {
   double bytes(const Invocation& inv) const override;
   HostArrays reference(const Invocation& inv, const HostArrays& args) const override;
   double tolerance(const Invocation& inv) const override;
-  // q, k, v (and dout) uniform in [-1, 1); packed offsets split the tokens evenly; segment
-  // ids in runs; the backward's out and lse from the CPU forward, so they agree with q, k, v.
-  HostArrays inputs(const Invocation& inv, std::uint64_t seed) const override;
+  // As the forward's, dout too; out and lse from derive().
+  std::vector<Fill> fills(const Invocation& inv, std::uint64_t seed) const override;
+  // out and lse: the forward on the same device, so they agree with q, k, v.
+  void derive(const Invocation& inv, std::span<const Tensor> args) const override;
   // Recipe sizes and options: see recipe_invocation.
   Invocation from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
                         const nlohmann::json& options) const override;

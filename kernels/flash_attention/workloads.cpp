@@ -2,7 +2,6 @@
 // tuning and benchmarks.
 #include <algorithm>
 #include <cmath>
-#include <random>
 
 #include "ejk/error.hpp"
 #include "ejk/registry.hpp"
@@ -38,30 +37,20 @@ std::vector<double> segment_runs(const std::vector<double>& cu) {
   return ids;
 }
 
-std::vector<double> uniform(const TensorSpec& s, std::mt19937_64& rng) {
-  std::uniform_real_distribution<double> d(-1.0, 1.0);
-  std::vector<double> v(static_cast<std::size_t>(numel(s.shape)));
-  for (auto& x : v) {
-    do x = d(rng);
-    while (x == 0.0);
-    x = round_to(s.dtype, x);
-  }
-  return v;
-}
-
 struct Slots {
   std::size_t cu_q, cu_k, q_seg, k_seg;
 };
 
-HostArrays fill(const Invocation& inv, std::uint64_t seed, const Slots& at) {
+std::vector<Fill> fill(const Invocation& inv, const std::vector<ArgDef>& defs, const Slots& at) {
   const Problem p = Problem::of(inv);
-  std::mt19937_64 rng(seed);
-  HostArrays a;
-  for (const auto& s : inv.args) a.push_back(is_absent(s) ? std::vector<double>{} : uniform(s, rng));
+  std::vector<Fill> a;
+  for (const auto& d : defs) a.push_back(d.role == Role::out ? Fill::none() : Fill::uniform());
   std::vector<double> cu_q, cu_k;
   if (p.varlen) {
-    cu_q = a[at.cu_q] = even_offsets(p.total_q, p.batch, p.seq_q, "cu_seqlens_q");
-    cu_k = a[at.cu_k] = even_offsets(p.total_k, p.batch, p.seq_k, "cu_seqlens_k");
+    cu_q = even_offsets(p.total_q, p.batch, p.seq_q, "cu_seqlens_q");
+    cu_k = even_offsets(p.total_k, p.batch, p.seq_k, "cu_seqlens_k");
+    a[at.cu_q] = Fill::of(cu_q);
+    a[at.cu_k] = Fill::of(cu_k);
   } else {
     for (std::int64_t b = 0; b <= p.batch; ++b) {
       cu_q.push_back(static_cast<double>(b * p.seq_q));
@@ -69,8 +58,8 @@ HostArrays fill(const Invocation& inv, std::uint64_t seed, const Slots& at) {
     }
   }
   if (p.has_segments) {
-    a[at.q_seg] = segment_runs(cu_q);
-    a[at.k_seg] = segment_runs(cu_k);
+    a[at.q_seg] = Fill::of(segment_runs(cu_q));
+    a[at.k_seg] = Fill::of(segment_runs(cu_k));
   }
   return a;
 }
@@ -145,34 +134,22 @@ Invocation FlashAttentionBwdKernel::from_sizes(const std::map<std::string, std::
   return recipe_invocation(true, sizes, dtype, options);
 }
 
-HostArrays FlashAttentionKernel::inputs(const Invocation& inv, std::uint64_t seed) const {
-  return fill(inv, seed, {fwd::cu_seqlens_q, fwd::cu_seqlens_k, fwd::q_segment_ids, fwd::kv_segment_ids});
+std::vector<Fill> FlashAttentionKernel::fills(const Invocation& inv, std::uint64_t /*seed*/) const {
+  return fill(inv, args(), {fwd::cu_seqlens_q, fwd::cu_seqlens_k, fwd::q_segment_ids, fwd::kv_segment_ids});
 }
 
-HostArrays FlashAttentionBwdKernel::inputs(const Invocation& inv, std::uint64_t seed) const {
-  HostArrays a = fill(inv, seed, {bwd::cu_seqlens_q, bwd::cu_seqlens_k, bwd::q_segment_ids, bwd::kv_segment_ids});
-  // out and lse must be the forward's for these q, k, v: computed by the CPU implementation
-  // called directly (not through an executor, which might tune).
+std::vector<Fill> FlashAttentionBwdKernel::fills(const Invocation& inv, std::uint64_t /*seed*/) const {
+  std::vector<Fill> a = fill(inv, args(), {bwd::cu_seqlens_q, bwd::cu_seqlens_k, bwd::q_segment_ids, bwd::kv_segment_ids});
+  a[bwd::out] = a[bwd::lse] = Fill::none();  // derive() computes them
+  return a;
+}
+
+void FlashAttentionBwdKernel::derive(const Invocation& inv, std::span<const Tensor> args) const {
+  // out and lse must be the forward's for these q, k, v.
   const std::size_t from[] = {bwd::q,           bwd::k,           bwd::v,           bwd::bias,   bwd::softmax_aux,
                               bwd::cu_seqlens_q, bwd::cu_seqlens_k, bwd::q_segment_ids, bwd::kv_segment_ids,
                               bwd::out,         bwd::lse};
-  std::vector<TensorSpec> specs;
-  for (std::size_t i : from) specs.push_back(inv.args[i]);
-  Invocation f = inv;
-  f.kernel = "flash_attention";
-  f.args = specs;
-  auto dev = open_device("cpu");
-  std::vector<Tensor> t;
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    t.emplace_back(dev, specs[i].shape, specs[i].dtype);
-    if (!a[from[i]].empty()) t.back().write(a[from[i]]);
-  }
-  const Implementation& impl = Registry::global().implementation(f, dev->info());
-  impl.run(f, impl.heuristic(f, dev->info()), t, *dev);
-  dev->synchronize();
-  a[bwd::out] = t[fwd::out].read();
-  a[bwd::lse] = t[fwd::lse].read();
-  return a;
+  run_on("flash_attention", inv, args, from);
 }
 
 }  // namespace ejk::kernels::flash_attention

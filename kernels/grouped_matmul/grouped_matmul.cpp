@@ -169,28 +169,23 @@ double GroupedMatmulKernel::tolerance(const Invocation& inv) const {
   return default_tolerance(p.dtype) * std::max(1.0, std::sqrt(static_cast<double>(std::max<std::int64_t>(depth, 1)) / 64.0));
 }
 
-HostArrays GroupedMatmulKernel::inputs(const Invocation& inv, std::uint64_t seed) const {
+std::vector<Fill> GroupedMatmulKernel::fills(const Invocation& inv, std::uint64_t seed) const {
   const Problem p = Problem::of(inv);
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> d(-1.0, 1.0);
-  HostArrays a(arg::count);
-  for (std::size_t i : {arg::lhs, arg::rhs, arg::out}) {
-    a[i].resize(static_cast<std::size_t>(numel(inv.args[i].shape)));
-    for (auto& x : a[i]) {
-      do x = d(rng);
-      while (x == 0.0);
-      x = round_to(p.dtype, x);
-    }
-  }
+  const auto defs = args();
+  std::vector<Fill> a;
+  for (std::size_t i = 0; i < arg::count; ++i) a.push_back(defs[i].role == Role::out ? Fill::none() : Fill::uniform());
   // Sorted cut points in 0..m: routing as uneven as a router's, empty groups possible.
+  std::mt19937_64 rng(seed);
   std::uniform_int_distribution<std::int64_t> cut(0, p.m);
   std::vector<std::int64_t> cuts(static_cast<std::size_t>(p.groups + 1));
   for (auto& c : cuts) c = cut(rng);
   cuts.front() = 0;
   cuts.back() = p.m;
   std::sort(cuts.begin(), cuts.end());
+  std::vector<double> sizes;
   for (std::int64_t g = 0; g < p.groups; ++g)
-    a[arg::group_sizes].push_back(static_cast<double>(cuts[static_cast<std::size_t>(g + 1)] - cuts[static_cast<std::size_t>(g)]));
+    sizes.push_back(static_cast<double>(cuts[static_cast<std::size_t>(g + 1)] - cuts[static_cast<std::size_t>(g)]));
+  a[arg::group_sizes] = Fill::of(std::move(sizes));
   return a;
 }
 

@@ -60,7 +60,7 @@ class GroupedMatmulKernel : public Kernel {
   HostArrays reference(const Invocation& inv, const HostArrays& args) const override;
   double tolerance(const Invocation& inv) const override;
   // Floats uniform in [-1, 1); group sizes a random split of m (empty groups possible).
-  HostArrays inputs(const Invocation& inv, std::uint64_t seed) const override;
+  std::vector<Fill> fills(const Invocation& inv, std::uint64_t seed) const override;
   // Sizes m, k, n, groups; option trans_rhs (grouped_matmul).
   Invocation from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
                         const nlohmann::json& options) const override;

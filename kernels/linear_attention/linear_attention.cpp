@@ -465,28 +465,23 @@ double LinearAttentionKernel::tolerance(const Invocation& inv) const {
   return p.backward ? t * gradient_tolerance_factor : t;
 }
 
-HostArrays LinearAttentionKernel::inputs(const Invocation& inv, std::uint64_t seed) const {
+std::vector<Fill> LinearAttentionKernel::fills(const Invocation& inv, std::uint64_t /*seed*/) const {
   const Problem p = Problem::of(inv);
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> u(-1.0, 1.0), gate(-0.3, -0.01);
-  HostArrays a(inv.args.size());
+  const auto defs = args();
+  std::vector<Fill> a;
   for (std::size_t i = 0; i < inv.args.size(); ++i) {
     const std::size_t f = p.full_index(i);
-    if (f == fwd::cu_seqlens) continue;
     const bool is_gate = f == fwd::g || f == fwd::g_gamma || f == fwd::gk || f == fwd::gv;
-    a[i].resize(static_cast<std::size_t>(numel(inv.args[i].shape)));
-    for (auto& x : a[i]) {
-      do x = is_gate ? gate(rng) : u(rng);
-      while (x == 0.0);
-      x = round_to(inv.args[i].dtype, x);
-    }
+    if (defs[i].role == Role::out) a.push_back(Fill::none());
+    else if (!is_float(inv.args[i].dtype)) a.push_back(Fill::of(std::vector<double>(static_cast<std::size_t>(numel(inv.args[i].shape)), 0.0)));
+    else a.push_back(is_gate ? Fill::uniform(-0.3f, -0.01f) : Fill::uniform());
   }
   if (p.varlen) {
     // Uneven cuts: sequence n ends near (n + 1)^2 / N^2 of the tokens.
-    auto& cu = a[p.variant == Variant::lightning ? 4 : fwd::cu_seqlens];
-    cu.assign(I(p.num_seqs + 1), 0.0);
+    std::vector<double> cu(I(p.num_seqs + 1), 0.0);
     for (std::int64_t n = 1; n <= p.num_seqs; ++n)
       cu[I(n)] = std::floor(static_cast<double>(p.seq) * static_cast<double>(n * n) / static_cast<double>(p.num_seqs * p.num_seqs));
+    a[p.variant == Variant::lightning ? 4 : fwd::cu_seqlens] = Fill::of(std::move(cu));
   }
   return a;
 }

@@ -127,7 +127,7 @@ class LinearAttentionKernel final : public Kernel {
   double tolerance(const Invocation& inv) const override;
   // q, k, v, do, states uniform in [-1, 1); gates log-decays uniform in [-0.3, -0.01);
   // packed offsets split the tokens into uneven sequences.
-  HostArrays inputs(const Invocation& inv, std::uint64_t seed) const override;
+  std::vector<Fill> fills(const Invocation& inv, std::uint64_t seed) const override;
   // Sizes batch, seq, heads, K (head_dim), V (default K); options gates (list of "g",
   // "g_gamma", "gk", "gv"; gla/recurrent), initial_state, final_state/dht (bools), reverse,
   // scale, layer_idx, num_layers, slopes (lightning).

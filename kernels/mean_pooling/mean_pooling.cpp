@@ -158,28 +158,21 @@ double MeanPoolingKernel::tolerance(const Invocation& inv) const {
   return default_tolerance(p.dtype) * std::max(1.0, std::sqrt(static_cast<double>(p.longest()) / 256.0));
 }
 
-HostArrays MeanPoolingKernel::inputs(const Invocation& inv, std::uint64_t seed) const {
+std::vector<Fill> MeanPoolingKernel::fills(const Invocation& inv, std::uint64_t seed) const {
   const Problem p = Problem::of(inv);
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> d(-1.0, 1.0);
-  HostArrays a(arg::count);
-  for (std::size_t i : {arg::in, arg::out}) {
-    a[i].resize(static_cast<std::size_t>(numel(inv.args[i].shape)));
-    for (auto& x : a[i]) {
-      do x = d(rng);
-      while (x == 0.0);
-      x = round_to(p.dtype, x);
-    }
-  }
+  std::vector<Fill> a(arg::count, Fill::none());
+  a[arg::in] = Fill::uniform();
+  a[arg::cu_seqlens] = Fill::of(std::vector<double>(static_cast<std::size_t>(numel(inv.args[arg::cu_seqlens].shape)), 0.0));
   if (p.packed) {
     // Cut points drawn uniformly from 0..tokens, sorted: lengths vary, empty ones included.
+    std::mt19937_64 rng(seed);
     std::uniform_int_distribution<std::int64_t> cut(0, p.tokens);
     std::vector<double> cu(static_cast<std::size_t>(p.segs + 1));
     for (auto& x : cu) x = static_cast<double>(cut(rng));
     cu.front() = 0;
     cu.back() = static_cast<double>(p.tokens);
     std::sort(cu.begin(), cu.end());
-    a[arg::cu_seqlens] = std::move(cu);
+    a[arg::cu_seqlens] = Fill::of(std::move(cu));
   }
   return a;
 }

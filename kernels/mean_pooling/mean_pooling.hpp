@@ -68,7 +68,7 @@ class MeanPoolingKernel : public Kernel {
   double tolerance(const Invocation& inv) const override;
   // Floats uniform in [-1, 1); packed offsets split the tokens at random points (empty
   // sequences included where there are more sequences than tokens allow otherwise).
-  HostArrays inputs(const Invocation& inv, std::uint64_t seed) const override;
+  std::vector<Fill> fills(const Invocation& inv, std::uint64_t seed) const override;
   // Sizes batch, seq, dim; option packed (bool): tokens = batch * seq in batch sequences of
   // random lengths.
   Invocation from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,

@@ -241,29 +241,19 @@ double MlaDecodeKernel::tolerance(const Invocation& inv) const {
   return default_tolerance(p.dtype) * std::max(1.0, std::sqrt(longest / 256.0));
 }
 
-HostArrays MlaDecodeKernel::inputs(const Invocation& inv, std::uint64_t seed) const {
+std::vector<Fill> MlaDecodeKernel::fills(const Invocation& inv, std::uint64_t seed) const {
   const Problem p = Problem::of(inv);
+  const auto defs = args();
+  std::vector<Fill> a;
+  for (std::size_t i = 0; i < arg::count; ++i) a.push_back(defs[i].role == Role::out ? Fill::none() : Fill::uniform());
   std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> d(-1.0, 1.0);
-  HostArrays a(arg::count);
-  for (std::size_t i = 0; i < arg::count; ++i) {
-    if (i == arg::block_tables || i == arg::context_lens) continue;
-    const TensorSpec& s = inv.args[i];
-    auto& v = a[i];
-    v.resize(static_cast<std::size_t>(numel(s.shape)));
-    for (auto& x : v) {
-      do x = d(rng);
-      while (x == 0.0);
-      x = round_to(s.dtype, x);
-    }
-  }
   std::vector<std::int64_t> pages(static_cast<std::size_t>(p.num_blocks));
   std::iota(pages.begin(), pages.end(), 0);
   std::shuffle(pages.begin(), pages.end(), rng);
-  a[arg::block_tables].resize(static_cast<std::size_t>(p.batch * p.max_blocks));
-  for (std::size_t i = 0; i < a[arg::block_tables].size(); ++i)
-    a[arg::block_tables][i] = static_cast<double>(pages[i % pages.size()]);
-  a[arg::context_lens].assign(static_cast<std::size_t>(p.batch), static_cast<double>(p.capacity()));
+  std::vector<double> tables(static_cast<std::size_t>(p.batch * p.max_blocks));
+  for (std::size_t i = 0; i < tables.size(); ++i) tables[i] = static_cast<double>(pages[i % pages.size()]);
+  a[arg::block_tables] = Fill::of(std::move(tables));
+  a[arg::context_lens] = Fill::of(std::vector<double>(static_cast<std::size_t>(p.batch), static_cast<double>(p.capacity())));
   return a;
 }
 

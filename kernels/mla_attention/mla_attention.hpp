@@ -85,7 +85,7 @@ class MlaDecodeKernel final : public Kernel {
   double tolerance(const Invocation& inv) const override;
   // Floats uniform in [-1, 1); every sequence at full coverage; block tables a shuffled
   // assignment of pages (distinct while the cache has enough of them).
-  HostArrays inputs(const Invocation& inv, std::uint64_t seed) const override;
+  std::vector<Fill> fills(const Invocation& inv, std::uint64_t seed) const override;
   Invocation from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
                         const nlohmann::json& options) const override;
   std::vector<std::string> size_names() const override { return recipe_sizes(); }

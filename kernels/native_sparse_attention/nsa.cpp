@@ -346,22 +346,12 @@ double tolerance_of(const Problem& p) {
 // Random floats, and block indices per (token, kv head): a shuffled draw of distinct blocks of
 // the token's sequence (later blocks included, which the kernel ignores), a -1 marker in some
 // slots, counts in [1, selected].
-HostArrays random_inputs(const Invocation& inv, std::uint64_t seed) {
+std::vector<Fill> random_inputs(const Invocation& inv, const std::vector<ArgDef>& defs, std::uint64_t seed) {
   const Problem p = Problem::of(inv);
   std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> d(-1.0, 1.0);
+  std::vector<Fill> f;
+  for (const auto& d : defs) f.push_back(d.role == Role::out ? Fill::none() : Fill::uniform());
   HostArrays a(inv.args.size());
-  for (std::size_t i = 0; i < inv.args.size(); ++i) {
-    if (i == fwd::block_indices || i == fwd::block_counts || i == fwd::cu_seqlens) continue;
-    const TensorSpec& s = inv.args[i];
-    auto& v = a[i];
-    v.resize(static_cast<std::size_t>(numel(s.shape)));
-    for (auto& x : v) {
-      do x = d(rng);
-      while (x == 0.0);
-      x = round_to(s.dtype, x);
-    }
-  }
   // Sequences of nearly equal length.
   auto& cu = a[fwd::cu_seqlens];
   cu.resize(z(p.num_seqs + 1));
@@ -388,7 +378,8 @@ HostArrays random_inputs(const Invocation& inv, std::uint64_t seed) {
       }
     }
   }
-  return a;
+  for (std::size_t i : {fwd::block_indices, fwd::block_counts, fwd::cu_seqlens}) f[i] = Fill::of(std::move(a[i]));
+  return f;
 }
 
 Invocation invocation_of(bool backward, const std::map<std::string, std::int64_t>& sizes, DType dtype,
@@ -483,18 +474,21 @@ double NsaKernel::tolerance(const Invocation& inv) const { return tolerance_of(P
 // Gradients sum over every query that reads a key: twice the forward's.
 double NsaBwdKernel::tolerance(const Invocation& inv) const { return 2.0 * tolerance_of(Problem::of(inv)); }
 
-HostArrays NsaKernel::inputs(const Invocation& inv, std::uint64_t seed) const { return random_inputs(inv, seed); }
+std::vector<Fill> NsaKernel::fills(const Invocation& inv, std::uint64_t seed) const { return random_inputs(inv, args(), seed); }
 
-HostArrays NsaBwdKernel::inputs(const Invocation& inv, std::uint64_t seed) const {
-  const Problem p = Problem::of(inv);
-  HostArrays a = random_inputs(inv, seed);
-  const Exact r = exact(p, a, nullptr);
-  a[bwd::o_cmp] = r.o_cmp;
-  a[bwd::o_slc] = r.o_slc;
-  for (auto* x : {&a[bwd::o_cmp], &a[bwd::o_slc]})
-    for (auto& y : *x) y = round_to(p.dtype, y);
-  a[bwd::lse] = r.lse;
-  return a;
+std::vector<Fill> NsaBwdKernel::fills(const Invocation& inv, std::uint64_t seed) const {
+  std::vector<Fill> f = random_inputs(inv, args(), seed);
+  f[bwd::o_cmp] = f[bwd::o_slc] = f[bwd::lse] = Fill::none();  // derive() computes them
+  return f;
+}
+
+void NsaBwdKernel::derive(const Invocation& inv, std::span<const Tensor> args) const {
+  // o_cmp, o_slc and lse must be the forward's for these q, k, v; its gated o is not needed.
+  constexpr auto o = static_cast<std::size_t>(-1);
+  const std::size_t from[] = {bwd::q,          bwd::k,           bwd::v, bwd::g_cmp, bwd::g_slc, bwd::block_indices,
+                              bwd::block_counts, bwd::cu_seqlens, o,      bwd::o_cmp, bwd::o_slc, bwd::lse};
+  const TensorSpec temporaries[] = {inv.args[bwd::o_cmp]};
+  run_on("native_sparse_attention", inv, args, from, temporaries);
 }
 
 Invocation NsaKernel::from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,

@@ -109,7 +109,7 @@ class NsaKernel final : public Kernel {
   double tolerance(const Invocation& inv) const override;
   // Floats uniform in [-1, 1); block_indices a random draw of distinct blocks per token, -1
   // markers and later blocks among them; counts random in [1, selected].
-  HostArrays inputs(const Invocation& inv, std::uint64_t seed) const override;
+  std::vector<Fill> fills(const Invocation& inv, std::uint64_t seed) const override;
   Invocation from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
                         const nlohmann::json& options) const override;
   std::vector<std::string> size_names() const override { return recipe_sizes(); }
@@ -129,8 +129,10 @@ class NsaBwdKernel final : public Kernel {
   double bytes(const Invocation& inv) const override;
   HostArrays reference(const Invocation& inv, const HostArrays& args) const override;
   double tolerance(const Invocation& inv) const override;
-  // As the forward's, with o_cmp, o_slc and lse from the double-precision forward.
-  HostArrays inputs(const Invocation& inv, std::uint64_t seed) const override;
+  // As the forward's; o_cmp, o_slc and lse from derive().
+  std::vector<Fill> fills(const Invocation& inv, std::uint64_t seed) const override;
+  // o_cmp, o_slc and lse: the forward on the same device, so they agree with q, k, v.
+  void derive(const Invocation& inv, std::span<const Tensor> args) const override;
   Invocation from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
                         const nlohmann::json& options) const override;
   std::vector<std::string> size_names() const override { return recipe_sizes(); }

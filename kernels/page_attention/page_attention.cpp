@@ -102,11 +102,11 @@ double PageAttentionKernel::tolerance(const Invocation& inv) const {
   return da::tolerance(e, e.capacity());
 }
 
-HostArrays PageAttentionKernel::inputs(const Invocation& inv, std::uint64_t seed) const {
+std::vector<Fill> PageAttentionKernel::fills(const Invocation& inv, std::uint64_t seed) const {
   const da::Engine e = engine(inv);
-  HostArrays a = da::uniform(inv, seed);
-  a[arg::context_lens].assign(static_cast<std::size_t>(e.num_seqs), static_cast<double>(e.capacity()));
-  a[arg::block_tables] = da::shuffled_tables(e.num_seqs, e.max_blocks, e.num_blocks, seed);
+  std::vector<Fill> a = da::uniform(inv, args());
+  a[arg::context_lens] = Fill::of(std::vector<double>(static_cast<std::size_t>(e.num_seqs), static_cast<double>(e.capacity())));
+  a[arg::block_tables] = Fill::of(da::shuffled_tables(e.num_seqs, e.max_blocks, e.num_blocks, seed));
   return a;
 }
 

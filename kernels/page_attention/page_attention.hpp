@@ -52,7 +52,7 @@ class PageAttentionKernel final : public Kernel {
   double tolerance(const Invocation& inv) const override;
   // Floats uniform in [-1, 1); every context fills its block table (max_blocks_per_seq *
   // block_size keys: the recipe's context rounded up to whole blocks); block tables shuffled.
-  HostArrays inputs(const Invocation& inv, std::uint64_t seed) const override;
+  std::vector<Fill> fills(const Invocation& inv, std::uint64_t seed) const override;
   // Sizes batch, heads, head_dim, context; optional kv_heads (heads), block_size (16),
   // num_blocks (enough for every sequence). Options logits_soft_cap, softmax_scale.
   Invocation from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,

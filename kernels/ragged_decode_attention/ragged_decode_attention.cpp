@@ -114,11 +114,11 @@ double RaggedDecodeAttentionKernel::tolerance(const Invocation& inv) const {
   return da::tolerance(e, keys(e));
 }
 
-HostArrays RaggedDecodeAttentionKernel::inputs(const Invocation& inv, std::uint64_t seed) const {
+std::vector<Fill> RaggedDecodeAttentionKernel::fills(const Invocation& inv, std::uint64_t /*seed*/) const {
   const da::Engine e = engine(inv);
-  HostArrays a = da::uniform(inv, seed);
-  a[arg::sequence_start].assign(static_cast<std::size_t>(e.num_seqs), 0.0);
-  a[arg::sequence_end].assign(static_cast<std::size_t>(e.num_seqs), static_cast<double>(e.seq_len));
+  std::vector<Fill> a = da::uniform(inv, args());
+  a[arg::sequence_start] = Fill::of(std::vector<double>(static_cast<std::size_t>(e.num_seqs), 0.0));
+  a[arg::sequence_end] = Fill::of(std::vector<double>(static_cast<std::size_t>(e.num_seqs), static_cast<double>(e.seq_len)));
   return a;
 }
 

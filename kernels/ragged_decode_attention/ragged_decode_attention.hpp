@@ -55,7 +55,7 @@ class RaggedDecodeAttentionKernel final : public Kernel {
   HostArrays reference(const Invocation& inv, const HostArrays& args) const override;
   double tolerance(const Invocation& inv) const override;
   // Floats uniform in [-1, 1); every range the whole row [0, seq).
-  HostArrays inputs(const Invocation& inv, std::uint64_t seed) const override;
+  std::vector<Fill> fills(const Invocation& inv, std::uint64_t seed) const override;
   // Sizes batch, heads, head_dim, seq; optional kv_heads (heads). Options sliding_window,
   // logits_soft_cap, softmax_scale, sinks (bool).
   Invocation from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,

@@ -129,12 +129,12 @@ double RaggedPageAttentionKernel::tolerance(const Invocation& inv) const {
   return da::tolerance(e, e.capacity());
 }
 
-HostArrays RaggedPageAttentionKernel::inputs(const Invocation& inv, std::uint64_t seed) const {
+std::vector<Fill> RaggedPageAttentionKernel::fills(const Invocation& inv, std::uint64_t seed) const {
   const da::Engine e = engine(inv);
-  HostArrays a = da::uniform(inv, seed);
+  std::vector<Fill> a = da::uniform(inv, args());
   const std::int64_t max_seqs = inv.args[arg::kv_lens].shape[0];
-  a[arg::kv_lens].assign(static_cast<std::size_t>(max_seqs), static_cast<double>(e.capacity()));
-  a[arg::block_tables] = da::shuffled_tables(max_seqs, e.max_blocks, e.num_blocks, seed);
+  a[arg::kv_lens] = Fill::of(std::vector<double>(static_cast<std::size_t>(max_seqs), static_cast<double>(e.capacity())));
+  a[arg::block_tables] = Fill::of(da::shuffled_tables(max_seqs, e.max_blocks, e.num_blocks, seed));
   std::vector<double> loc{0};
   const std::int64_t n = std::max<std::int64_t>(1, e.num_seqs);
   for (std::int64_t s = 0; s < max_seqs; ++s) {
@@ -142,8 +142,8 @@ HostArrays RaggedPageAttentionKernel::inputs(const Invocation& inv, std::uint64_
     loc.push_back(loc.back() + static_cast<double>(len));
   }
   if (e.num_seqs == 0) std::fill(loc.begin(), loc.end(), 0.0);
-  a[arg::query_start_loc] = loc;
-  (void)da::ranges(e, a);  // the even split must respect max_q_len and the contexts
+  a[arg::query_start_loc] = Fill::of(loc);
+  (void)da::ranges(e, da::index_values(a));  // the even split must respect max_q_len and the contexts
   return a;
 }
 

@@ -60,7 +60,7 @@ class RaggedPageAttentionKernel final : public Kernel {
   HostArrays reference(const Invocation& inv, const HostArrays& args) const override;
   double tolerance(const Invocation& inv) const override;
   // Tokens split as evenly as possible among the sequences, every context filling its table.
-  HostArrays inputs(const Invocation& inv, std::uint64_t seed) const override;
+  std::vector<Fill> fills(const Invocation& inv, std::uint64_t seed) const override;
   // Sizes num_seqs, q_len (query tokens per sequence), context, heads, head_dim; optional
   // kv_heads (heads), block_size (16). Options sliding_window, logits_soft_cap, softmax_scale,
   // sinks (bool).

@@ -28,6 +28,22 @@ struct ArgDef {
 
 using HostArrays = std::vector<std::vector<double>>;
 
+// How one argument's initial contents are made for tuning, `ejk run` and benchmarks.
+struct Fill {
+  enum class Kind : std::uint8_t {
+    uniform,  // floats uniform in [lo, hi) made by fill_uniform (ejk/tensor.hpp)
+    values,   // `values`, built on the host: index arrays (lengths, tables, offsets), small
+    none,     // not written: outputs, and arguments derive() computes
+  };
+  Kind kind = Kind::uniform;
+  float lo = -1.0f, hi = 1.0f;
+  std::vector<double> values;
+
+  static Fill uniform(float lo = -1.0f, float hi = 1.0f) { return {Kind::uniform, lo, hi, {}}; }
+  static Fill of(std::vector<double> values) { return {Kind::values, 0, 0, std::move(values)}; }
+  static Fill none() { return {Kind::none, 0, 0, {}}; }
+};
+
 class Kernel {
  public:
   virtual ~Kernel() = default;
@@ -51,10 +67,21 @@ class Kernel {
   // Relative tolerance for checking an output against the reference.
   virtual double tolerance(const Invocation& inv) const;
 
-  // Valid random contents for every argument (outputs included), for tuning and benchmarks.
-  // The default draws floats uniformly from [-1, 1) (never zeros) and refuses integer
-  // arguments: kernels with index arguments (lengths, tables) override it.
-  virtual HostArrays inputs(const Invocation& inv, std::uint64_t seed) const;
+  // How each argument's valid random contents are made, in argument order. The default: floats
+  // uniform in [-1, 1) for in and inout arguments, nothing for outputs; integer arguments are
+  // refused, so kernels with index arguments (lengths, tables) override it.
+  virtual std::vector<Fill> fills(const Invocation& inv, std::uint64_t seed) const;
+  // Computes the arguments that are functions of others (a backward's forward outputs) on
+  // their device, after the fills. The default computes none.
+  virtual void derive(const Invocation& /*inv*/, std::span<const Tensor> /*args*/) const {}
+
+  // Writes every argument's contents on its device: fills() then derive(). Uniform argument i
+  // gets seed + i * 2^32, so arguments differ and a seed gives the same values on every device.
+  // Host memory stays O(index arrays) whatever the tensors' sizes.
+  void make_inputs(const Invocation& inv, std::uint64_t seed, std::span<const Tensor> args) const;
+  // The same contents as doubles on the host (outputs zero), made on the cpu device: for
+  // references and tests at small sizes.
+  HostArrays inputs(const Invocation& inv, std::uint64_t seed) const;
 
   // Recipes describe workloads by named sizes ({m: 1024, n: 4096, k: 4096}); this builds the
   // invocation. Throws InvalidArgument naming a missing or unknown size and the allowed ones.
@@ -105,6 +132,13 @@ class Implementation {
   virtual void run(const Invocation& inv, const Config& config, std::span<const Tensor> args,
                    Device& device) const = 0;
 };
+
+// Runs `kernel` on the arguments `from` of another invocation (its options kept), with the
+// highest-priority implementation for their device and its heuristic config, never tuning:
+// how derive() computes a forward's outputs for a backward. Absent indices (npos) get
+// temporaries of the shapes `temporaries` gives, in order.
+void run_on(std::string_view kernel, const Invocation& inv, std::span<const Tensor> args,
+            std::span<const std::size_t> from, std::span<const TensorSpec> temporaries = {});
 
 // Variables every space may read about the device: local_mem, max_workgroup_size,
 // subgroup_size, compute_units, fp16, coopmat (1 when f16 cooperative matrices exist).

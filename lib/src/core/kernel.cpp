@@ -1,10 +1,10 @@
 #include "ejk/kernel.hpp"
 
 #include <algorithm>
-#include <random>
 #include <utility>
 
 #include "ejk/error.hpp"
+#include "ejk/registry.hpp"
 
 namespace ejk {
 
@@ -28,25 +28,85 @@ double Kernel::tolerance(const Invocation& inv) const {
   return tol;
 }
 
-HostArrays Kernel::inputs(const Invocation& inv, std::uint64_t seed) const {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> dist(-1.0, 1.0);
-  HostArrays out;
+std::vector<Fill> Kernel::fills(const Invocation& inv, std::uint64_t /*seed*/) const {
   const auto defs = args();
+  std::vector<Fill> out;
   for (std::size_t i = 0; i < inv.args.size(); ++i) {
-    const auto& spec = inv.args[i];
-    if (!is_float(spec.dtype))
+    if (i < defs.size() && defs[i].role == Role::out) {
+      out.push_back(Fill::none());
+      continue;
+    }
+    if (!is_float(inv.args[i].dtype))
       throw InvalidArgument("kernel " + std::string(name()) + " does not say how to fill its integer argument " +
                             (i < defs.size() ? defs[i].name : std::to_string(i)));
-    std::vector<double> v(static_cast<std::size_t>(numel(spec.shape)));
-    for (auto& x : v) {
-      do x = dist(rng);
-      while (x == 0.0);
-      x = round_to(spec.dtype, x);
-    }
-    out.push_back(std::move(v));
+    out.push_back(Fill::uniform());
   }
   return out;
+}
+
+void Kernel::make_inputs(const Invocation& inv, std::uint64_t seed, std::span<const Tensor> args) const {
+  const std::vector<Fill> f = fills(inv, seed);
+  const auto defs = this->args();
+  if (f.size() != inv.args.size() || args.size() != inv.args.size())
+    throw Error("kernel " + std::string(name()) + ": " + std::to_string(f.size()) + " fills and " +
+                std::to_string(args.size()) + " tensors for " + std::to_string(inv.args.size()) + " arguments");
+  for (std::size_t i = 0; i < f.size(); ++i) {
+    const Tensor& t = args[i];
+    const std::string arg = i < defs.size() ? defs[i].name : std::to_string(i);
+    switch (f[i].kind) {
+      case Fill::Kind::uniform:
+        fill_uniform(t, seed + (static_cast<std::uint64_t>(i) << 32), f[i].lo, f[i].hi);
+        break;
+      case Fill::Kind::values:
+        if (static_cast<std::int64_t>(f[i].values.size()) != t.numel())
+          throw Error("kernel " + std::string(name()) + " made " + std::to_string(f[i].values.size()) + " values for " +
+                      arg + " " + to_string(t.shape()) + " (" + std::to_string(t.numel()) + " elements)");
+        t.write(std::span<const double>(f[i].values));
+        break;
+      case Fill::Kind::none:
+        break;
+    }
+  }
+  derive(inv, args);
+}
+
+HostArrays Kernel::inputs(const Invocation& inv, std::uint64_t seed) const {
+  auto dev = open_device("cpu");
+  std::vector<Tensor> t;
+  for (const auto& s : inv.args) {
+    t.emplace_back(dev, s.shape, s.dtype);
+    std::vector<std::byte> zero(t.back().bytes());
+    t.back().write_bytes(zero);
+  }
+  make_inputs(inv, seed, t);
+  dev->synchronize();
+  HostArrays out;
+  for (const auto& x : t) out.push_back(x.read());
+  return out;
+}
+
+void run_on(std::string_view kernel, const Invocation& inv, std::span<const Tensor> args,
+            std::span<const std::size_t> from, std::span<const TensorSpec> temporaries) {
+  if (args.empty()) throw Error("run_on " + std::string(kernel) + ": no arguments");
+  const std::shared_ptr<Device>& dev = args[0].device_ptr();
+  Invocation f = inv;
+  f.kernel = std::string(kernel);
+  f.args.clear();
+  std::vector<Tensor> t;
+  std::size_t next = 0;
+  for (std::size_t i : from) {
+    if (i == static_cast<std::size_t>(-1)) {
+      if (next >= temporaries.size()) throw Error("run_on " + std::string(kernel) + ": too few temporaries");
+      t.emplace_back(dev, temporaries[next].shape, temporaries[next].dtype);
+      f.args.push_back(temporaries[next++]);
+    } else {
+      t.push_back(args[i]);
+      f.args.push_back(inv.args[i]);
+    }
+  }
+  const Implementation& impl = Registry::global().implementation(f, dev->info());
+  impl.run(f, impl.heuristic(f, dev->info()), t, *dev);
+  dev->synchronize();
 }
 
 Invocation Kernel::from_sizes(const std::map<std::string, std::int64_t>& /*sizes*/, DType /*dtype*/,

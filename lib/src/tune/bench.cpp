@@ -115,26 +115,33 @@ Bench::Bench(const Invocation& inv, const Implementation& impl, Device& device, 
   if (roles_.size() != inv_.args.size())
     throw InvalidArgument(inv_.kernel + " takes " + std::to_string(roles_.size()) + " arguments, the invocation has " +
                           std::to_string(inv_.args.size()));
-  host_ = kernel_.inputs(inv_, settings_.input_seed);
   // Tensors need a shared_ptr; the device outlives this bench, so a non-owning one will do.
   std::shared_ptr<Device> dev(std::shared_ptr<Device>(), &device_);
 
   std::size_t set_bytes = 0;
+  Set first;
   for (std::size_t i = 0; i < inv_.args.size(); ++i) {
     const auto& spec = inv_.args[i];
-    pristine_.push_back(encode(spec.dtype, host_[i]));
-    std::size_t bytes = pristine_.back().size();
+    const std::size_t bytes = static_cast<std::size_t>(numel(spec.shape)) * dtype_size(spec.dtype);
     set_bytes += bytes;
     // Enough canary to catch the first tile of an overrun, bounded so big tensors stay cheap.
     spare_.push_back((std::clamp<std::size_t>(bytes / 8, 4096, std::size_t{1} << 20) + 63) / 64 * 64);
+    first.args.push_back(Tensor::with_spare(dev, spec.shape, spec.dtype, spare_[i]));
+  }
+  // Made on the device: host memory stays O(index arrays) whatever the tensors' sizes.
+  kernel_.make_inputs(inv_, settings_.input_seed, first.args);
+  for (std::size_t i = 0; i < inv_.args.size(); ++i) {
+    const Tensor& t = first.args[i];
     if (roles_[i] == Role::inout) {
-      Tensor t(dev, spec.shape, spec.dtype);
-      t.write_bytes(pristine_.back());
-      pristine_dev_.push_back(t);
+      Tensor copy(dev, t.shape(), t.dtype());
+      if (t.bytes() > 0) device_.copy(t.buffer(), copy.buffer(), t.bytes());
+      pristine_dev_.push_back(copy);
     } else {
       pristine_dev_.emplace_back();
     }
+    samples_.push_back(roles_[i] == Role::in ? sample(t) : Sample{});
   }
+  sets_.push_back(std::move(first));
   set_bytes = std::max<std::size_t>(set_bytes, 1);
 
   const DeviceInfo& info = device_.info();
@@ -146,16 +153,13 @@ Bench::Bench(const Invocation& inv, const Implementation& impl, Device& device, 
     sets = (static_cast<std::size_t>(flush) + set_bytes - 1) / set_bytes;
     sets = std::clamp<std::size_t>(sets, 1, static_cast<std::size_t>(std::max(1, settings_.timing.max_input_sets)));
   }
-  for (std::size_t s = 0; s < sets; ++s) {
+  arm_canaries(sets_[0]);
+  for (std::size_t s = 1; s < sets; ++s) {
     Set set;
     for (std::size_t i = 0; i < inv_.args.size(); ++i) {
       const auto& spec = inv_.args[i];
       Tensor t = Tensor::with_spare(dev, spec.shape, spec.dtype, spare_[i]);
-      if (s == 0) {
-        if (roles_[i] != Role::out) t.write_bytes(pristine_[i]);
-      } else if (roles_[i] != Role::out && t.bytes() > 0) {
-        device_.copy(sets_[0].args[i].buffer(), t.buffer(), t.bytes());
-      }
+      if (roles_[i] != Role::out && t.bytes() > 0) device_.copy(sets_[0].args[i].buffer(), t.buffer(), t.bytes());
       set.args.push_back(std::move(t));
     }
     arm_canaries(set);
@@ -203,11 +207,30 @@ std::string Bench::damaged_canary(const Set& set) const {
   return {};
 }
 
+Bench::Sample Bench::sample(const Tensor& t) const {
+  Sample out;
+  const std::size_t bytes = t.bytes();
+  if (bytes <= whole_sample_bytes) {
+    out.ranges.push_back({0, bytes});
+  } else {
+    // Chunks spread evenly from the first byte to the last.
+    for (std::size_t c = 0; c < sample_chunks; ++c)
+      out.ranges.push_back({(bytes - chunk_bytes) / (sample_chunks - 1) * c, chunk_bytes});
+  }
+  for (const auto& [offset, size] : out.ranges) {
+    const std::size_t at = out.bytes.size();
+    out.bytes.resize(at + size);
+    if (size) device_.read(t.buffer(), offset, out.bytes.data() + at, size);
+  }
+  return out;
+}
+
 std::string Bench::modified_input() {
   for (std::size_t i = 0; i < roles_.size(); ++i) {
     if (roles_[i] != Role::in) continue;
-    if (sets_[0].args[i].read_bytes() != pristine_[i]) {
-      sets_[0].args[i].write_bytes(pristine_[i]);  // for the candidates after this one
+    if (sample(sets_[0].args[i]).bytes != samples_[i].bytes) {
+      // Made again for the candidates after this one (outputs and canaries are reset before each).
+      kernel_.make_inputs(inv_, settings_.input_seed, sets_[0].args);
       return "modified its input " + names_[i];
     }
   }
@@ -236,49 +259,70 @@ void Bench::restore(const Set& set) {
       device_.copy(pristine_dev_[i].buffer(), set.args[i].buffer(), set.args[i].bytes());
 }
 
-std::vector<std::vector<double>> Bench::read_outputs() const {
-  std::vector<std::vector<double>> outs;
-  for (std::size_t i = 0; i < roles_.size(); ++i)
-    if (roles_[i] != Role::in) outs.push_back(sets_[0].args[i].read());
-  return outs;
-}
-
-std::string Bench::check_outputs(const std::vector<std::vector<double>>& outs, double& error) const {
+std::string Bench::check_outputs(double& error) const {
   error = 0;
   std::size_t o = 0;
   for (std::size_t i = 0; i < roles_.size(); ++i) {
     if (roles_[i] == Role::in) continue;
-    const auto& got = outs[o];
-    const std::vector<double>* want = expected_.empty() ? nullptr : &expected_[o];
-    if (want && want->size() != got.size())
-      throw Error("reference of " + names_[i] + " has " + std::to_string(want->size()) + " values, expected " +
-                  std::to_string(got.size()));
-    // An infinity is right only where the expected output has the same one (the log-sum-exp of
-    // a row with no allowed key is -inf).
-    for (std::size_t j = 0; j < got.size(); ++j)
-      if (!std::isfinite(got[j]) && !(std::isinf(got[j]) && want && (*want)[j] == got[j]))
-        return (std::isnan(got[j]) ? "NaN" : "Inf") + std::string(" in ") + names_[i] + " at element " + std::to_string(j);
-    if (want) {
-      double err = 0, scale = 0;
-      for (std::size_t j = 0; j < got.size(); ++j) {
-        if (std::isinf((*want)[j]) || std::isinf(got[j])) {
-          if (got[j] != (*want)[j])
-            return names_[i] + " at element " + std::to_string(j) + " is " + format_g(got[j]) + ", expected " +
-                   format_g((*want)[j]);
+    const Tensor& out = sets_[0].args[i];
+    const std::int64_t n = out.numel();
+    const std::vector<double>* want_host = expected_.empty() ? nullptr : &expected_[o];
+    const Tensor* want_dev = expected_dev_.empty() ? nullptr : &expected_dev_[o];
+    ++o;
+    if (want_host && static_cast<std::int64_t>(want_host->size()) != n)
+      throw Error("reference of " + names_[i] + " has " + std::to_string(want_host->size()) + " values, expected " +
+                  std::to_string(n));
+    double err = 0, scale = 0;
+    // A slice at a time: host memory stays bounded whatever the output's size.
+    for (std::int64_t first = 0; first < n; first += check_slice) {
+      const std::int64_t count = std::min(check_slice, n - first);
+      const std::vector<double> got = out.read<double>(first, count);
+      std::vector<double> dev_want;
+      const double* want = nullptr;
+      if (want_host) want = want_host->data() + first;
+      if (want_dev) {
+        dev_want = want_dev->read<double>(first, count);
+        want = dev_want.data();
+      }
+      for (std::int64_t j = 0; j < count; ++j) {
+        const double g = got[static_cast<std::size_t>(j)];
+        // An infinity is right only where the expected output has the same one (the log-sum-exp
+        // of a row with no allowed key is -inf).
+        if (!std::isfinite(g) && !(std::isinf(g) && want && want[j] == g))
+          return (std::isnan(g) ? "NaN" : "Inf") + std::string(" in ") + names_[i] + " at element " +
+                 std::to_string(first + j);
+        if (!want) continue;
+        if (std::isinf(want[j]) || std::isinf(g)) {
+          if (g != want[j])
+            return names_[i] + " at element " + std::to_string(first + j) + " is " + format_g(g) + ", expected " +
+                   format_g(want[j]);
           continue;
         }
-        err = std::max(err, std::abs(got[j] - (*want)[j]));
-        scale = std::max(scale, std::abs((*want)[j]));
+        err = std::max(err, std::abs(g - want[j]));
+        scale = std::max(scale, std::abs(want[j]));
       }
-      double rel = scale > 0 ? err / scale : err;
-      error = std::max(error, rel);
-      if (rel > tolerance_)
-        return names_[i] + " differs from the " + (validated_ == "reference" ? "reference" : "trusted output") +
-               ": relative error " + format_g(rel) + " > tolerance " + format_g(tolerance_);
     }
-    ++o;
+    if (!want_host && !want_dev) continue;
+    const double rel = scale > 0 ? err / scale : err;
+    error = std::max(error, rel);
+    if (rel > tolerance_)
+      return names_[i] + " differs from the " + (validated_ == "reference" ? "reference" : "trusted output") +
+             ": relative error " + format_g(rel) + " > tolerance " + format_g(tolerance_);
   }
   return {};
+}
+
+void Bench::keep_outputs() {
+  std::shared_ptr<Device> dev(std::shared_ptr<Device>(), &device_);
+  expected_dev_.clear();
+  for (std::size_t i = 0; i < roles_.size(); ++i) {
+    if (roles_[i] == Role::in) continue;
+    const Tensor& t = sets_[0].args[i];
+    Tensor copy(dev, t.shape(), t.dtype());
+    if (t.bytes() > 0) device_.copy(t.buffer(), copy.buffer(), t.bytes());
+    expected_dev_.push_back(copy);
+  }
+  device_.synchronize();
 }
 
 void Bench::prepare() {
@@ -295,7 +339,13 @@ void Bench::prepare() {
     return;
   }
   if (!large || !settings_.trusted) {
-    expected_ = kernel_.reference(inv_, host_);
+    // The inputs as the device holds them; outputs start as zeros (a reference reads only its inputs).
+    HostArrays host;
+    for (std::size_t i = 0; i < roles_.size(); ++i)
+      host.push_back(roles_[i] == Role::out ? std::vector<double>(static_cast<std::size_t>(sets_[0].args[i].numel()), 0.0)
+                     : roles_[i] == Role::inout ? pristine_dev_[i].read()
+                                                : sets_[0].args[i].read());
+    expected_ = kernel_.reference(inv_, host);
     validated_ = "reference";
     return;
   }
@@ -306,12 +356,11 @@ void Bench::prepare() {
     reset_set0();
     impl_.run(inv_, trusted, sets_[0].args, device_);
     device_.synchronize();
-    auto outs = read_outputs();
     double unused = 0;
-    std::string bad = check_outputs(outs, unused);
+    std::string bad = check_outputs(unused);
     if (bad.empty()) bad = damaged_canary(sets_[0]);
     if (bad.empty()) {
-      expected_ = std::move(outs);
+      keep_outputs();
       validated_ = "trusted config " + trusted.canonical();
       return;
     }
@@ -345,10 +394,9 @@ Measurement Bench::measure(const Config& c, double best_ns) {
     std::string bad = damaged_canary(sets_[0]);
     if (bad.empty()) bad = modified_input();
     if (bad.empty()) {
-      auto outs = read_outputs();
-      bad = check_outputs(outs, m.error);
+      bad = check_outputs(m.error);
       if (bad.empty() && validated_ == "pending") {
-        expected_ = std::move(outs);
+        keep_outputs();
         validated_ = "first clean candidate " + c.canonical();
       }
     }

@@ -1,10 +1,12 @@
 #pragma once
-// Measures candidates of one invocation in this process: fresh random inputs, validation
-// against the reference (or a trusted config's output), canaries, timing on the device clock.
+// Measures candidates of one invocation in this process: random inputs made on the device,
+// validation against the reference (or a trusted config's output kept on the device),
+// canaries, timing on the device clock.
 #include <cstdint>
 #include <exception>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -67,8 +69,21 @@ class Bench {
   void arm_canaries(const Set& set) const;
   std::string damaged_canary(const Set& set) const;
   std::string modified_input();
-  std::string check_outputs(const std::vector<std::vector<double>>& outs, double& error) const;
-  std::vector<std::vector<double>> read_outputs() const;
+  // Bytes of an input read back to see whether a candidate wrote to it: all of it up to
+  // whole_sample_bytes, else sample_chunks chunks spread from its first byte to its last.
+  struct Sample {
+    std::vector<std::pair<std::size_t, std::size_t>> ranges;  // offset, bytes
+    std::vector<std::byte> bytes;
+  };
+  static constexpr std::size_t whole_sample_bytes = std::size_t{32} << 20, sample_chunks = 64,
+                               chunk_bytes = std::size_t{64} << 10;
+  static constexpr std::int64_t check_slice = std::int64_t{1} << 20;  // elements compared at a time
+
+  Sample sample(const Tensor& t) const;
+  // Set 0's outputs against the expected ones (host reference or device copies), a slice at a time.
+  std::string check_outputs(double& error) const;
+  // Set 0's outputs become the expected ones, as device copies.
+  void keep_outputs();
   void restore(const Set& set);
   double time_once(const Config& c);
 
@@ -80,14 +95,14 @@ class Bench {
   std::vector<Role> roles_;
   std::vector<std::string> names_;
   std::vector<std::size_t> spare_;                 // canary bytes after each argument
-  HostArrays host_;                                // initial contents of every argument
-  std::vector<std::vector<std::byte>> pristine_;   // the same, encoded
+  std::vector<Sample> samples_;                    // of each `in` argument as made
   std::vector<Tensor> pristine_dev_;               // device copies of inout arguments
   std::vector<Set> sets_;                          // set 0 validates; all are cycled when timing
   std::size_t next_set_ = 0;
   std::vector<Tensor> scratch_;  // copied between samples when the sets alone are too small
   bool prepared_ = false;
-  std::vector<std::vector<double>> expected_;  // out/inout values, in argument order
+  std::vector<std::vector<double>> expected_;  // out/inout values from the reference, in argument order
+  std::vector<Tensor> expected_dev_;            // or a trusted run's, kept on the device
   std::string validated_;
   double tolerance_ = 0;
 };

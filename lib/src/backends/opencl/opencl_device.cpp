@@ -77,6 +77,9 @@ OpenCLDevice::OpenCLDevice(cl_platform_id platform, cl_device_id device, DeviceI
   check(clGetDeviceInfo(device_, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, nullptr),
         "clGetDeviceInfo(CL_DEVICE_SINGLE_FP_CONFIG)");
   hardware_fma_ = (fp & CL_FP_FMA) && !(fp & CL_FP_SOFT_FLOAT);
+  cl_device_type type = 0;
+  check(clGetDeviceInfo(device_, CL_DEVICE_TYPE, sizeof type, &type, nullptr), "clGetDeviceInfo(CL_DEVICE_TYPE)");
+  store_ = ProgramStore::open("opencl", !(type & CL_DEVICE_TYPE_CPU));
 }
 
 OpenCLDevice::~OpenCLDevice() {
@@ -171,6 +174,29 @@ double OpenCLDevice::time_ns(const std::function<void()>& work) {
   return last > first ? static_cast<double>(last - first) : 0.0;
 }
 
+ProgramHandle OpenCLDevice::from_binary(const std::string& stored_key, std::string_view options) {
+  const auto bytes = store_->load(stored_key);
+  if (!bytes) return {};
+  const unsigned char* data = bytes->data();
+  const std::size_t size = bytes->size();
+  cl_int status = CL_SUCCESS, err = CL_SUCCESS;
+  ProgramHandle program(clCreateProgramWithBinary(context_.get(), 1, &device_, &size, &data, &status, &err));
+  if (err != CL_SUCCESS || status != CL_SUCCESS || !program) return {};
+  const std::string opts(options);
+  // A binary the driver no longer takes (it was updated in place) is built from source again.
+  if (clBuildProgram(program.get(), 1, &device_, opts.c_str(), nullptr, nullptr) != CL_SUCCESS) return {};
+  return program;
+}
+
+void OpenCLDevice::keep_binary(const std::string& stored_key, cl_program program) {
+  std::size_t size = 0;
+  if (clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, nullptr) != CL_SUCCESS || size == 0) return;
+  std::vector<unsigned char> bytes(size);
+  unsigned char* data = bytes.data();
+  if (clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof data, &data, nullptr) != CL_SUCCESS) return;
+  store_->store(stored_key, bytes);
+}
+
 ProgramHandle OpenCLDevice::build(const std::string& source_hash, std::string_view source, std::string_view origin,
                                   std::string_view options) {
   std::string key = source_hash;
@@ -191,6 +217,14 @@ ProgramHandle OpenCLDevice::build(const std::string& source_hash, std::string_vi
     ++stats_.hits;
   } else {
     entry->done = true;
+    const std::string stored_key = info_.fingerprint() + '\n' + key;
+    if (store_)
+      if (ProgramHandle program = from_binary(stored_key, options)) {
+        entry->program = program;
+        std::lock_guard stats_lock(cache_mutex_);
+        ++stats_.loaded;
+        return entry->program;
+      }
     {
       std::lock_guard stats_lock(cache_mutex_);
       ++stats_.builds;
@@ -204,6 +238,7 @@ ProgramHandle OpenCLDevice::build(const std::string& source_hash, std::string_vi
     err = clBuildProgram(program.get(), 1, &device_, opts.c_str(), nullptr, nullptr);
     if (err == CL_SUCCESS) {
       entry->program = program;
+      if (store_) keep_binary(stored_key, program.get());
     } else {
       std::size_t size = 0;
       std::string log;

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -18,6 +19,7 @@
 
 #include "backends/opencl/cl_error.hpp"
 #include "backends/opencl/cl_handle.hpp"
+#include "backends/program_store.hpp"
 #include "ejk/device.hpp"
 #include "ejk/tensor.hpp"
 
@@ -92,6 +94,7 @@ struct ProgramCacheStats {
   std::size_t builds = 0;    // programs compiled (successfully or not)
   std::size_t hits = 0;      // requests answered from the cache
   std::size_t failures = 0;  // builds that failed
+  std::size_t loaded = 0;    // builds answered by a binary another process kept (ProgramStore)
 };
 
 class OpenCLDevice final : public Device {
@@ -154,6 +157,9 @@ class OpenCLDevice final : public Device {
                                        std::string_view origin, std::string_view options, std::string_view name);
   ProgramHandle build(const std::string& source_hash, std::string_view source, std::string_view origin,
                       std::string_view options);
+  // A program from the binary the store holds for `stored_key`, or none.
+  ProgramHandle from_binary(const std::string& stored_key, std::string_view options);
+  void keep_binary(const std::string& stored_key, cl_program program);
   void check_arg_count(const ClKernel& k, std::size_t given) const;
   void enqueue(ClKernel& k, const Range& global, const Range& local);
   void set_raw(const ClKernel& k, cl_uint index, std::size_t size, const void* value) const;
@@ -178,6 +184,9 @@ class OpenCLDevice final : public Device {
   ContextHandle context_;
   QueueHandle queue_;
   bool hardware_fma_ = false;
+  // Program binaries kept across processes; by default for every device but CPUs, whose
+  // drivers keep their own and whose code depends on settings outside the fingerprint.
+  std::optional<ProgramStore> store_;
 
   mutable std::mutex cache_mutex_;
   struct Source {

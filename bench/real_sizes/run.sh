@@ -1,0 +1,31 @@
+#!/bin/bash
+# Real-size targets on a GPU machine (docs/benchmarks.md#real-sizes): wall time and peak host
+# memory of `ejk run` per recipe, the Llama-3-8B recipes, and a 32-candidate flash attention
+# tune with the driver's program cache empty (cold) and filled by the first tune (warm).
+# usage: bench/real_sizes/run.sh OUT_FOLDER [DEVICE...]   (default devices: opencl:0 vulkan:0)
+set -u
+out=${1:?usage: run.sh OUT_FOLDER [DEVICE...]}
+shift
+devices=("${@:-opencl:0}")
+[ $# -eq 0 ] && devices=(opencl:0 vulkan:0)
+here=$(cd "$(dirname "$0")" && pwd)
+recipes=$here/../../recipes
+mkdir -p "$out"
+m() { python3 "$here/measure.py" "$@" | tee -a "$out/measure.jsonl"; }
+export CUDA_CACHE_PATH=$out/.nv-cache EJK_CACHE_DIR=$out/.ejk-cache
+m baseline-devices ejk -q devices > /dev/null
+for dev in "${devices[@]}"; do
+  d=${dev/:/}
+  for r in fa_fwd fa_bwd matmul page_attention_2g; do
+    m "run-$r-$d" ejk --device "$dev" run "$here/$r.yaml" --json "$out/run-$r-$d.json" 2>&1 | tail -4
+  done
+done
+for r in llama3-8b-prefill llama3-8b-decode; do
+  m "run-$r" ejk run "$recipes/$r.yaml" --json "$out/run-$r.json" 2>&1 | tail -4
+done
+for dev in "${devices[@]}"; do
+  d=${dev/:/}
+  rm -rf "$CUDA_CACHE_PATH"
+  m "tune-cold-$d" ejk --device "$dev" tune "$here/fa_fwd.yaml" --force --json "$out/tune-cold-$d.json" 2>&1 | tail -6
+  m "tune-warm-$d" ejk --device "$dev" tune "$here/fa_fwd.yaml" --force --json "$out/tune-warm-$d.json" 2>&1 | tail -6
+done
