@@ -3,8 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
+#include <thread>
 
+#include "core/element.hpp"
 #include "ejk/error.hpp"
 #include "ejk/registry.hpp"
 #include "tune/stats.hpp"
@@ -26,6 +31,32 @@ std::vector<std::byte> canary(std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) v[i] = canary_byte(i);
   return v;
 }
+
+// With EJK_LOG_TUNE=1, one line per candidate on stderr with where its time went.
+class Phases {
+ public:
+  explicit Phases(const Config& c) : on_(log_on()), config_(on_ ? c.canonical() : "") {}
+  ~Phases() {
+    if (on_) std::fprintf(stderr, "ejk: measure %s:%s\n", config_.c_str(), text_.c_str());
+  }
+  void next(const std::string& what) {
+    if (!on_) return;
+    const auto now = Clock::now();
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " %s %.1f ms,", what.c_str(), std::chrono::duration<double, std::milli>(now - t_).count());
+    text_ += buf;
+    t_ = now;
+  }
+
+ private:
+  static bool log_on() {
+    const char* v = std::getenv("EJK_LOG_TUNE");
+    return v && std::string_view(v) == "1";
+  }
+  bool on_;
+  std::string config_, text_;
+  Clock::time_point t_ = Clock::now();
+};
 
 std::string format_g(double x) {
   char buf[32];
@@ -140,6 +171,15 @@ Bench::Bench(const Invocation& inv, const Implementation& impl, Device& device, 
       pristine_dev_.emplace_back();
     }
     samples_.push_back(roles_[i] == Role::in ? sample(t) : Sample{});
+    // All-ones bytes are NaN in every float format (-1 in i32): what a kernel leaves unwritten
+    // fails. Written once a slice at a time, then copied on the device before each candidate.
+    poison_dev_.emplace_back();
+    if (roles_[i] == Role::out && t.bytes() > 0) {
+      poison_dev_.back() = Tensor(dev, t.shape(), t.dtype());
+      const std::vector<std::byte> ones(std::min<std::size_t>(t.bytes(), std::size_t{4} << 20), std::byte{0xff});
+      for (std::size_t at = 0; at < t.bytes(); at += ones.size())
+        device_.write(poison_dev_.back().buffer(), at, ones.data(), std::min(ones.size(), t.bytes() - at));
+    }
   }
   sets_.push_back(std::move(first));
   set_bytes = std::max<std::size_t>(set_bytes, 1);
@@ -245,9 +285,7 @@ void Bench::reset_set0() {
     if (roles_[i] == Role::inout) {
       device_.copy(pristine_dev_[i].buffer(), t.buffer(), t.bytes());
     } else if (roles_[i] == Role::out) {
-      // All-ones bytes are NaN in every float format (-1 in i32): what a kernel leaves unwritten fails.
-      std::vector<std::byte> poison(t.bytes(), std::byte{0xff});
-      t.write_bytes(poison);
+      device_.copy(poison_dev_[i].buffer(), t.buffer(), t.bytes());
     }
   }
   arm_canaries(set);
@@ -259,13 +297,52 @@ void Bench::restore(const Set& set) {
       device_.copy(pristine_dev_[i].buffer(), set.args[i].buffer(), set.args[i].bytes());
 }
 
+namespace {
+
+// What one stretch of an output holds against the expected values.
+struct Verdict {
+  double err = 0, scale = 0;
+  std::int64_t bad = -1;  // first element that is non-finite where it should not be, or a wrong infinity
+  double got = 0, want = 0;
+};
+
+// Elements [0, n) of raw storage `got` against `want_raw` (same dtype) or `want_host`; either may
+// be null (only finiteness is checked).
+Verdict compare(DType t, const std::byte* got, const std::byte* want_raw, const double* want_host, std::int64_t n) {
+  Verdict v;
+  const std::size_t size = dtype_size(t);
+  for (std::int64_t j = 0; j < n; ++j) {
+    const double g = load_element(t, got + static_cast<std::size_t>(j) * size);
+    const bool has_want = want_raw || want_host;
+    const double w = want_raw ? load_element(t, want_raw + static_cast<std::size_t>(j) * size) : want_host ? want_host[j] : 0;
+    // An infinity is right only where the expected output has the same one (the log-sum-exp of
+    // a row with no allowed key is -inf).
+    if (!std::isfinite(g) || (has_want && std::isinf(w))) {
+      if (has_want && std::isinf(w) && g == w) continue;
+      if (!std::isfinite(g) || has_want) {
+        v.bad = j, v.got = g, v.want = w;
+        return v;
+      }
+    }
+    if (!has_want) continue;
+    v.err = std::max(v.err, std::abs(g - w));
+    v.scale = std::max(v.scale, std::abs(w));
+  }
+  return v;
+}
+
+}  // namespace
+
 std::string Bench::check_outputs(double& error) const {
   error = 0;
+  const unsigned threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
   std::size_t o = 0;
   for (std::size_t i = 0; i < roles_.size(); ++i) {
     if (roles_[i] == Role::in) continue;
     const Tensor& out = sets_[0].args[i];
     const std::int64_t n = out.numel();
+    const DType t = out.dtype();
+    const std::size_t size = dtype_size(t);
     const std::vector<double>* want_host = expected_.empty() ? nullptr : &expected_[o];
     const Tensor* want_dev = expected_dev_.empty() ? nullptr : &expected_dev_[o];
     ++o;
@@ -273,33 +350,39 @@ std::string Bench::check_outputs(double& error) const {
       throw Error("reference of " + names_[i] + " has " + std::to_string(want_host->size()) + " values, expected " +
                   std::to_string(n));
     double err = 0, scale = 0;
-    // A slice at a time: host memory stays bounded whatever the output's size.
+    // Raw bytes a slice at a time, compared on every core: host memory stays bounded whatever
+    // the output's size, and the check costs little next to the candidate's run.
+    std::vector<std::byte> got(static_cast<std::size_t>(std::min(check_slice, n)) * size), want;
+    if (want_dev) want.resize(got.size());
     for (std::int64_t first = 0; first < n; first += check_slice) {
       const std::int64_t count = std::min(check_slice, n - first);
-      const std::vector<double> got = out.read<double>(first, count);
-      std::vector<double> dev_want;
-      const double* want = nullptr;
-      if (want_host) want = want_host->data() + first;
-      if (want_dev) {
-        dev_want = want_dev->read<double>(first, count);
-        want = dev_want.data();
-      }
-      for (std::int64_t j = 0; j < count; ++j) {
-        const double g = got[static_cast<std::size_t>(j)];
-        // An infinity is right only where the expected output has the same one (the log-sum-exp
-        // of a row with no allowed key is -inf).
-        if (!std::isfinite(g) && !(std::isinf(g) && want && want[j] == g))
-          return (std::isnan(g) ? "NaN" : "Inf") + std::string(" in ") + names_[i] + " at element " +
-                 std::to_string(first + j);
-        if (!want) continue;
-        if (std::isinf(want[j]) || std::isinf(g)) {
-          if (g != want[j])
-            return names_[i] + " at element " + std::to_string(first + j) + " is " + format_g(g) + ", expected " +
-                   format_g(want[j]);
-          continue;
+      const std::size_t bytes = static_cast<std::size_t>(count) * size, offset = static_cast<std::size_t>(first) * size;
+      device_.read(out.buffer(), offset, got.data(), bytes);
+      if (want_dev) device_.read(want_dev->buffer(), offset, want.data(), bytes);
+      const std::int64_t part = (count + threads - 1) / threads;
+      std::vector<Verdict> verdicts(threads);
+      {
+        std::vector<std::jthread> pool;
+        for (unsigned p = 0; p < threads; ++p) {
+          const std::int64_t lo = std::min(count, p * part), hi = std::min(count, lo + part);
+          if (lo >= hi) break;
+          pool.emplace_back([&, p, lo, hi] {
+            verdicts[p] = compare(t, got.data() + static_cast<std::size_t>(lo) * size,
+                                  want_dev ? want.data() + static_cast<std::size_t>(lo) * size : nullptr,
+                                  want_host ? want_host->data() + first + lo : nullptr, hi - lo);
+            if (verdicts[p].bad >= 0) verdicts[p].bad += lo;
+          });
         }
-        err = std::max(err, std::abs(g - want[j]));
-        scale = std::max(scale, std::abs(want[j]));
+      }
+      for (const Verdict& v : verdicts) {
+        if (v.bad >= 0) {
+          const std::int64_t at = first + v.bad;
+          if (!std::isfinite(v.got) && !std::isinf(v.want))
+            return (std::isnan(v.got) ? "NaN" : "Inf") + std::string(" in ") + names_[i] + " at element " + std::to_string(at);
+          return names_[i] + " at element " + std::to_string(at) + " is " + format_g(v.got) + ", expected " + format_g(v.want);
+        }
+        err = std::max(err, v.err);
+        scale = std::max(scale, v.scale);
       }
     }
     if (!want_host && !want_dev) continue;
@@ -380,13 +463,17 @@ double Bench::time_once(const Config& c) {
 }
 
 Measurement Bench::measure(const Config& c, double best_ns) {
+  Phases phases(c);
   if (!prepared_) prepare();
+  phases.next("prepare");
   Measurement m;
   m.config = c;
   try {
     reset_set0();
+    phases.next("reset");
     impl_.run(inv_, c, sets_[0].args, device_);
     device_.synchronize();
+    phases.next("first run (build included)");
   } catch (...) {
     return classify(c, std::current_exception(), "");
   }
@@ -405,6 +492,7 @@ Measurement Bench::measure(const Config& c, double best_ns) {
       f.error = m.error;
       return f;
     }
+    phases.next("checks");
   }
 
   const TimingOptions& t = settings_.timing;
@@ -448,6 +536,7 @@ Measurement Bench::measure(const Config& c, double best_ns) {
     }
   m.stats = summarize(samples);
   m.samples_ns = std::move(samples);
+  phases.next("timing (" + std::to_string(m.samples_ns.size()) + " samples)");
   return m;
 }
 

@@ -77,7 +77,7 @@ class Bench {
   };
   static constexpr std::size_t whole_sample_bytes = std::size_t{32} << 20, sample_chunks = 64,
                                chunk_bytes = std::size_t{64} << 10;
-  static constexpr std::int64_t check_slice = std::int64_t{1} << 20;  // elements compared at a time
+  static constexpr std::int64_t check_slice = std::int64_t{1} << 22;  // elements compared at a time
 
   Sample sample(const Tensor& t) const;
   // Set 0's outputs against the expected ones (host reference or device copies), a slice at a time.
@@ -97,6 +97,7 @@ class Bench {
   std::vector<std::size_t> spare_;                 // canary bytes after each argument
   std::vector<Sample> samples_;                    // of each `in` argument as made
   std::vector<Tensor> pristine_dev_;               // device copies of inout arguments
+  std::vector<Tensor> poison_dev_;                 // all-ones bytes for each out argument
   std::vector<Set> sets_;                          // set 0 validates; all are cycled when timing
   std::size_t next_set_ = 0;
   std::vector<Tensor> scratch_;  // copied between samples when the sets alone are too small

@@ -331,7 +331,13 @@ struct VulkanDevice::State {
       in_flight.pop_front();
       recycle(std::move(b));
     }
+    staged = 0;
   }
+
+  // Upload staging buffers live until their copies finish: writes wait once this many bytes
+  // are pending, so uploading a tensor of any size holds a bounded amount of host memory.
+  static constexpr std::size_t max_staged = std::size_t{256} << 20;
+  std::size_t staged = 0;
 
   void reclaim() {
     while (!in_flight.empty() && vkGetFenceStatus(device(), in_flight.front()->fence.get()) == VK_SUCCESS) {
@@ -502,6 +508,8 @@ void VulkanDevice::write(Buffer& dst, std::size_t offset, const void* src, std::
   s.recording->keep.push_back(std::move(staging));
   s.recording->keep.push_back(a);
   s.after_command();
+  s.staged += bytes;
+  if (s.staged > State::max_staged) s.wait_all();
 }
 
 void VulkanDevice::read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) {
