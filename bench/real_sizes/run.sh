@@ -11,7 +11,7 @@ devices=("${@:-opencl:0}")
 here=$(cd "$(dirname "$0")" && pwd)
 recipes=$here/../../recipes
 mkdir -p "$out"
-m() { python3 "$here/measure.py" "$@" | tee -a "$out/measure.jsonl"; }
+m() { python3 "$here/measure.py" "$@" | tee -a "$out/output.txt"; }
 export CUDA_CACHE_PATH=$out/.nv-cache EJK_CACHE_DIR=$out/.ejk-cache
 m baseline-devices ejk -q devices > /dev/null
 # Twice: the first pass builds every program (caches empty), the second finds them built.
@@ -35,5 +35,6 @@ for dev in "${devices[@]}"; do
   done
 done
 rm -rf "$CUDA_CACHE_PATH" "$EJK_CACHE_DIR"
+grep '^{"label"' "$out/output.txt" > "$out/runs.jsonl"
 # One archive: the machine hands back a limited number of files.
 tar -C "$out" -czf "$out.tgz" . && rm -rf "$out"
