@@ -5,9 +5,11 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <thread>
 
 #include "backends/cpu/cpu_device.hpp"
+#include "tune/prebuild.hpp"
 #include "tune_support.hpp"
 
 namespace ejk {
@@ -57,6 +59,24 @@ class FaultyCpu final : public Implementation {
   Config heuristic(const Invocation& inv, const DeviceInfo& /*dev*/) const override {
     return {{"mode", modes_of(inv).front()}};
   }
+  // Records which modes were built ahead; "compile" fails here as in run().
+  void prepare(const Invocation& /*inv*/, const Config& config, Device& /*dev*/) const override {
+    const std::string& mode = config.text("mode");
+    {
+      std::lock_guard lock(prepared_mutex());
+      prepared().push_back(mode);
+    }
+    if (mode == "compile") throw CompileError("tune_test_faulty: mode compile does not build");
+  }
+  static std::mutex& prepared_mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::vector<std::string>& prepared() {
+    static std::vector<std::string> v;
+    return v;
+  }
+
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& /*dev*/) const override {
     const std::string& mode = config.text("mode");
     const auto n = static_cast<std::size_t>(inv.args[0].shape[0]);
@@ -218,6 +238,53 @@ TEST(TuneFailures, LargeArgumentsAreCheckedInSlices) {
       << of(r, "nan").message;
   // The inputs were made again after each write, so a later clean candidate passes.
   EXPECT_EQ(of(r, "good2").status, Status::ok) << of(r, "good2").message;
+}
+
+// Candidates are built ahead on host threads in the order the search will take them; a build
+// that fails ahead of time is recorded when the candidate runs, as without building ahead.
+TEST(TuneFailures, UpcomingCandidatesAreBuiltAhead) {
+  register_faulty();
+  auto dev = open_device("cpu");
+  {
+    std::lock_guard lock(FaultyCpu::prepared_mutex());
+    FaultyCpu::prepared().clear();
+  }
+  TuneOptions o = quick();
+  o.prebuild_threads = 2;
+  o.strategy = Strategy::exhaustive;
+  TuneResult r = tune(faulty({"good", "slow", "compile", "good2"}), *dev, o);
+  ASSERT_EQ(r.measurements.size(), 4u) << r.report;
+  EXPECT_EQ(of(r, "compile").status, Status::compile);
+  EXPECT_EQ(of(r, "good2").status, Status::ok) << of(r, "good2").message;
+  std::lock_guard lock(FaultyCpu::prepared_mutex());
+  const auto& prepared = FaultyCpu::prepared();
+  // The heuristic runs before the search plans; the rest were handed to the builders.
+  EXPECT_EQ(std::count(prepared.begin(), prepared.end(), "good"), 0);
+  EXPECT_FALSE(prepared.empty());
+  for (const auto& m : prepared) EXPECT_TRUE(m == "slow" || m == "compile" || m == "good2") << m;
+}
+
+TEST(Prebuilder, BuildsWhatIsPlannedAndStopsWithWorkQueued) {
+  register_faulty();
+  auto dev = open_device("cpu");
+  const Invocation inv = faulty({"good"});
+  const Implementation& impl = Registry::global().implementation(inv, dev->info());
+  {
+    std::lock_guard lock(FaultyCpu::prepared_mutex());
+    FaultyCpu::prepared().clear();
+  }
+  {
+    tuning::Prebuilder builder(inv, impl, *dev, 2);
+    std::vector<Config> plan;
+    for (const char* m : {"a", "b", "compile", "c", "d"}) plan.push_back({{"mode", std::string(m)}});
+    builder.plan(plan);
+    for (int i = 0; i < 2000 && builder.started() < plan.size(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ(builder.started(), plan.size());
+    builder.plan(std::vector<Config>(1000, Config{{"mode", std::string("e")}}));
+  }  // stops with most of the second plan still queued
+  std::lock_guard lock(FaultyCpu::prepared_mutex());
+  const auto& prepared = FaultyCpu::prepared();
+  for (const char* m : {"a", "b", "compile", "c", "d"}) EXPECT_EQ(std::count(prepared.begin(), prepared.end(), m), 1) << m;
 }
 
 TEST(TuneFailures, TrustedConfigFailingHandsOverToTheFirstCleanCandidate) {

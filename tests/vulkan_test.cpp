@@ -147,6 +147,31 @@ TEST_P(Vulkan, PipelinesAreCachedPerShaderAndSpecialization) {
   }
 }
 
+// Each pipeline's cache data, kept in the cache folder, seeds the same pipeline in another
+// process (a second device object stands in for it); results are unchanged.
+TEST_P(Vulkan, PipelineCacheDataIsKeptAcrossProcesses) {
+  test::TempDir dir;
+  setenv("EJK_CACHE_DIR", dir.path.c_str(), 1);
+  setenv("EJK_PROGRAM_CACHE", "1", 1);
+  Context first(std::make_shared<vulkan::VulkanDevice>(index())), second(std::make_shared<vulkan::VulkanDevice>(index()));
+  unsetenv("EJK_PROGRAM_CACHE");
+  unsetenv("EJK_CACHE_DIR");
+  auto product = [&](Context& ctx) {
+    Tensor a = ctx.from({40, 24}, DType::f32, std::vector<double>(40 * 24, 0.5));
+    Tensor b = ctx.from({24, 56}, DType::f32, std::vector<double>(24 * 56, 0.25));
+    return matmul(ctx, a, b, {.config = small_config}).read();
+  };
+  const auto want = product(first);
+  auto& one = vulkan::vulkan_device(first.device());
+  EXPECT_EQ(one.pipeline_stats().created, 1u);
+  EXPECT_EQ(one.pipeline_stats().loaded, 0u);
+  std::size_t files = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path)) files += e.is_regular_file();
+  EXPECT_EQ(files, 1u);
+  EXPECT_EQ(product(second), want);
+  EXPECT_EQ(vulkan::vulkan_device(second.device()).pipeline_stats().loaded, 1u);
+}
+
 TEST_P(Vulkan, TimestampsArePositive) {
   auto& dev = device();
   Context ctx(open_device(GetParam()));

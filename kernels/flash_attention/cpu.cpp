@@ -102,8 +102,8 @@ struct Prepared {
 };
 
 // q, k, v, bias, sinks, cu_q, cu_k, q_seg, k_seg at these positions of `args`.
-void prepare(Prepared& w, const Invocation& inv, const Config& config, std::span<const Tensor> args,
-             const std::size_t (&at)[9]) {
+void prepare_work(Prepared& w, const Invocation& inv, const Config& config, std::span<const Tensor> args,
+                  const std::size_t (&at)[9]) {
   Problem& p = w.p;
   p = Problem::of(inv);
   const std::int64_t bq = config.get("block_q"), bk = config.get("block_k"), lanes = isa().lanes;
@@ -233,7 +233,7 @@ class CpuForward final : public Implementation {
     auto& pool = ejk::cpu::cpu_device(device).pool();
     const cpu::Isa& I = isa();
     Prepared w;
-    prepare(w, inv, config, args,
+    prepare_work(w, inv, config, args,
             {fwd::q, fwd::k, fwd::v, fwd::bias, fwd::softmax_aux, fwd::cu_seqlens_q, fwd::cu_seqlens_k,
              fwd::q_segment_ids, fwd::kv_segment_ids});
     cpu::Plan& P = w.plan;
@@ -268,7 +268,7 @@ class CpuBackward final : public Implementation {
     auto& pool = ejk::cpu::cpu_device(device).pool();
     const cpu::Isa& I = isa();
     Prepared w;
-    prepare(w, inv, config, args,
+    prepare_work(w, inv, config, args,
             {bwd::q, bwd::k, bwd::v, bwd::bias, bwd::softmax_aux, bwd::cu_seqlens_q, bwd::cu_seqlens_k,
              bwd::q_segment_ids, bwd::kv_segment_ids});
     const Problem& p = w.p;

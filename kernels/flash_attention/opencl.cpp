@@ -153,7 +153,7 @@ class OpenCLBase : public Implementation {
   Backend backend() const override { return Backend::opencl; }
 
  protected:
-  static opencl::OpenCLDevice& prepare(const Problem& p, Device& device) {
+  static opencl::OpenCLDevice& device_for(const Problem& p, Device& device) {
     check_32bit_indices(p, p.backward ? "flash_attention_bwd opencl" : "flash_attention opencl");
     return opencl::opencl_device(device);
   }
@@ -171,9 +171,16 @@ class OpenCLForward final : public OpenCLBase {
     return opencl_heuristic(inv, dev, false, is_cpu(dev));
   }
 
+  void prepare(const Invocation& inv, const Config& config, Device& device) const override {
+    const Problem p = Problem::of(inv);
+    auto& dev = device_for(p, device);
+    if (variant_of(config, p) == "mma") (void)mma_kernel(dev, mma_geometry(config, p, dev.info()), p.dtype, "fa_fwd_mma");
+    else (void)program_kernel(dev, geometry(config, p, dev.info()), "fa_fwd");
+  }
+
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
-    auto& dev = prepare(p, device);
+    auto& dev = device_for(p, device);
     const ProgramOptions params = program_options(p, "flash_attention opencl");
     auto go = [&](opencl::ClKernel& k, std::int64_t groups, std::int64_t lx, std::int64_t ly, std::int64_t local) {
       launch(dev, k, groups, p.heads, p.batch, lx, ly, opencl::StructArg::of(params),
@@ -204,9 +211,20 @@ class OpenCLBackward final : public OpenCLBase {
     return opencl_heuristic(inv, dev, true, is_cpu(dev));
   }
 
+  void prepare(const Invocation& inv, const Config& config, Device& device) const override {
+    const Problem p = Problem::of(inv);
+    auto& dev = device_for(p, device);
+    if (variant_of(config, p) == "mma") {
+      (void)program_kernel(dev, TileGeometry{16, 16, 8, 4, head_dim_class(p.head_dim)}, "fa_prep");
+      (void)mma_kernel(dev, mma_geometry(config, p, dev.info()), p.dtype, "fa_dkdv_mma");
+    } else {
+      (void)program_kernel(dev, geometry(config, p, dev.info()), "fa_prep");
+    }
+  }
+
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
-    auto& dev = prepare(p, device);
+    auto& dev = device_for(p, device);
     const bool mma = variant_of(config, p) == "mma";
     // The mma variant takes its prep and finish passes from a small scalar geometry's program.
     const TileGeometry g = mma ? TileGeometry{16, 16, 8, 4, head_dim_class(p.head_dim)} : geometry(config, p, dev.info());

@@ -195,7 +195,7 @@ class VulkanBase : public Implementation {
   }
 
  protected:
-  static vulkan::VulkanDevice& prepare(const Problem& p, Device& device) {
+  static vulkan::VulkanDevice& device_for(const Problem& p, Device& device) {
     auto& dev = vulkan::vulkan_device(device);
     if (needs16(p) && !dev.physical().storage16)
       throw InvalidArgument("flash_attention vulkan: " + dev.info().id() + " has no 16-bit storage buffers for f16/bf16 arrays");
@@ -222,7 +222,7 @@ class VulkanForward final : public VulkanBase {
 
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
-    auto& dev = prepare(p, device);
+    auto& dev = device_for(p, device);
     const std::string variant = config.has("variant") ? config.text("variant") : "scalar";
     if (variant == "coopmat") return run_coopmat(p, config, args, dev);
     if (variant != "scalar") throw InvalidArgument("flash_attention vulkan: unknown variant '" + variant + "' (scalar, coopmat)");
@@ -284,7 +284,7 @@ class VulkanBackward final : public VulkanBase {
 
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
-    auto& dev = prepare(p, device);
+    auto& dev = device_for(p, device);
     if (config.has("variant") && config.text("variant") != "scalar")
       throw InvalidArgument("flash_attention_bwd vulkan: unknown variant '" + config.text("variant") + "' (scalar)");
     const TileGeometry g = geometry(config, p, dev.info());

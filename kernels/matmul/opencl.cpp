@@ -64,12 +64,35 @@ class OpenCLMatmul final : public Implementation {
     return opencl_heuristic(inv, dev, is_cpu(dev));
   }
 
+  void prepare(const Invocation& inv, const Config& config, Device& device) const override {
+    const Problem p = Problem::of(inv);
+    if (p.m == 0 || p.n == 0 || p.batch == 0) return;
+    const Geometry g = Geometry::of(config);
+    g.check(config, p);
+    (void)program(p, g, opencl::opencl_device(device));
+  }
+
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     Problem p = Problem::of(inv);
     auto& dev = opencl::opencl_device(device);
     if (p.m == 0 || p.n == 0 || p.batch == 0) return;
     const Geometry g = Geometry::of(config);
     g.check(config, p);
+    const std::int64_t lda = p.trans_a ? p.m : p.k, ldb = p.trans_b ? p.k : p.n, ldc = p.n;
+    auto k = program(p, g, dev);
+    const opencl::Range global(static_cast<std::size_t>(ceil_div(p.n, g.nwg()) * g.ndimc),
+                               static_cast<std::size_t>(ceil_div(p.m, g.mwg()) * g.mdimc),
+                               static_cast<std::size_t>(p.batch));
+    const opencl::Range local(static_cast<std::size_t>(g.ndimc), static_cast<std::size_t>(g.mdimc), 1);
+    dev.launch(*k, global, local, static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k),
+               static_cast<float>(p.alpha), static_cast<float>(p.beta), args[0], static_cast<int>(lda),
+               static_cast<std::int64_t>(p.batch_stride_a), args[1], static_cast<int>(ldb), static_cast<std::int64_t>(p.batch_stride_b),
+               args[2], static_cast<int>(ldc), static_cast<std::int64_t>(p.batch_stride_c));
+  }
+
+ private:
+  // The xgemm kernel of this problem and geometry, built on first use.
+  static std::shared_ptr<opencl::ClKernel> program(const Problem& p, const Geometry& g, opencl::OpenCLDevice& dev) {
     const std::int64_t lda = p.trans_a ? p.m : p.k, ldb = p.trans_b ? p.k : p.n, ldc = p.n;
     for (std::int64_t v : {p.m, p.n, p.k})
       if (v > INT_MAX)
@@ -110,15 +133,7 @@ class OpenCLMatmul final : public Implementation {
     def("IDX", largest < INT_MAX ? "int" : "long");
     defi("FMA", dev.hardware_fma());
     defi("ORDER", g.order);
-    auto k = dev.kernel(source_key, options, "xgemm");
-    const opencl::Range global(static_cast<std::size_t>(ceil_div(p.n, g.nwg()) * g.ndimc),
-                               static_cast<std::size_t>(ceil_div(p.m, g.mwg()) * g.mdimc),
-                               static_cast<std::size_t>(p.batch));
-    const opencl::Range local(static_cast<std::size_t>(g.ndimc), static_cast<std::size_t>(g.mdimc), 1);
-    dev.launch(*k, global, local, static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k),
-               static_cast<float>(p.alpha), static_cast<float>(p.beta), args[0], static_cast<int>(lda),
-               static_cast<std::int64_t>(p.batch_stride_a), args[1], static_cast<int>(ldb), static_cast<std::int64_t>(p.batch_stride_b),
-               args[2], static_cast<int>(ldc), static_cast<std::int64_t>(p.batch_stride_c));
+    return dev.kernel(source_key, options, "xgemm");
   }
 };
 

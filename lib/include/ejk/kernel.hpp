@@ -127,6 +127,11 @@ class Implementation {
   virtual bool supports(const Invocation& /*inv*/, const DeviceInfo& /*dev*/) const { return true; }
   virtual ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const = 0;
   virtual Config heuristic(const Invocation& inv, const DeviceInfo& dev) const = 0;
+  // Builds what run() would build for this config (programs, pipelines) without launching,
+  // so a tuner can compile upcoming candidates on host threads while the device times others.
+  // Called from several threads at once and concurrently with run(); may throw what run()
+  // would (the tuner ignores it here: run() reports it). The default builds nothing.
+  virtual void prepare(const Invocation& /*inv*/, const Config& /*config*/, Device& /*device*/) const {}
   // Launches on `device` (asynchronously where the backend allows). Throws CompileError,
   // ResourceError or DeviceError for configs the device cannot run.
   virtual void run(const Invocation& inv, const Config& config, std::span<const Tensor> args,

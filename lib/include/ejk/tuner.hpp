@@ -79,6 +79,10 @@ struct TuneOptions {
   std::string worker;  // worker executable; empty: find_worker()
   double timeout_floor_seconds = 10;
   double timeout_factor = 20;
+  // Host threads that build upcoming candidates' programs (Implementation::prepare) while the
+  // device times others, for strategies that know their order (exhaustive, random). -1: up to
+  // 8 on a discrete GPU, none elsewhere (building would share the cores a CPU device times on).
+  int prebuild_threads = -1;
   // Called after each candidate: its measurement, how many were evaluated, the space size.
   std::function<void(const Measurement&, std::size_t evaluated, std::size_t space_size)> progress;
 };

@@ -199,15 +199,30 @@ std::optional<std::size_t> random_unevaluated(const Session& s, std::size_t n, R
   return free[rng.below(free.size())];
 }
 
-void exhaustive(Session& s, const Candidates& c) {
+// Hands the lookahead the unevaluated candidates of `order` the budget can still reach.
+void plan(const Session& s, const Candidates& c, const std::vector<std::size_t>& order, const Lookahead& lookahead) {
+  if (!lookahead) return;
+  std::vector<Config> next;
+  for (std::size_t i : order) {
+    if (s.count() + next.size() >= s.limit()) break;
+    if (!s.evaluated(i)) next.push_back(c.at(i));
+  }
+  lookahead(next);
+}
+
+void exhaustive(Session& s, const Candidates& c, const Lookahead& lookahead) {
+  std::vector<std::size_t> order(c.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  plan(s, c, order, lookahead);
   for (std::size_t i = 0; i < c.size() && !s.finished(); ++i)
     if (!s.evaluated(i)) s.evaluate(i);
 }
 
-void random_search(Session& s, const Candidates& c, Rng& rng) {
+void random_search(Session& s, const Candidates& c, Rng& rng, const Lookahead& lookahead) {
   std::vector<std::size_t> order(c.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
+  plan(s, c, order, lookahead);
   for (std::size_t i : order) {
     if (s.finished()) return;
     if (!s.evaluated(i)) s.evaluate(i);
@@ -423,7 +438,8 @@ void model(Session& s, const Candidates& c, Rng& rng) {
 }  // namespace
 
 SearchResult search(const Candidates& cands, Strategy strategy, const Budget& budget, std::uint64_t seed,
-                    const std::vector<std::size_t>& start, const Evaluate& evaluate, const Progress& progress) {
+                    const std::vector<std::size_t>& start, const Evaluate& evaluate, const Progress& progress,
+                    const Lookahead& lookahead) {
   Session s(cands, strategy, budget, evaluate, progress);
   Rng rng(seed);
   for (std::size_t i : start) {
@@ -431,8 +447,8 @@ SearchResult search(const Candidates& cands, Strategy strategy, const Budget& bu
     if (i < cands.size() && !s.evaluated(i)) s.evaluate(i);
   }
   switch (strategy) {
-    case Strategy::exhaustive: exhaustive(s, cands); break;
-    case Strategy::random: random_search(s, cands, rng); break;
+    case Strategy::exhaustive: exhaustive(s, cands, lookahead); break;
+    case Strategy::random: random_search(s, cands, rng, lookahead); break;
     case Strategy::anneal: anneal(s, cands, rng); break;
     case Strategy::model: model(s, cands, rng); break;
   }

@@ -60,12 +60,16 @@ class Candidates {
 
 using Evaluate = std::function<Measurement(const Config& c, double best_ns)>;
 using Progress = std::function<void(const Measurement&, std::size_t evaluated, std::size_t space_size)>;
+// The candidates a strategy will evaluate next, in order (a hint for building ahead); called
+// by the strategies that know their order.
+using Lookahead = std::function<void(const std::vector<Config>&)>;
 
 // Runs `strategy` until the budget is spent or every candidate is evaluated. Candidates in
 // `start` are evaluated first. With a deterministic `evaluate`, the same seed gives the same
 // sequence.
 SearchResult search(const Candidates& cands, Strategy strategy, const Budget& budget, std::uint64_t seed,
-                    const std::vector<std::size_t>& start, const Evaluate& evaluate, const Progress& progress = {});
+                    const std::vector<std::size_t>& start, const Evaluate& evaluate, const Progress& progress = {},
+                    const Lookahead& lookahead = {});
 
 // The evaluation cap a budget implies for a space of n candidates.
 std::size_t evaluation_limit(const Budget& budget, Strategy strategy, std::size_t n);

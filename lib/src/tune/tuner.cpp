@@ -5,6 +5,7 @@
 #include <cmath>
 #include <ctime>
 #include <map>
+#include <optional>
 #include <random>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include "ejk/registry.hpp"
 #include "ejk/version.hpp"
 #include "tune/bench.hpp"
+#include "tune/prebuild.hpp"
 #include "tune/search.hpp"
 #include "tune/stats.hpp"
 #include "tune/worker.hpp"
@@ -198,7 +200,13 @@ TuneResult tune(const Invocation& inv, const Implementation& impl, Device& devic
   auto hidx = cands.find(out.heuristic);
   if (hidx) start.push_back(*hidx);
   else out.heuristic_measurement = measure(out.heuristic, 0);  // a baseline outside the space
-  SearchResult r = tuning::search(cands, o.strategy, o.budget, out.seed, start, measure, o.progress);
+  std::optional<tuning::Prebuilder> prebuilder;
+  if (const int threads = tuning::prebuild_threads(o.prebuild_threads, dev); threads > 0)
+    prebuilder.emplace(inv, impl, device, threads);
+  tuning::Lookahead lookahead;
+  if (prebuilder) lookahead = [&](const std::vector<Config>& next) { prebuilder->plan(next); };
+  SearchResult r = tuning::search(cands, o.strategy, o.budget, out.seed, start, measure, o.progress, lookahead);
+  prebuilder.reset();
   out.measurements = std::move(r.evaluated);
   if (hidx)
     for (const auto& m : out.measurements)

@@ -5,11 +5,14 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
 #include "backends/backends.hpp"
+#include "backends/program_store.hpp"
 #include "backends/vulkan/vk_util.hpp"
+#include "core/sha256.hpp"
 #include "ejk/detail/embedded.hpp"
 #include "ejk/error.hpp"
 
@@ -105,6 +108,9 @@ struct VulkanDevice::State {
   mutable std::mutex mutex;  // the stream, the caches and the queue
   OwnedCommandPool command_pool;
   OwnedPipelineCache pipeline_cache;
+  // Each pipeline's cache data kept across processes; by default on every device but CPUs.
+  std::optional<ProgramStore> store;
+  std::map<std::string, std::string, std::less<>> spirv_hashes;  // module key -> sha256 of its bytes
   OwnedQueryPool queries;
   std::map<std::string, OwnedShaderModule, std::less<>> modules;
   std::map<std::pair<std::uint32_t, std::uint32_t>, Layout> layouts;
@@ -175,6 +181,7 @@ struct VulkanDevice::State {
     VkPipelineCache cache;
     check(vkCreatePipelineCache(dev, &cache_info, nullptr, &cache), "vkCreatePipelineCache");
     pipeline_cache = OwnedPipelineCache(dev, cache);
+    store = ProgramStore::open("vulkan", !pd.cpu);
 
     if (pd.timestamp_bits) {
       auto q = make<VkQueryPoolCreateInfo>(VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO);
@@ -429,10 +436,47 @@ struct VulkanDevice::State {
     ci.stage.pName = "main";
     ci.stage.pSpecializationInfo = &si;
     ci.layout = lay.pipeline.get();
+    // With a store, the pipeline gets a cache of its own, seeded from what an earlier process
+    // kept for it: the driver then skips the compile.
+    VkPipelineCache cache = pipeline_cache.get();
+    OwnedPipelineCache own;
+    std::string stored_key;
+    bool seeded = false;
+    if (store) {
+      auto h = spirv_hashes.find(l.spirv);
+      if (h == spirv_hashes.end()) {
+        const auto& file = detail::embedded(l.spirv);
+        h = spirv_hashes.emplace(std::string(l.spirv), detail::sha256_hex(std::string_view(reinterpret_cast<const char*>(file.data), file.size))).first;
+      }
+      stored_key = pd.info.fingerprint() + '\n' + h->second + '\n' + key;
+      const auto data = store->load(stored_key);
+      auto pci = make<VkPipelineCacheCreateInfo>(VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO);
+      if (data) {
+        pci.initialDataSize = data->size();
+        pci.pInitialData = data->data();
+      }
+      VkPipelineCache c;
+      if (vkCreatePipelineCache(device(), &pci, nullptr, &c) == VK_SUCCESS) {
+        own = OwnedPipelineCache(device(), c);
+        cache = c;
+        seeded = data.has_value();
+      }
+    }
     VkPipeline p;
-    VkResult r = vkCreateComputePipelines(device(), pipeline_cache.get(), 1, &ci, nullptr, &p);
+    VkResult r = vkCreateComputePipelines(device(), cache, 1, &ci, nullptr, &p);
     if (r != VK_SUCCESS) throw CompileError(id() + ": cannot build the pipeline for " + spec_text(l) + ": " + result_name(r));
     ++stats.created;
+    if (seeded) ++stats.loaded;
+    if (own && !seeded) {
+      std::size_t size = 0;
+      if (vkGetPipelineCacheData(device(), cache, &size, nullptr) == VK_SUCCESS && size > 0) {
+        std::vector<unsigned char> bytes(size);
+        if (vkGetPipelineCacheData(device(), cache, &size, bytes.data()) == VK_SUCCESS) {
+          bytes.resize(size);
+          store->store(stored_key, bytes);
+        }
+      }
+    }
     Pipeline out{OwnedPipeline(device(), p), &lay, static_cast<std::uint32_t>(l.buffers.size())};
     return pipelines.emplace(std::move(key), std::move(out)).first->second;
   }

@@ -52,6 +52,7 @@ std::span<const std::byte> push_bytes(const T& block) {
 struct PipelineStats {
   std::uint64_t created = 0;  // pipelines built
   std::uint64_t hits = 0;     // dispatches that found theirs in the cache
+  std::uint64_t loaded = 0;   // of those built, the ones seeded with data another process kept
 };
 
 struct DeviceOptions {
