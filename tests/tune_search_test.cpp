@@ -98,6 +98,46 @@ TEST(TuneSearch, GuidedStrategiesReachTheTargetWithinThirtyPercent) {
   }
 }
 
+// Two variants: "fast" (8 configs, 1-2 ms) and "slow" (16 configs, 10x slower). The race
+// measures one guess of the slow variant (the one nearest the start config), then drops it.
+TEST(TuneSearch, RacingDropsAVariantFarBehind) {
+  std::vector<Measurement> rows;
+  for (std::int64_t t = 1; t <= 8; ++t) {
+    Measurement m;
+    m.config = {{"variant", std::string("fast")}, {"tile", t}};
+    m.stats = {1e6 * (1 + 0.1 * static_cast<double>(t)), 1e3, 1e6, 10};
+    rows.push_back(m);
+  }
+  for (std::int64_t t = 1; t <= 16; ++t) {
+    Measurement m;
+    m.config = {{"variant", std::string("slow")}, {"tile", t}};
+    m.stats = {1e7 * (1 + 0.1 * static_cast<double>(t)), 1e4, 1e7, 10};
+    rows.push_back(m);
+  }
+  const MeasurementTable table(rows);
+  const Config start{{"variant", std::string("fast")}, {"tile", 3}};
+  for (Strategy strategy : {Strategy::exhaustive, Strategy::random, Strategy::anneal, Strategy::model}) {
+    Budget budget;
+    budget.evaluations = 24;
+    SearchResult r = simulate(table, strategy, budget, 5, {start});
+    ASSERT_GE(r.evaluated.size(), 2u) << to_string(strategy);
+    EXPECT_EQ(r.evaluated[0].config, start);
+    EXPECT_EQ(r.evaluated[1].config, (Config{{"variant", std::string("slow")}, {"tile", 3}})) << "the nearest guess";
+    std::size_t slow = 0;
+    for (const auto& m : r.evaluated) slow += m.config.text("variant") == "slow";
+    EXPECT_EQ(slow, 1u) << to_string(strategy);
+    EXPECT_NE(r.raced.find("variant slow"), std::string::npos) << r.raced;
+    if (strategy == Strategy::exhaustive) {
+      EXPECT_EQ(r.evaluated.size(), 9u);
+      EXPECT_EQ(r.stopped, "space exhausted");
+    }
+    // Without the race every candidate the budget allows is measured.
+    budget.race_ratio = 0;
+    EXPECT_EQ(simulate(table, strategy, budget, 5, {start}).evaluated.size(), 24u) << to_string(strategy);
+    EXPECT_TRUE(simulate(table, strategy, budget, 5, {start}).raced.empty());
+  }
+}
+
 TEST(TuneSearch, SameSeedSameSequenceOtherSeedOtherSequence) {
   auto table = synthetic_table();
   Budget budget;

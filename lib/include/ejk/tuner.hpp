@@ -38,6 +38,11 @@ struct Budget {
   // from an earlier run, or the best of an exhaustive table in simulation).
   double target_ns = 0;
   double target_within = 0.05;
+  // Racing variants: when the space has a text parameter "variant", each variant's best guess
+  // (its candidate nearest the first start config) is measured first, and a variant whose
+  // guess runs this many times slower than the best guess gets no further evaluations.
+  // 0: no race.
+  double race_ratio = 4.0;
 };
 
 struct TimingOptions {
@@ -152,6 +157,7 @@ struct SearchResult {
   std::size_t best = static_cast<std::size_t>(-1);  // index into evaluated; -1 when none ok
   std::string stopped;  // why the search ended: "budget: evaluations", "target", "space exhausted", ...
   std::size_t space_size = 0;
+  std::string raced;  // the variants the race dropped and why; empty when none
 };
 
 // Runs a strategy against the table (every candidate of the space is a row). `start`

@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <limits>
+#include <map>
 #include <numeric>
+#include <variant>
 
 #include "ejk/error.hpp"
 
@@ -130,7 +133,7 @@ class Session {
   // True when the search must stop; records why.
   bool finished() {
     if (!result.stopped.empty()) return true;
-    if (result.evaluated.size() >= cands_.size()) result.stopped = "space exhausted";
+    if (result.evaluated.size() + excluded_ >= cands_.size()) result.stopped = "space exhausted";
     else if (result.evaluated.size() >= limit_) result.stopped = "budget: evaluations";
     else if (budget_.seconds > 0 && elapsed() >= budget_.seconds) result.stopped = "budget: seconds";
     else if (budget_.target_ns > 0 && best_ns_ > 0 && best_ns_ <= budget_.target_ns * (1 + budget_.target_within))
@@ -138,7 +141,14 @@ class Session {
     return !result.stopped.empty();
   }
 
+  // True for candidates measured or excluded: strategies take neither again.
   bool evaluated(std::size_t i) const { return done_[i]; }
+  // Takes an unevaluated candidate out of the search without measuring it (value +inf).
+  void exclude(std::size_t i) {
+    if (done_[i]) return;
+    done_[i] = true;
+    ++excluded_;
+  }
   // log(median ns) of an evaluated candidate; +inf for failures.
   double value(std::size_t i) const { return value_[i]; }
   std::size_t count() const { return result.evaluated.size(); }
@@ -181,6 +191,7 @@ class Session {
   std::vector<double> value_;
   std::vector<bool> done_;
   std::vector<std::size_t> order_;
+  std::size_t excluded_ = 0;
   double best_ns_ = 0;
   std::optional<std::size_t> best_;
   std::chrono::steady_clock::time_point t0_;
@@ -435,6 +446,57 @@ void model(Session& s, const Candidates& c, Rng& rng) {
   }
 }
 
+// Measures each variant's best guess, then excludes the variants whose guess is far behind
+// the best one (Budget::race_ratio).
+void race(Session& s, const Candidates& c, const std::vector<std::size_t>& start, double ratio,
+          const Lookahead& lookahead) {
+  std::map<std::string, std::vector<std::size_t>> by_variant;
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    const Config& cfg = c.at(i);
+    if (cfg.has("variant") && std::holds_alternative<std::string>(cfg.values().at("variant")))
+      by_variant[cfg.text("variant")].push_back(i);
+  }
+  if (by_variant.size() < 2) return;
+  std::vector<std::size_t> guesses;
+  for (const auto& [variant, members] : by_variant) {
+    if (std::any_of(members.begin(), members.end(), [&](std::size_t i) { return s.evaluated(i); })) continue;
+    std::size_t guess = members.front();
+    if (!start.empty() && start.front() < c.size())
+      for (std::size_t i : members)
+        if (c.distance(i, start.front()) < c.distance(guess, start.front())) guess = i;
+    guesses.push_back(guess);
+  }
+  if (lookahead && !guesses.empty()) {
+    std::vector<Config> next;
+    for (std::size_t i : guesses) next.push_back(c.at(i));
+    lookahead(next);
+  }
+  for (std::size_t i : guesses) {
+    if (s.finished()) return;
+    s.evaluate(i);
+  }
+  std::map<std::string, double> best_of;
+  double best = inf;
+  for (const auto& [variant, members] : by_variant) {
+    double b = inf;
+    for (std::size_t i : members)
+      if (s.evaluated(i)) b = std::min(b, s.value(i));
+    best_of[variant] = b;
+    best = std::min(best, b);
+  }
+  if (!std::isfinite(best)) return;
+  for (const auto& [variant, members] : by_variant) {
+    const double b = best_of[variant];
+    // A variant whose guess failed is kept: one config failing says little about the others.
+    if (!std::isfinite(b) || b <= best + std::log(ratio)) continue;
+    for (std::size_t i : members) s.exclude(i);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.3g", std::exp(b - best));
+    s.result.raced += (s.result.raced.empty() ? "" : ", ") + std::string("variant ") + variant + " (" + buf +
+                      "x the best guess, " + std::to_string(members.size()) + " candidates)";
+  }
+}
+
 }  // namespace
 
 SearchResult search(const Candidates& cands, Strategy strategy, const Budget& budget, std::uint64_t seed,
@@ -446,6 +508,7 @@ SearchResult search(const Candidates& cands, Strategy strategy, const Budget& bu
     if (s.finished()) break;
     if (i < cands.size() && !s.evaluated(i)) s.evaluate(i);
   }
+  if (budget.race_ratio > 1) race(s, cands, start, budget.race_ratio, lookahead);
   switch (strategy) {
     case Strategy::exhaustive: exhaustive(s, cands, lookahead); break;
     case Strategy::random: random_search(s, cands, rng, lookahead); break;

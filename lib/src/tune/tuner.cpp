@@ -300,6 +300,7 @@ TuneResult tune(const Invocation& inv, const Implementation& impl, Device& devic
                    Status::skipped})
     if (counts[s]) rep += ", " + std::string(to_string(s)) + " " + std::to_string(counts[s]);
   rep += "; checked against: " + out.validated + "\n";
+  if (!r.raced.empty()) rep += "race: dropped " + r.raced + "\n";
   if (isolated && isolated->restarts())
     rep += "isolation: worker restarted " + std::to_string(isolated->restarts()) + " times\n";
   if (winner) {
