@@ -104,31 +104,35 @@ TEST_P(SmallestCases, MatchTheReference) {
   }
 }
 
-// Every kernel's inputs, made on each device, are exactly what Kernel::inputs gives on the
+// Every kernel's inputs, made on the device, are exactly what Kernel::inputs gives on the
 // host, except the arguments derive() computes, which agree within the kernel's tolerance.
-TEST(Inputs, MadeOnEveryDeviceAsOnTheHost) {
-  for (const auto& c : small_cases())
-    for (const auto& id : test::devices()) {
-      Context ctx(id);
-      const Kernel& kernel = Registry::global().kernel(c.kernel);
-      const Invocation inv = kernel.from_sizes(c.sizes, DType::f16, c.options);
-      const HostArrays want = kernel.inputs(inv, 5);
-      const auto fills = kernel.fills(inv, 5);
-      const auto defs = kernel.args();
-      std::vector<Tensor> args;
-      for (const auto& spec : inv.args) args.emplace_back(ctx.device_ptr(), spec.shape, spec.dtype);
-      kernel.make_inputs(inv, 5, args);
-      ctx.device().synchronize();
-      for (std::size_t i = 0; i < args.size(); ++i) {
-        if (defs[i].role == Role::out) continue;
-        const std::vector<double> got = args[i].read();
-        if (fills[i].kind == Fill::Kind::none)
-          EXPECT_LE(test::relative_error(got, want[i]), kernel.tolerance(inv)) << c.kernel << " " << defs[i].name << " on " << id;
-        else
-          EXPECT_EQ(got, want[i]) << c.kernel << " " << defs[i].name << " on " << id;
-      }
+class Inputs : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Inputs, MadeOnTheDeviceAsOnTheHost) {
+  Context ctx(GetParam());
+  for (const auto& c : small_cases()) {
+    const Kernel& kernel = Registry::global().kernel(c.kernel);
+    const Invocation inv = kernel.from_sizes(c.sizes, DType::f16, c.options);
+    const HostArrays want = kernel.inputs(inv, 5);
+    const auto fills = kernel.fills(inv, 5);
+    const auto defs = kernel.args();
+    std::vector<Tensor> args;
+    for (const auto& spec : inv.args) args.emplace_back(ctx.device_ptr(), spec.shape, spec.dtype);
+    kernel.make_inputs(inv, 5, args);
+    ctx.device().synchronize();
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      if (defs[i].role == Role::out) continue;
+      const std::vector<double> got = args[i].read();
+      if (fills[i].kind == Fill::Kind::none)
+        EXPECT_LE(test::relative_error(got, want[i]), kernel.tolerance(inv)) << c.kernel << " " << defs[i].name;
+      else
+        EXPECT_EQ(got, want[i]) << c.kernel << " " << defs[i].name;
     }
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(All, Inputs, ::testing::ValuesIn(test::devices()),
+                         [](const auto& param) { return test::test_name(param.param); });
 
 INSTANTIATE_TEST_SUITE_P(All, SmallestCases,
                          ::testing::Combine(::testing::ValuesIn([] {
