@@ -30,7 +30,7 @@ for dev in "${devices[@]}"; do
   d=${dev/:/}
   rm -rf "$CUDA_CACHE_PATH" "$EJK_CACHE_DIR/programs"
   for pass in cold warm; do
-    EJK_LOG_TUNE=1 m "tune-$pass-$d" ejk --device "$dev" tune "$here/fa_fwd.yaml" --force --json "$out/tune-$pass-$d.json" \
+    EJK_LOG_TUNE=1 m "tune-$pass-$d" ejk -v --device "$dev" tune "$here/fa_fwd.yaml" --force --json "$out/tune-$pass-$d.json" \
       2> "$out/tune-$pass-$d.log" | tail -2
   done
 done
