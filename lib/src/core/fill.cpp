@@ -1,9 +1,9 @@
 #include <algorithm>
 #include <cmath>
-#include <thread>
 #include <vector>
 
 #include "core/element.hpp"
+#include "core/parts.hpp"
 #include "ejk/error.hpp"
 #include "ejk/tensor.hpp"
 #include "flash_attention/philox.h"
@@ -43,18 +43,13 @@ void fill_uniform(const Tensor& t, std::uint64_t seed, float lo, float hi) {
   const std::size_t size = dtype_size(t.dtype());
   // Slices of 4 Mi elements, each made by every core at once, then uploaded.
   constexpr std::int64_t slice = std::int64_t{1} << 22;
-  const unsigned threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
   std::vector<std::byte> bytes(static_cast<std::size_t>(std::min(n, slice)) * size);
   for (std::int64_t first = 0; first < n; first += slice) {
     const std::int64_t count = std::min(slice, n - first);
-    const std::int64_t part = (count / threads + 4) / 4 * 4;  // a multiple of 4: whole Philox blocks
-    std::vector<std::jthread> pool;
-    for (std::int64_t p = part; p < count; p += part)
-      pool.emplace_back([&, p] {
-        generate(t.dtype(), seed, lo, hi, first + p, std::min(part, count - p), bytes.data() + static_cast<std::size_t>(p) * size);
-      });
-    generate(t.dtype(), seed, lo, hi, first, std::min(part, count), bytes.data());
-    pool.clear();  // joins
+    // Parts of whole Philox blocks (4 elements).
+    for_parts(count, 4, [&](std::int64_t, std::int64_t a, std::int64_t b) {
+      generate(t.dtype(), seed, lo, hi, first + a, b - a, bytes.data() + static_cast<std::size_t>(a) * size);
+    });
     t.device().write(t.buffer(), static_cast<std::size_t>(first) * size, bytes.data(), static_cast<std::size_t>(count) * size);
   }
 }

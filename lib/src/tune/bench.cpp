@@ -7,9 +7,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
-#include <thread>
 
 #include "core/element.hpp"
+#include "core/parts.hpp"
 #include "ejk/error.hpp"
 #include "ejk/registry.hpp"
 #include "tune/stats.hpp"
@@ -319,10 +319,8 @@ Verdict compare(DType t, const std::byte* got, const std::byte* want_raw, const 
     // a row with no allowed key is -inf).
     if (!std::isfinite(g) || (has_want && std::isinf(w))) {
       if (has_want && std::isinf(w) && g == w) continue;
-      if (!std::isfinite(g) || has_want) {
-        v.bad = j, v.got = g, v.want = w;
-        return v;
-      }
+      v.bad = j, v.got = g, v.want = w;
+      return v;
     }
     if (!has_want) continue;
     v.err = std::max(v.err, std::abs(g - w));
@@ -335,7 +333,6 @@ Verdict compare(DType t, const std::byte* got, const std::byte* want_raw, const 
 
 std::string Bench::check_outputs(double& error) const {
   error = 0;
-  const unsigned threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
   std::size_t o = 0;
   for (std::size_t i = 0; i < roles_.size(); ++i) {
     if (roles_[i] == Role::in) continue;
@@ -359,21 +356,14 @@ std::string Bench::check_outputs(double& error) const {
       const std::size_t bytes = static_cast<std::size_t>(count) * size, offset = static_cast<std::size_t>(first) * size;
       device_.read(out.buffer(), offset, got.data(), bytes);
       if (want_dev) device_.read(want_dev->buffer(), offset, want.data(), bytes);
-      const std::int64_t part = (count + threads - 1) / threads;
-      std::vector<Verdict> verdicts(threads);
-      {
-        std::vector<std::jthread> pool;
-        for (unsigned p = 0; p < threads; ++p) {
-          const std::int64_t lo = std::min(count, p * part), hi = std::min(count, lo + part);
-          if (lo >= hi) break;
-          pool.emplace_back([&, p, lo, hi] {
-            verdicts[p] = compare(t, got.data() + static_cast<std::size_t>(lo) * size,
-                                  want_dev ? want.data() + static_cast<std::size_t>(lo) * size : nullptr,
-                                  want_host ? want_host->data() + first + lo : nullptr, hi - lo);
-            if (verdicts[p].bad >= 0) verdicts[p].bad += lo;
-          });
-        }
-      }
+      std::vector<Verdict> verdicts(host_threads());
+      for_parts(count, 1, [&](std::int64_t p, std::int64_t lo, std::int64_t hi) {
+        Verdict& v = verdicts[static_cast<std::size_t>(p)];
+        v = compare(t, got.data() + static_cast<std::size_t>(lo) * size,
+                    want_dev ? want.data() + static_cast<std::size_t>(lo) * size : nullptr,
+                    want_host ? want_host->data() + first + lo : nullptr, hi - lo);
+        if (v.bad >= 0) v.bad += lo;
+      });
       for (const Verdict& v : verdicts) {
         if (v.bad >= 0) {
           const std::int64_t at = first + v.bad;
