@@ -1,7 +1,7 @@
 #include <cmath>
 #include <set>
 
-#include "flash_attention/philox.h"
+#include "common/philox.h"
 
 #include "support.hpp"
 
@@ -150,7 +150,8 @@ TEST_P(DeviceBuffers, FillUniformIsTheSameOnEveryDeviceAndFollowsItsFormula) {
                                                       0x66696c6cu, 0),
                                             0x89abcdefu, 0x01234567u);
       const std::uint32_t words[4] = {r.x, r.y, r.z, r.w};
-      const float x = std::fma(hi - lo, static_cast<float>(words[i % 4] >> 8) * 0x1p-24f, lo);
+      volatile float scaled = (hi - lo) * (static_cast<float>(words[i % 4] >> 8) * 0x1p-24f);  // not fused with the add
+      const float x = scaled + lo;
       const double want = t == DType::i32 ? std::floor(static_cast<double>(x)) : round_to(t, x);
       EXPECT_EQ(got[static_cast<std::size_t>(i)], want) << to_string(t) << " element " << i;
     }
@@ -163,6 +164,37 @@ TEST_P(DeviceBuffers, FillUniformIsTheSameOnEveryDeviceAndFollowsItsFormula) {
     EXPECT_NEAR(sum / static_cast<double>(n), (lo + hi) / 2 - (t == DType::i32 ? 0.5 : 0.0), 0.01) << to_string(t);
   }
   test::expect_error([&] { fill_uniform(ctx.empty({4}, DType::f32), 1, 1.0f, -1.0f); }, "fill_uniform of a tensor of shape [4]");
+}
+
+// A backend's own fill (kernels/common/fill.cl, fill.comp) against the host's at the edges of
+// each format: f16 subnormals and overflow to infinity, bf16 at the top of its range, i32
+// saturation; ranges that start and end inside a block of four, with the bytes around them
+// left as they were.
+TEST_P(DeviceBuffers, DeviceFillWritesTheHostsBytesAtTheEdgesOfEachFormat) {
+  Context ctx(GetParam()), cpu("cpu");
+  struct Case {
+    DType t;
+    float lo, hi;
+  };
+  const Case cases[] = {{DType::f16, -2e-4f, 2e-4f},     {DType::f16, -7e4f, 7e4f}, {DType::f16, -1.0f, 1.0f},
+                        {DType::bf16, -1.5e38f, 1.5e38f}, {DType::bf16, 0.0f, 1e-3f}, {DType::i32, -3e9f, 3e9f},
+                        {DType::i32, -5.0f, 5.0f},        {DType::f32, -1e3f, 1e-3f}};
+  const std::int64_t n = 4099;
+  const std::pair<std::int64_t, std::int64_t> ranges[] = {{0, n}, {1, n - 1}, {3, 2}, {5, 4000}, {2, 1}, {4, 8}};
+  for (const Case& c : cases)
+    for (const auto& [first, count] : ranges) {
+      Tensor here = ctx.empty({n}, c.t), there = cpu.empty({n}, c.t);
+      const std::vector<std::byte> before(here.bytes(), std::byte{0x5a});
+      here.write_bytes(before);
+      there.write_bytes(before);
+      here.device().fill_uniform(here.buffer(), c.t, first, count, 0xfeedf00d12345ull, c.lo, c.hi);
+      there.device().fill_uniform(there.buffer(), c.t, first, count, 0xfeedf00d12345ull, c.lo, c.hi);
+      const auto got = here.read_bytes(), want = there.read_bytes();
+      EXPECT_TRUE(got == want) << to_string(c.t) << " [" << c.lo << ", " << c.hi << ") elements " << first << " + " << count;
+      const auto size = static_cast<std::int64_t>(dtype_size(c.t));
+      for (std::int64_t b = 0; b < static_cast<std::int64_t>(got.size()); ++b)
+        if (b < first * size || b >= (first + count) * size) ASSERT_EQ(got[static_cast<std::size_t>(b)], std::byte{0x5a}) << b;
+    }
 }
 
 TEST_P(DeviceBuffers, CopiesBetweenOffsetsAndRejectsRangesPastTheEnd) {

@@ -6,7 +6,7 @@
 #include <random>
 
 #include "flash_attention/flash_attention.hpp"
-#include "flash_attention/philox.h"
+#include "common/philox.h"
 #include "support.hpp"
 
 namespace ejk {

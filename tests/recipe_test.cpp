@@ -86,9 +86,14 @@ TEST(Recipe, NumbersAreRangeCheckedExactly) {
             "r.yaml:5:26: tune.budget.seconds must be a number from 0 to 1000000000, got '.nan'");
   EXPECT_EQ(error_of(head + "tune: {seed: -3}\n"), "r.yaml:5:14: tune.seed must be an integer from 0 to 9223372036854775807, got -3");
   EXPECT_EQ(error_of(head + "    options: {trans_a: .inf}\n"), "r.yaml:5:24: an option must be a finite number, got '.inf'");
+  EXPECT_EQ(error_of(head + "tune: {budget: {race: 0.5}}\n"), "r.yaml:5:23: tune.budget.race must be 0 (no race) or at least 1");
+  EXPECT_EQ(error_of(head + "tune: {budget: {race: -1}}\n"),
+            "r.yaml:5:23: tune.budget.race must be a number from 0 to 1000000000, got -1");
   auto r = app::parse_recipe(head + "tune: {budget: {evals: 2147483647, seconds: 0.5}, seed: 9223372036854775807}\n", "r.yaml");
   EXPECT_EQ(r.tune.evals, 2147483647);
   EXPECT_EQ(r.tune.seconds, 0.5);
+  EXPECT_EQ(r.tune.race, 4.0);
+  EXPECT_EQ(app::parse_recipe(head + "tune: {budget: {race: 0}}\n", "r.yaml").tune.race, 0.0);
   EXPECT_EQ(r.tune.seed, 9223372036854775807u);
 }
 

@@ -171,6 +171,8 @@ TEST(SmallestCasesCoverage, EveryOpenClKernelAndSource) {
           detail::embedded(key).text().find("#include \"" + other.substr(folder.size()) + "\"") != std::string_view::npos)
         covered.insert(other);
   }
+  // The device's own fill, which tests/oclgrind/run.sh checks through the fill test.
+  covered.insert("common/fill.cl");
   for (const auto& key : all) EXPECT_TRUE(covered.count(key)) << key << " is run by no kernel in the table";
 }
 

@@ -301,10 +301,14 @@ Recipe parse_recipe(const std::string& text, const std::string& path) {
         r.fail(t["strategy"], "unknown strategy '" + recipe.tune.strategy + "' (allowed: anneal, exhaustive, model, random)");
     }
     if (const auto b = t["budget"]) {
-      r.keys(b, {"evals", "seconds"}, "tune.budget");
+      r.keys(b, {"evals", "seconds", "race"}, "tune.budget");
       if (b["evals"])
         recipe.tune.evals = static_cast<int>(r.integer(b["evals"], "tune.budget.evals", 1, std::numeric_limits<int>::max()));
       if (b["seconds"]) recipe.tune.seconds = r.number(b["seconds"], "tune.budget.seconds", 0, 1e9);
+      if (b["race"]) {
+        recipe.tune.race = r.number(b["race"], "tune.budget.race", 0, 1e9);
+        if (recipe.tune.race > 0 && recipe.tune.race < 1) r.fail(b["race"], "tune.budget.race must be 0 (no race) or at least 1");
+      }
     }
     if (t["seed"])
       recipe.tune.seed = static_cast<std::uint64_t>(

@@ -35,6 +35,7 @@ struct TuneSettings {
   std::string strategy = "anneal";  // exhaustive | random | anneal | model
   int evals = 64;                   // budget in evaluations per invocation (0 = the strategy's default)
   double seconds = 0;               // budget in seconds per invocation (0 = unbounded)
+  double race = 4;                  // Budget::race_ratio (0 = every variant searched to the end)
   std::uint64_t seed = 1;
   std::vector<std::string> constraints;       // extra constraints added to every space
   std::vector<std::string> constraint_where;  // "file:line:col" of each constraint

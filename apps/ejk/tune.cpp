@@ -21,7 +21,7 @@ struct TuneFlags {
   std::string path;
   std::string strategy;
   // As given (empty: not given), read exactly when the command runs.
-  std::string evals, seconds, seed;
+  std::string evals, seconds, race, seed;
   bool isolate = false;
   bool force = false;
   std::string bundle;
@@ -346,6 +346,9 @@ void add_tune(CLI::App& app, Globals& g) {
   cmd->add_option("--evals", f->evals,
                   "candidates per invocation, 0 to 2^31-1; 0: the strategy's default (default: the recipe's)");
   cmd->add_option("--seconds", f->seconds, "seconds per invocation, 0 to 1e9; 0: unbounded (default: the recipe's)");
+  cmd->add_option("--race", f->race,
+                  "drop a variant whose best guess runs this many times slower than the best, 0 or 1 to 1e9; "
+                  "0: no race (default: the recipe's, else 4)");
   cmd->add_option("--seed", f->seed, "search seed, 0 to 2^63-1; 0: a fresh one (default: the recipe's)");
   cmd->add_flag("--isolate", f->isolate, "run candidates in a worker process that is killed on a crash or hang");
   cmd->add_flag("--force", f->force, "tune again invocations the persistent cache already has");
@@ -360,6 +363,11 @@ void add_tune(CLI::App& app, Globals& g) {
     if (!f->evals.empty())
       evals = static_cast<int>(integer_option("--evals", f->evals, 0, std::numeric_limits<int>::max()));
     if (!f->seconds.empty()) seconds = number_option("--seconds", f->seconds, 0, 1e9);
+    std::optional<double> race;
+    if (!f->race.empty()) {
+      race = number_option("--race", f->race, 0, 1e9);
+      if (*race > 0 && *race < 1) throw InvalidArgument("--race must be 0 (no race) or at least 1, got " + f->race);
+    }
     if (!f->seed.empty())
       seed = static_cast<std::uint64_t>(integer_option("--seed", f->seed, 0, std::numeric_limits<std::int64_t>::max()));
 
@@ -368,6 +376,7 @@ void add_tune(CLI::App& app, Globals& g) {
     if (f->strategy.empty()) opts.strategy = parse_strategy(s.strategy);
     opts.budget.evaluations = evals.value_or(s.evals);
     opts.budget.seconds = seconds.value_or(s.seconds);
+    opts.budget.race_ratio = race.value_or(s.race);
     opts.seed = seed.value_or(s.seed);
     opts.isolate = f->isolate;
     opts.constraints = s.constraints;

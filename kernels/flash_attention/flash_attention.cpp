@@ -5,7 +5,7 @@
 #include <string>
 
 #include "ejk/error.hpp"
-#include "flash_attention/philox.h"
+#include "common/philox.h"
 
 namespace ejk::kernels::flash_attention {
 

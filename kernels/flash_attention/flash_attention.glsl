@@ -14,7 +14,7 @@
 #if ELEM16
 #extension GL_EXT_shader_16bit_storage : require
 #endif
-#include "philox.h"
+#include "common/philox.h"
 
 #define FA_FWD 0
 #define FA_PREP 1

@@ -3,7 +3,7 @@
 // transform, dropout, and the argument lists of the forward and of every backward pass.
 // Included by flash_attention.cl (the scalar passes) and flash_attention_mma.cl (the
 // tensor-core passes on NVIDIA). Semantics: flash_attention.hpp.
-#include "philox.h"
+#include "common/philox.h"
 
 #define NEG (-3.0e38f)  // a masked logit; exp2(NEG - m) is 0 for every finite m
 #define LOG2E 1.44269504088896340736f

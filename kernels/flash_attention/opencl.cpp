@@ -28,7 +28,7 @@ namespace {
 constexpr const char* source_key = "flash_attention/flash_attention.cl";
 constexpr const char* mma_key = "flash_attention/flash_attention_mma.cl";
 constexpr const char* common_key = "flash_attention/flash_attention_common.cl";
-constexpr const char* philox_key = "flash_attention/philox.h";
+constexpr const char* philox_key = "common/philox.h";
 
 // Work-items of the prep and finish passes (the program's PREP_NT).
 constexpr std::int64_t prep_threads = 64;

@@ -80,6 +80,11 @@ class Device {
   virtual void copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,
                     std::size_t bytes) = 0;
   void copy(const Buffer& src, Buffer& dst, std::size_t bytes) { copy(src, 0, dst, 0, bytes); }
+  // Elements [first, first + count) of fill_uniform (tensor.hpp) into dst, which holds elements
+  // of dtype t from byte 0; the range is checked by the caller. This one makes them on the host,
+  // a slice at a time on every core, and writes them; backends with device code override it.
+  virtual void fill_uniform(Buffer& dst, DType t, std::int64_t first, std::int64_t count, std::uint64_t seed, float lo,
+                            float hi);
   // Waits until all submitted work is complete.
   virtual void synchronize() = 0;
   // Runs `work` (which submits device work), waits for it and returns its duration in

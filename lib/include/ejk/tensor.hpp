@@ -71,8 +71,10 @@ class Tensor {
 // every device and every run (docs/library.md#random-values): element i is
 //   u = (word_i >> 8) * 2^-24 with word_i = Philox4x32-10(counter (i / 4 mod 2^32, i / 2^34,
 //       0x66696c6c, 0), key (seed mod 2^32, seed / 2^32)), lane i % 4,
-//   x = fma(hi - lo, u, lo) in float, then rounded to the dtype (i32: floor of it).
-// Made and uploaded a slice at a time: host memory stays a few MiB whatever the tensor's size.
+//   x = (hi - lo) * u + lo in float, two correctly rounded steps (never fused), then rounded to
+//   the dtype (i32: floor of it).
+// Written by the device's own code where the backend has it (OpenCL, Vulkan), else made on the
+// host a slice at a time and uploaded: host memory stays a few MiB whatever the tensor's size.
 void fill_uniform(const Tensor& t, std::uint64_t seed, float lo = -1.0f, float hi = 1.0f);
 
 extern template std::vector<double> Tensor::read<double>(std::int64_t, std::int64_t) const;

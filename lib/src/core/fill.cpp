@@ -3,10 +3,12 @@
 #include <vector>
 
 #include "core/element.hpp"
+#include "core/fill.hpp"
 #include "core/parts.hpp"
 #include "ejk/error.hpp"
+#include "ejk/device.hpp"
 #include "ejk/tensor.hpp"
-#include "flash_attention/philox.h"
+#include "common/philox.h"
 
 namespace ejk {
 
@@ -26,7 +28,10 @@ void generate(DType t, std::uint64_t seed, float lo, float hi, std::int64_t firs
     const std::uint32_t words[4] = {r.x, r.y, r.z, r.w};
     for (auto lane = static_cast<std::int64_t>(i % 4); lane < 4 && i < first + n; ++lane, ++i) {
       const float u = static_cast<float>(words[lane] >> 8) * 0x1p-24f;
-      const float x = std::fma(span, u, lo);
+      // Two correctly rounded steps, never fused (this file is built with -ffp-contract=off):
+      // what every device computes alike, where a shader's fma may or may not be fused.
+      const float scaled = span * u;
+      const float x = scaled + lo;
       // i32 takes the floor: integers spread evenly over [lo, hi).
       store_element(t, t == DType::i32 ? std::floor(static_cast<double>(x)) : x, out + static_cast<std::size_t>(i - first) * size);
     }
@@ -35,23 +40,42 @@ void generate(DType t, std::uint64_t seed, float lo, float hi, std::int64_t firs
 
 }  // namespace
 
+FillBlocks fill_blocks(std::int64_t first, std::int64_t count) {
+  const std::int64_t begin = (first + 3) / 4 * 4, end = (first + count) / 4 * 4;
+  return begin < end ? FillBlocks{begin, end} : FillBlocks{};
+}
+
+std::uint32_t fill_code(DType t) {
+  switch (t) {
+    case DType::f32: return 0;
+    case DType::f16: return 1;
+    case DType::bf16: return 2;
+    case DType::i32: return 3;
+  }
+  throw InvalidArgument("fill of an unknown dtype");
+}
+
+void Device::fill_uniform(Buffer& dst, DType t, std::int64_t first, std::int64_t count, std::uint64_t seed, float lo,
+                          float hi) {
+  const std::size_t size = dtype_size(t);
+  // Slices of 4 Mi elements, each made by every core at once, then uploaded.
+  constexpr std::int64_t slice = std::int64_t{1} << 22;
+  std::vector<std::byte> bytes(static_cast<std::size_t>(std::min(count, slice)) * size);
+  for (std::int64_t at = first; at < first + count; at += slice) {
+    const std::int64_t n = std::min(slice, first + count - at);
+    // Parts of whole Philox blocks (4 elements) where the slice starts on one.
+    for_parts(n, 4, [&](std::int64_t, std::int64_t a, std::int64_t b) {
+      generate(t, seed, lo, hi, at + a, b - a, bytes.data() + static_cast<std::size_t>(a) * size);
+    });
+    write(dst, static_cast<std::size_t>(at) * size, bytes.data(), static_cast<std::size_t>(n) * size);
+  }
+}
+
 void fill_uniform(const Tensor& t, std::uint64_t seed, float lo, float hi) {
   if (!(std::isfinite(lo) && std::isfinite(hi) && lo <= hi && std::isfinite(hi - lo)))
     throw InvalidArgument("fill_uniform of a tensor of shape " + to_string(t.shape()) + ": the range [" + std::to_string(lo) +
                           ", " + std::to_string(hi) + ") must be finite with lo <= hi");
-  const std::int64_t n = t.numel();
-  const std::size_t size = dtype_size(t.dtype());
-  // Slices of 4 Mi elements, each made by every core at once, then uploaded.
-  constexpr std::int64_t slice = std::int64_t{1} << 22;
-  std::vector<std::byte> bytes(static_cast<std::size_t>(std::min(n, slice)) * size);
-  for (std::int64_t first = 0; first < n; first += slice) {
-    const std::int64_t count = std::min(slice, n - first);
-    // Parts of whole Philox blocks (4 elements).
-    for_parts(count, 4, [&](std::int64_t, std::int64_t a, std::int64_t b) {
-      generate(t.dtype(), seed, lo, hi, first + a, b - a, bytes.data() + static_cast<std::size_t>(a) * size);
-    });
-    t.device().write(t.buffer(), static_cast<std::size_t>(first) * size, bytes.data(), static_cast<std::size_t>(count) * size);
-  }
+  if (t.numel() > 0) t.device().fill_uniform(t.buffer(), t.dtype(), 0, t.numel(), seed, lo, hi);
 }
 
 }  // namespace ejk

@@ -35,9 +35,10 @@ std::vector<std::byte> canary(std::size_t n) {
 // With EJK_LOG_TUNE=1, one line per candidate on stderr with where its time went.
 class Phases {
  public:
-  explicit Phases(const Config& c) : on_(log_on()), config_(on_ ? c.canonical() : "") {}
+  explicit Phases(const Config& c) : Phases("measure " + c.canonical()) {}
+  explicit Phases(std::string what) : on_(log_on()), config_(on_ ? std::move(what) : "") {}
   ~Phases() {
-    if (on_) std::fprintf(stderr, "ejk: measure %s:%s\n", config_.c_str(), text_.c_str());
+    if (on_) std::fprintf(stderr, "ejk: %s:%s\n", config_.c_str(), text_.c_str());
   }
   void next(const std::string& what) {
     if (!on_) return;
@@ -146,6 +147,7 @@ Bench::Bench(const Invocation& inv, const Implementation& impl, Device& device, 
   if (roles_.size() != inv_.args.size())
     throw InvalidArgument(inv_.kernel + " takes " + std::to_string(roles_.size()) + " arguments, the invocation has " +
                           std::to_string(inv_.args.size()));
+  Phases phases("bench setup");
   // Tensors need a shared_ptr; the device outlives this bench, so a non-owning one will do.
   std::shared_ptr<Device> dev(std::shared_ptr<Device>(), &device_);
 
@@ -160,7 +162,9 @@ Bench::Bench(const Invocation& inv, const Implementation& impl, Device& device, 
     first.args.push_back(Tensor::with_spare(dev, spec.shape, spec.dtype, spare_[i]));
   }
   // Made on the device: host memory stays O(index arrays) whatever the tensors' sizes.
+  phases.next("allocate");
   kernel_.make_inputs(inv_, settings_.input_seed, first.args);
+  phases.next("inputs");
   for (std::size_t i = 0; i < inv_.args.size(); ++i) {
     const Tensor& t = first.args[i];
     if (roles_[i] == Role::inout) {
@@ -183,6 +187,7 @@ Bench::Bench(const Invocation& inv, const Implementation& impl, Device& device, 
   }
   sets_.push_back(std::move(first));
   set_bytes = std::max<std::size_t>(set_bytes, 1);
+  phases.next("samples and poison");
 
   const DeviceInfo& info = device_.info();
   std::int64_t flush = settings_.timing.flush_bytes;
@@ -222,6 +227,7 @@ Bench::Bench(const Invocation& inv, const Implementation& impl, Device& device, 
     }
   }
   next_set_ = sets > 1 ? 1 : 0;
+  phases.next(std::to_string(sets) + " sets and scratch");
 }
 
 void Bench::arm_canaries(const Set& set) const {

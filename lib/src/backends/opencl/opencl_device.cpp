@@ -4,6 +4,7 @@
 #include <limits>
 #include <string>
 
+#include "core/fill.hpp"
 #include "core/sha256.hpp"
 #include "ejk/detail/embedded.hpp"
 #include "ejk/error.hpp"
@@ -12,7 +13,7 @@ namespace ejk::opencl {
 namespace {
 
 // `text` (embedded as `key`) with each line `#include "name"` that names an embedded file of
-// key's folder replaced by that file's text (itself expanded), followed by a #line directive so
+// key's folder, or one below kernels/ ("common/philox.h"), replaced by that file's text (itself expanded), followed by a #line directive so
 // build logs keep the including file's line numbers. Other includes stay for the driver.
 std::string with_includes(std::string_view key, std::string_view text, int depth) {
   if (depth > 8) throw InvalidArgument("OpenCL source " + std::string(key) + ": includes nested more than 8 deep");
@@ -30,11 +31,15 @@ std::string with_includes(std::string_view key, std::string_view text, int depth
     constexpr std::string_view directive = "#include \"";
     const std::size_t close = line.rfind('"');
     if (line.starts_with(directive) && close > directive.size()) {
-      const std::string included = folder + std::string(line.substr(directive.size(), close - directive.size()));
+      const std::string name(line.substr(directive.size(), close - directive.size()));
       const auto& files = detail::embedded_files();
-      auto it = std::find_if(files.begin(), files.end(), [&](const detail::EmbeddedFile* f) { return f->key == included; });
+      auto find = [&](const std::string& key) {
+        return std::find_if(files.begin(), files.end(), [&](const detail::EmbeddedFile* f) { return f->key == key; });
+      };
+      auto it = find(folder + name);
+      if (it == files.end()) it = find(name);  // "common/philox.h": a path below kernels/
       if (it != files.end()) {
-        out += with_includes(included, (*it)->text(), depth + 1);
+        out += with_includes((*it)->key, (*it)->text(), depth + 1);
         out += "\n#line " + std::to_string(line_no + 1) + "\n";
         continue;
       }
@@ -124,6 +129,22 @@ void OpenCLDevice::copy(const Buffer& src, std::size_t src_offset, Buffer& dst, 
                             recording() ? event.out() : nullptr),
         "clEnqueueCopyBuffer");
   if (event) add_event(event.get());
+}
+
+void OpenCLDevice::fill_uniform(Buffer& dst, DType t, std::int64_t first, std::int64_t count, std::uint64_t seed,
+                                float lo, float hi) {
+  const FillBlocks blocks = fill_blocks(first, count);
+  if (blocks.begin == blocks.end) return Device::fill_uniform(dst, t, first, count, seed, lo, hi);
+  if (blocks.begin > first) Device::fill_uniform(dst, t, first, blocks.begin - first, seed, lo, hi);
+  auto k = kernel("common/fill.cl", "", "ejk_fill");
+  const auto n = static_cast<std::uint64_t>((blocks.end - blocks.begin) / 4);
+  // A grid-stride loop: enough groups to fill the device, whatever the tensor's size.
+  constexpr std::size_t local = 256;
+  const std::size_t groups = static_cast<std::size_t>(std::min<std::uint64_t>((n + local - 1) / local, 1u << 16));
+  const auto word0 = static_cast<std::uint64_t>(blocks.begin) * dtype_size(t) / 4;
+  launch(*k, Range(groups * local), Range(local), dst, word0, static_cast<std::uint64_t>(blocks.begin / 4), n,
+         static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32), lo, hi - lo, fill_code(t));
+  if (blocks.end < first + count) Device::fill_uniform(dst, t, blocks.end, first + count - blocks.end, seed, lo, hi);
 }
 
 void OpenCLDevice::synchronize() { check(clFinish(queue_.get()), "clFinish(" + info_.id() + ")"); }

@@ -108,6 +108,9 @@ class OpenCLDevice final : public Device {
   void read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) override;
   using Device::copy;
   void copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset, std::size_t bytes) override;
+  // Whole blocks by kernels/common/fill.cl, the ragged ends on the host.
+  void fill_uniform(Buffer& dst, DType t, std::int64_t first, std::int64_t count, std::uint64_t seed, float lo,
+                    float hi) override;
   void synchronize() override;
   // Every launch (and copy) made through this device while `work` runs records a profiling
   // event; the result is last end - first start on the device clock, 0 when nothing was

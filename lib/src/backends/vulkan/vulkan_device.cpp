@@ -1,5 +1,6 @@
 #include "backends/vulkan/vulkan_device.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -12,6 +13,7 @@
 #include "backends/backends.hpp"
 #include "backends/program_store.hpp"
 #include "backends/vulkan/vk_util.hpp"
+#include "core/fill.hpp"
 #include "core/sha256.hpp"
 #include "ejk/detail/embedded.hpp"
 #include "ejk/error.hpp"
@@ -594,6 +596,44 @@ void VulkanDevice::copy(const Buffer& src, std::size_t src_offset, Buffer& dst, 
   s.recording->keep.push_back(from.allocation());
   s.recording->keep.push_back(to.allocation());
   s.after_command();
+}
+
+void VulkanDevice::fill_uniform(Buffer& dst, DType t, std::int64_t first, std::int64_t count, std::uint64_t seed,
+                                float lo, float hi) {
+  const FillBlocks blocks = fill_blocks(first, count);
+  if (blocks.begin == blocks.end) return Device::fill_uniform(dst, t, first, count, seed, lo, hi);
+  if (blocks.begin > first) Device::fill_uniform(dst, t, first, blocks.begin - first, seed, lo, hi);
+  // Mirrors fill.comp's push-constant block.
+  struct Push {
+    std::uint32_t word0, block0_lo, block0_hi, blocks, k0, k1;
+    float lo, span;
+    std::uint32_t dtype;
+  };
+  constexpr std::uint32_t local = 256;
+  const std::uint32_t max_groups = std::min<std::uint32_t>(physical().limits.maxComputeWorkGroupCount[0], 1u << 16);
+  // Storage buffers are at most 4 GiB, so word and block indices fit 32 bits; dispatches of at
+  // most 2^28 blocks keep them there.
+  for (std::int64_t at = blocks.begin; at < blocks.end; at += std::int64_t{1} << 30) {
+    const std::int64_t n = std::min<std::int64_t>(std::int64_t{1} << 30, blocks.end - at) / 4;
+    const auto block0 = static_cast<std::uint64_t>(at / 4);
+    const Push push{static_cast<std::uint32_t>(static_cast<std::uint64_t>(at) * dtype_size(t) / 4),
+                    static_cast<std::uint32_t>(block0),
+                    static_cast<std::uint32_t>(block0 >> 32),
+                    static_cast<std::uint32_t>(n),
+                    static_cast<std::uint32_t>(seed),
+                    static_cast<std::uint32_t>(seed >> 32),
+                    lo,
+                    hi - lo,
+                    fill_code(t)};
+    Launch l;
+    l.spirv = "common/fill.spv";
+    l.local_size = {local, 1, 1};
+    l.buffers = {&dst};
+    l.push = push_bytes(push);
+    l.groups = {static_cast<std::uint32_t>(std::min<std::int64_t>((n + local - 1) / local, max_groups)), 1, 1};
+    dispatch(l);
+  }
+  if (blocks.end < first + count) Device::fill_uniform(dst, t, blocks.end, first + count - blocks.end, seed, lo, hi);
 }
 
 void VulkanDevice::synchronize() {

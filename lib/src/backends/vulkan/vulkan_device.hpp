@@ -75,6 +75,9 @@ class VulkanDevice final : public Device {
   void read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) override;
   using Device::copy;
   void copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset, std::size_t bytes) override;
+  // Whole blocks by kernels/common/fill.comp, the ragged ends on the host.
+  void fill_uniform(Buffer& dst, DType t, std::int64_t first, std::int64_t count, std::uint64_t seed, float lo,
+                    float hi) override;
   void synchronize() override;
   // Timestamp queries before and after `work` (which must not call time_ns itself).
   double time_ns(const std::function<void()>& work) override;

@@ -1,6 +1,8 @@
-/* Dropout for flash attention: Philox4x32-10 (Salmon, Moraes, Dror, Shaw: "Parallel random
-   numbers: as easy as 1, 2, 3", SC 2011), a counter-based generator, so every backend and the
-   backward pass draw the same mask from (seed, sequence, head, query, key) without state.
+/* Philox4x32-10 (Salmon, Moraes, Dror, Shaw: "Parallel random numbers: as easy as 1, 2, 3",
+   SC 2011), a counter-based generator: every backend draws the same numbers from a counter and
+   a key without state. Flash attention's dropout draws its mask from (seed, sequence, head,
+   query, key) with it, forward and backward alike; random inputs (fill.cl, fill.comp and the
+   host's fill_uniform) draw their values from (element / 4, seed).
 
    This file is the definition. It is written in the subset that C/C++, OpenCL C and GLSL
    (Vulkan, #extension GL_GOOGLE_include_directive) share, with the few language differences
@@ -25,8 +27,8 @@
      ctr (ffffffff x4), key (ffffffff, ffffffff)    -> 408f276d 41c83b0e a20bc7c6 6d5451fd
      ctr (243f6a88 85a308d3 13198a2e 03707344),
      key (a4093822 299f31d0)                        -> d16cfe09 94fdcceb 5001e420 24126ea1 */
-#ifndef EJK_FLASH_ATTENTION_PHILOX_H
-#define EJK_FLASH_ATTENTION_PHILOX_H
+#ifndef EJK_COMMON_PHILOX_H
+#define EJK_COMMON_PHILOX_H
 
 #if defined(__OPENCL_VERSION__) || defined(__OPENCL_C_VERSION__)
 #define EJK_U32 uint
