@@ -1,7 +1,8 @@
 #!/bin/bash
 # Real-size targets on a GPU machine (docs/benchmarks.md#real-sizes): wall time and peak host
 # memory of `ejk run` per recipe, the Llama-3-8B recipes, and a 32-candidate flash attention
-# tune with the driver's program cache empty (cold) and filled by the first tune (warm).
+# tune (racing variants, then every candidate measured) with the driver's program cache empty
+# (cold) and filled by the first tune (warm).
 # usage: bench/real_sizes/run.sh OUT_FOLDER [DEVICE...]   (default devices: opencl:0 vulkan:0)
 set -u
 out=${1:?usage: run.sh OUT_FOLDER [DEVICE...]}
@@ -32,6 +33,15 @@ for dev in "${devices[@]}"; do
   for pass in cold warm; do
     EJK_LOG_TUNE=1 m "tune-$pass-$d" ejk -v --device "$dev" tune "$here/fa_fwd.yaml" --force --json "$out/tune-$pass-$d.json" \
       2> "$out/tune-$pass-$d.log" | tail -2
+  done
+done
+# 32 candidates evaluated (no race): the tuner's throughput when every candidate is measured.
+for dev in "${devices[@]}"; do
+  d=${dev/:/}
+  rm -rf "$CUDA_CACHE_PATH" "$EJK_CACHE_DIR/programs"
+  for pass in cold warm; do
+    EJK_LOG_TUNE=1 m "tune-norace-$pass-$d" ejk -v --device "$dev" tune "$here/fa_fwd.yaml" --race 0 --force \
+      --json "$out/tune-norace-$pass-$d.json" 2> "$out/tune-norace-$pass-$d.log" | tail -2
   done
 done
 rm -rf "$CUDA_CACHE_PATH" "$EJK_CACHE_DIR"
