@@ -205,6 +205,57 @@ void expect_close(Context& ctx, const Case& c, DType t, const std::string& where
 
 // ---- device-independent ---------------------------------------------------------------------
 
+// The sampled reference is the full reference at the elements it samples, whatever the
+// options, reading only inside each argument.
+TEST(FlashAttentionSampledReference, IsTheFullReferenceAtItsElements) {
+  Context ctx("cpu");
+  const std::vector<Case> cases = {
+      {.name = "plain", .kv_heads = 4},
+      {.name = "gqa causal", .sq = 23, .sk = 23, .causal = true},
+      {.name = "window", .sq = 33, .sk = 37, .left = 5, .right = 2, .diag = -3},
+      {.name = "all options", .causal = true, .softcap = 2.5, .dropout = 0.3, .bias = Bias::full, .sinks = true, .segments = true},
+      {.name = "bias per head", .bias = Bias::heads_only},
+      {.name = "varlen", .causal = true, .bias = Bias::none, .segments = true, .varlen = {{5, 9}, {0, 3}, {12, 4}}},
+  };
+  const fa::FlashAttentionKernel fk;
+  for (const Case& c : cases) {
+    Built b = build(ctx, c, DType::f32, 7);
+    std::vector<TensorSpec> fs{b.q.spec(), b.k.spec(), b.v.spec()};
+    HostArrays in{b.q.read(), b.k.read(), b.v.read()};
+    for (const auto& x : b.optional) fs.push_back(x.spec()), in.push_back(x.read());
+    const std::int64_t nq = b.q.numel() / c.dim;  // token-heads
+    fs.push_back(b.q.spec());
+    fs.push_back(TensorSpec{c.varlen.empty() ? Shape{c.batch, c.heads, c.sq} : Shape{c.heads, nq / c.heads}, DType::f32});
+    in.emplace_back(static_cast<std::size_t>(b.q.numel()), 0.0);
+    in.emplace_back(static_cast<std::size_t>(nq), 0.0);
+    const Invocation inv = fa::forward_invocation(fs, b.fopts);
+    const HostArrays want = fk.reference(inv, in);
+    ArgReader read = [&](std::size_t arg, std::int64_t first, std::int64_t count) {
+      EXPECT_TRUE(arg < fa::fwd::out && first >= 0 && first + count <= static_cast<std::int64_t>(in[arg].size()))
+          << c.name << ": read of argument " << arg << " [" << first << ", +" << count << ")";
+      first = std::clamp<std::int64_t>(first, 0, static_cast<std::int64_t>(in[arg].size()));
+      count = std::clamp<std::int64_t>(count, 0, static_cast<std::int64_t>(in[arg].size()) - first);
+      return std::vector<double>(in[arg].begin() + first, in[arg].begin() + first + count);
+    };
+    const std::vector<SampledOutput> got = fk.sampled_reference(inv, read);
+    ASSERT_EQ(got.size(), 2u) << c.name;
+    for (const SampledOutput& s : got) {
+      const std::vector<double>& full = want[s.arg - fa::fwd::out];
+      ASSERT_FALSE(s.index.empty()) << c.name;
+      EXPECT_TRUE(std::is_sorted(s.index.begin(), s.index.end())) << c.name;
+      for (std::size_t j = 0; j < s.index.size(); ++j) {
+        const double w = full[static_cast<std::size_t>(s.index[j])];
+        if (std::isinf(w))
+          EXPECT_EQ(s.value[j], w) << c.name;
+        else
+          EXPECT_NEAR(s.value[j], w, 1e-12 * std::max(1.0, std::abs(w))) << c.name << " argument " << s.arg << " element " << s.index[j];
+      }
+    }
+    // The first query row of the first sequence with queries is among the samples.
+    EXPECT_EQ(got[0].index.front(), 0) << c.name;
+  }
+}
+
 TEST(FlashAttentionPhilox, KnownAnswers) {
   auto r = ejk_philox4x32_10(ejk_make4(0, 0, 0, 0), 0, 0);
   EXPECT_EQ((std::array{r.x, r.y, r.z, r.w}), (std::array<std::uint32_t, 4>{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));

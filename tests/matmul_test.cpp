@@ -1,5 +1,8 @@
 // matmul against a double-precision reference on random inputs, on every device.
+#include <algorithm>
+#include <functional>
 #include <random>
+#include <set>
 
 #include "matmul/matmul.hpp"
 #include "support.hpp"
@@ -33,6 +36,68 @@ double tolerance(DType t, const Case& c) {
 }
 
 class Matmul : public ::testing::TestWithParam<std::string> {};
+
+// The sampled reference is the full reference at the elements it samples: 8 rows (first and
+// last among them) by 8 columns, reading only inside each argument, for every layout.
+TEST(MatmulSampledReference, IsTheFullReferenceAtItsElements) {
+  const kernels::matmul::MatmulKernel mk;
+  const DType t = DType::f32;
+  std::vector<Invocation> invs;
+  for (const Case& c : {Case{1, 37, 53, 29, false, false, 1, 0}, Case{3, 40, 9, 17, true, false, 0.5, 0},
+                        Case{2, 5, 70, 33, false, true, 1, 0.75}, Case{4, 11, 13, 7, true, true, -2, 1.5}}) {
+    auto shape = [&](std::int64_t r, std::int64_t col) { return c.batch > 1 ? Shape{c.batch, r, col} : Shape{r, col}; };
+    invs.push_back(kernels::matmul::invocation({c.ta ? shape(c.k, c.m) : shape(c.m, c.k), t},
+                                               {c.tb ? shape(c.n, c.k) : shape(c.k, c.n), t}, {shape(c.m, c.n), t}, c.ta,
+                                               c.tb, c.alpha, c.beta));
+  }
+  // b shared by every batch entry.
+  invs.push_back(kernels::matmul::invocation({{4, 9, 7}, t}, {{7, 5}, t}, {{4, 9, 5}, t}, false, false, 1, 0));
+  for (const Invocation& inv : invs) {
+    const kernels::matmul::Problem p = kernels::matmul::Problem::of(inv);
+    const HostArrays in = mk.inputs(inv, 3);
+    const HostArrays want = mk.reference(inv, in);
+    ArgReader read = [&](std::size_t arg, std::int64_t first, std::int64_t count) {
+      EXPECT_TRUE(arg < 3 && first >= 0 && first + count <= static_cast<std::int64_t>(in[arg].size()));
+      first = std::clamp<std::int64_t>(first, 0, static_cast<std::int64_t>(in[arg].size()));
+      count = std::clamp<std::int64_t>(count, 0, static_cast<std::int64_t>(in[arg].size()) - first);
+      return std::vector<double>(in[arg].begin() + first, in[arg].begin() + first + count);
+    };
+    const std::vector<SampledOutput> got = mk.sampled_reference(inv, read);
+    ASSERT_EQ(got.size(), 1u);
+    const SampledOutput& s = got[0];
+    EXPECT_EQ(s.arg, 2u);
+    EXPECT_EQ(s.index.size(), static_cast<std::size_t>(std::min<std::int64_t>(8, p.batch * p.m) * std::min<std::int64_t>(8, p.n)));
+    EXPECT_EQ(s.index.front(), 0);
+    EXPECT_EQ(s.index.back(), p.batch * p.m * p.n - 1);
+    EXPECT_TRUE(std::is_sorted(s.index.begin(), s.index.end()));
+    for (std::size_t j = 0; j < s.index.size(); ++j)
+      EXPECT_NEAR(s.value[j], want[0][static_cast<std::size_t>(s.index[j])], 1e-12) << s.index[j];
+  }
+}
+
+TEST(SamplePositions, SpreadDistinctAndAlwaysTheEnds) {
+  EXPECT_EQ(sample_positions(5, 8), (std::vector<std::int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(sample_positions(0, 8), (std::vector<std::int64_t>{}));
+  EXPECT_EQ(sample_positions(100, 1), (std::vector<std::int64_t>{0}));
+  EXPECT_EQ(sample_positions(100, 2), (std::vector<std::int64_t>{0, 99}));
+  for (std::int64_t n : {9, 64, 1000, 4096 * 16 * 4}) {
+    const auto p = sample_positions(n, 8);
+    ASSERT_EQ(p.size(), 8u) << n;
+    EXPECT_EQ(p.front(), 0);
+    EXPECT_EQ(p.back(), n - 1);
+    EXPECT_TRUE(std::adjacent_find(p.begin(), p.end(), std::greater_equal<>()) == p.end()) << n;  // strictly ascending
+    // One in each sixth of the inside.
+    for (std::size_t s = 1; s + 1 < p.size(); ++s) {
+      EXPECT_GE(p[s], 1 + static_cast<std::int64_t>(s - 1) * (n - 2) / 6) << n;
+      EXPECT_LT(p[s], 1 + static_cast<std::int64_t>(s) * (n - 2) / 6) << n;
+    }
+  }
+  // Not all at the same offset within their stretch: positions over flattened heads vary.
+  const auto p = sample_positions(6 * 1000 + 2, 8);
+  std::set<std::int64_t> offsets;
+  for (std::size_t s = 1; s + 1 < p.size(); ++s) offsets.insert((p[s] - 1) % 1000);
+  EXPECT_GT(offsets.size(), 3u);
+}
 
 TEST_P(Matmul, DtypesTransposesOddShapes) {
   Context ctx(GetParam());

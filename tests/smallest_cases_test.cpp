@@ -5,6 +5,7 @@
 // scheduling method of PoCL (tests/CMakeLists.txt). The coverage test keeps every OpenCL source
 // in the table.
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <set>
 #include <tuple>
@@ -102,6 +103,57 @@ TEST_P(SmallestCases, MatchTheReference) {
     for (std::size_t i = 0; i < got.size(); ++i)
       EXPECT_LE(test::relative_error(got[i], want[i]), kernel.tolerance(inv)) << config.canonical() << " output " << i;
   }
+}
+
+// Every kernel with a sampled reference: at the elements it samples it is the full reference,
+// and it reads only inside the input arguments. The table's cases, f32, plus the decode
+// kernels' options (sliding window, sinks, soft cap) and larger contexts over several pages.
+TEST(SampledReference, IsTheFullReferenceAtItsElements) {
+  std::vector<SmallCase> cases = small_cases();
+  cases.push_back({"ragged_page_attention",
+                   {{"num_seqs", 3}, {"q_len", 3}, {"context", 37}, {"heads", 4}, {"kv_heads", 2}, {"head_dim", 16}, {"block_size", 8}},
+                   {{"sliding_window", 9}, {"logits_soft_cap", 3.0}, {"sinks", true}}});
+  cases.push_back({"ragged_decode_attention",
+                   {{"batch", 5}, {"heads", 4}, {"kv_heads", 2}, {"head_dim", 16}, {"seq", 40}},
+                   {{"sliding_window", 7}, {"sinks", true}}});
+  cases.push_back({"page_attention",
+                   {{"batch", 3}, {"heads", 8}, {"kv_heads", 2}, {"head_dim", 32}, {"context", 70}, {"block_size", 16}},
+                   {{"logits_soft_cap", 5.0}}});
+  int with_sample = 0;
+  for (const auto& c : cases) {
+    const Kernel& kernel = Registry::global().kernel(c.kernel);
+    const Invocation inv = kernel.from_sizes(c.sizes, DType::f32, c.options);
+    const HostArrays in = kernel.inputs(inv, 5);
+    const auto defs = kernel.args();
+    ArgReader read = [&](std::size_t arg, std::int64_t first, std::int64_t count) {
+      EXPECT_TRUE(arg < in.size() && defs[arg].role != Role::out && first >= 0 && first + count <= static_cast<std::int64_t>(in[arg].size()))
+          << c.kernel << ": read of argument " << arg << " [" << first << ", +" << count << ")";
+      if (arg >= in.size()) return std::vector<double>{};
+      first = std::clamp<std::int64_t>(first, 0, static_cast<std::int64_t>(in[arg].size()));
+      count = std::clamp<std::int64_t>(count, 0, static_cast<std::int64_t>(in[arg].size()) - first);
+      return std::vector<double>(in[arg].begin() + first, in[arg].begin() + first + count);
+    };
+    const std::vector<SampledOutput> got = kernel.sampled_reference(inv, read);
+    if (got.empty()) continue;
+    ++with_sample;
+    const HostArrays want = kernel.reference(inv, in);
+    for (const SampledOutput& s : got) {
+      ASSERT_LT(s.arg, defs.size()) << c.kernel;
+      ASSERT_NE(defs[s.arg].role, Role::in) << c.kernel;
+      std::size_t o = 0;  // position of s.arg among the outputs
+      for (std::size_t i = 0; i < s.arg; ++i) o += defs[i].role != Role::in;
+      ASSERT_EQ(s.index.size(), s.value.size()) << c.kernel;
+      EXPECT_TRUE(std::is_sorted(s.index.begin(), s.index.end())) << c.kernel;
+      for (std::size_t j = 0; j < s.index.size(); ++j) {
+        const double w = want[o][static_cast<std::size_t>(s.index[j])];
+        if (std::isinf(w))
+          EXPECT_EQ(s.value[j], w) << c.kernel;
+        else
+          EXPECT_NEAR(s.value[j], w, 1e-12 * std::max(1.0, std::abs(w))) << c.kernel << " " << defs[s.arg].name << " element " << s.index[j];
+      }
+    }
+  }
+  EXPECT_GE(with_sample, 8);  // matmul, flash_attention and the three decode kernels, with variants
 }
 
 // Every kernel's inputs, made on the device, are exactly what Kernel::inputs gives on the

@@ -37,6 +37,16 @@ class FaultyKernel final : public Kernel {
     }
     return {y, z};
   }
+  // 16 elements of y and of z.
+  std::vector<SampledOutput> sampled_reference(const Invocation& inv, const ArgReader& read) const override {
+    SampledOutput y{1, {}, {}}, z{2, {}, {}};
+    for (std::int64_t i : sample_positions(inv.args[0].shape[0], 16)) {
+      const double x = read(0, i, 1)[0];
+      y.index.push_back(i), y.value.push_back(2 * x + 1);
+      z.index.push_back(i), z.value.push_back(read(2, i, 1)[0] + x);
+    }
+    return {y, z};
+  }
 };
 
 std::vector<std::string> modes_of(const Invocation& inv) {
@@ -214,7 +224,7 @@ TEST(TuneFailures, LargeProblemsAreCheckedAgainstTheTrustedConfig) {
   TuneOptions o = quick();
   o.reference_flops_limit = 0;  // every problem counts as large
   TuneResult r = tune(faulty({"good", "wrong", "good2"}), *dev, o);
-  EXPECT_EQ(r.validated, "trusted config {\"mode\":\"good\"}");
+  EXPECT_EQ(r.validated, "trusted config {\"mode\":\"good\"} and the reference at 32 sampled elements");
   EXPECT_EQ(of(r, "wrong").status, Status::validation);
   EXPECT_NE(of(r, "wrong").message.find("differs from the trusted output"), std::string::npos);
   EXPECT_EQ(of(r, "good2").status, Status::ok);
@@ -228,7 +238,7 @@ TEST(TuneFailures, LargeArgumentsAreCheckedInSlices) {
   TuneOptions o = quick();
   o.reference_flops_limit = 0;
   TuneResult r = tune(faulty({"good", "input", "input_last", "wrong", "nan", "good2"}, std::int64_t{9} << 20), *dev, o);
-  EXPECT_EQ(r.validated, "trusted config {\"mode\":\"good\"}");
+  EXPECT_EQ(r.validated, "trusted config {\"mode\":\"good\"} and the reference at 32 sampled elements");
   for (const char* mode : {"input", "input_last"}) {
     EXPECT_EQ(of(r, mode).status, Status::validation) << mode;
     EXPECT_NE(of(r, mode).message.find("modified its input x"), std::string::npos) << of(r, mode).message;
@@ -293,7 +303,7 @@ TEST(TuneFailures, TrustedConfigFailingHandsOverToTheFirstCleanCandidate) {
   TuneOptions o = quick();
   o.reference_flops_limit = 0;
   TuneResult r = tune(faulty({"runtime", "good", "wrong"}), *dev, o);
-  EXPECT_EQ(r.validated, "first clean candidate {\"mode\":\"good\"}");
+  EXPECT_EQ(r.validated, "first clean candidate {\"mode\":\"good\"} and the reference at 32 sampled elements");
   EXPECT_EQ(of(r, "wrong").status, Status::validation);
   EXPECT_TRUE(r.tuned);
 }
@@ -330,6 +340,28 @@ TEST(TuneFailures, MeasuringOneConfigChecksAndKeepsSamples) {
   EXPECT_EQ(wrong.status, Status::validation);
   Measurement unchecked = measure(faulty({"good", "wrong"}), {{"mode", std::string("wrong")}}, *dev, t, false);
   EXPECT_EQ(unchecked.status, Status::ok);
+}
+
+// Above the reference's limit the trusted config is itself checked against the reference at
+// sampled elements: a wrong heuristic hands over to the first clean candidate, and measuring
+// the heuristic alone (ejk run --check) reports it wrong instead of comparing it with itself.
+TEST(TuneFailures, LargeProblemsCheckTheTrustedConfigAgainstSampledReference) {
+  register_faulty();
+  auto dev = open_device("cpu");
+  TuneOptions o = quick();
+  o.reference_flops_limit = 0;
+  TuneResult r = tune(faulty({"wrong", "good", "good2"}), *dev, o);
+  EXPECT_EQ(r.validated, "first clean candidate {\"mode\":\"good\"} and the reference at 32 sampled elements");
+  EXPECT_EQ(of(r, "wrong").status, Status::validation);
+  EXPECT_NE(of(r, "wrong").message.find("y differs from the reference at 16 sampled elements"), std::string::npos)
+      << of(r, "wrong").message;
+  EXPECT_EQ(of(r, "good2").status, Status::ok) << of(r, "good2").message;
+
+  const TimingOptions t = quick().timing;
+  Measurement heuristic = measure(faulty({"wrong", "good"}), {{"mode", std::string("wrong")}}, *dev, t, true, 0);
+  EXPECT_EQ(heuristic.status, Status::validation) << heuristic.message;
+  Measurement good = measure(faulty({"wrong", "good"}), {{"mode", std::string("good")}}, *dev, t, true, 0);
+  EXPECT_EQ(good.status, Status::ok) << good.message;
 }
 
 TEST(TuneFailures, MissingWorkerIsNamed) {

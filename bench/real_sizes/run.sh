@@ -24,6 +24,14 @@ for pass in cold warm; do
     done
   done
 done
+# With --check: the heuristic checked against the double reference at sampled elements.
+for dev in "${devices[@]}"; do
+  d=${dev/:/}
+  for r in fa_fwd fa_bwd matmul page_attention_2g; do
+    EJK_LOG_TUNE=1 m "run-$r-$d-check" ejk --device "$dev" run "$here/$r.yaml" --check --json "$out/run-$r-$d-check.json" \
+      2> "$out/run-$r-$d-check.log" | tail -1
+  done
+done
 for r in llama3-8b-prefill llama3-8b-decode; do
   m "run-$r" ejk run "$recipes/$r.yaml" --json "$out/run-$r.json" 2>&1 | tail -1
 done

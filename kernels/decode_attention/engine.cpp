@@ -137,6 +137,43 @@ Ranges ranges(const Engine& e, const HostArrays& a) {
   return ranges(e, b, en, q, t);
 }
 
+namespace {
+
+// One query row: q (head_dim values) against keys lo..pos, key(t) and value(t) pointing at
+// head_dim values each; `sink` is the head's sink logit or -inf. Writes head_dim values.
+template <class Key, class Value>
+void attend(const Engine& e, const double* q, std::int64_t lo, std::int64_t pos, double sink, const Key& key,
+            const Value& value, double* out) {
+  const std::int64_t D = e.head_dim;
+  std::vector<double> z, acc(static_cast<std::size_t>(D), 0.0);
+  double m = sink;
+  for (std::int64_t t = lo; t <= pos; ++t) {
+    const double* k = key(t);
+    double dot = 0;
+    for (std::int64_t d = 0; d < D; ++d) dot += q[d] * k[d];
+    double u = e.scale * dot;
+    if (e.softcap > 0) u = e.softcap * std::tanh(u / e.softcap);
+    z.push_back(u);
+    m = std::max(m, u);
+  }
+  double sum = e.sinks ? std::exp(sink - m) : 0.0;
+  for (std::int64_t t = lo; t <= pos; ++t) {
+    const double p = std::exp(z[static_cast<std::size_t>(t - lo)] - m);
+    sum += p;
+    const double* v = value(t);
+    for (std::int64_t d = 0; d < D; ++d) acc[static_cast<std::size_t>(d)] += p * v[d];
+  }
+  for (std::int64_t d = 0; d < D; ++d) out[d] = pos >= lo ? acc[static_cast<std::size_t>(d)] / sum : 0.0;
+}
+
+// Where query i of sequence s sits and the first key it sees.
+std::int64_t position(const Ranges& r, std::size_t s, std::int64_t i) { return r.kv_end[s] - r.q_len[s] + i; }
+std::int64_t first_key(const Engine& e, const Ranges& r, std::size_t s, std::int64_t pos) {
+  return e.window > 0 ? std::max(r.kv_begin[s], pos - e.window + 1) : r.kv_begin[s];
+}
+
+}  // namespace
+
 std::vector<double> reference(const Engine& e, const HostArrays& a) {
   const Ranges r = ranges(e, a);
   const auto& q = a[static_cast<std::size_t>(e.at.q)];
@@ -150,41 +187,82 @@ std::vector<double> reference(const Engine& e, const HostArrays& a) {
     const auto page = static_cast<std::int64_t>(tables[static_cast<std::size_t>(s * e.max_blocks + t / e.block_size)]);
     return static_cast<std::size_t>(((page * e.kv_heads + g) * e.block_size + t % e.block_size) * D);
   };
-  std::vector<double> z, acc(static_cast<std::size_t>(D));
   for (std::int64_t s = 0; s < e.num_seqs; ++s) {
     const auto si = static_cast<std::size_t>(s);
     for (std::int64_t i = 0; i < r.q_len[si]; ++i) {
-      const std::int64_t tok = r.q_start[si] + i, pos = r.kv_end[si] - r.q_len[si] + i;
-      const std::int64_t lo = e.window > 0 ? std::max(r.kv_begin[si], pos - e.window + 1) : r.kv_begin[si];
+      const std::int64_t tok = r.q_start[si] + i, pos = position(r, si, i), lo = first_key(e, r, si, pos);
       for (std::int64_t h = 0; h < e.heads; ++h) {
         const std::int64_t g = h / e.group();
         const std::size_t qrow = static_cast<std::size_t>((tok * e.heads + h) * D);
-        double m = e.sinks ? a[static_cast<std::size_t>(e.at.sinks)][static_cast<std::size_t>(h)]
-                           : -std::numeric_limits<double>::infinity();
-        z.clear();
-        for (std::int64_t t = lo; t <= pos; ++t) {
-          const std::size_t kr = key_row(s, g, t);
-          double dot = 0;
-          for (std::int64_t d = 0; d < D; ++d) dot += q[qrow + static_cast<std::size_t>(d)] * k[kr + static_cast<std::size_t>(d)];
-          double u = e.scale * dot;
-          if (e.softcap > 0) u = e.softcap * std::tanh(u / e.softcap);
-          z.push_back(u);
-          m = std::max(m, u);
-        }
-        std::fill(acc.begin(), acc.end(), 0.0);
-        double sum = e.sinks ? std::exp(a[static_cast<std::size_t>(e.at.sinks)][static_cast<std::size_t>(h)] - m) : 0.0;
-        for (std::int64_t t = lo; t <= pos; ++t) {
-          const double p = std::exp(z[static_cast<std::size_t>(t - lo)] - m);
-          sum += p;
-          const std::size_t vr = key_row(s, g, t);
-          for (std::int64_t d = 0; d < D; ++d) acc[static_cast<std::size_t>(d)] += p * v[vr + static_cast<std::size_t>(d)];
-        }
-        for (std::int64_t d = 0; d < D; ++d)
-          out[qrow + static_cast<std::size_t>(d)] = pos >= lo ? acc[static_cast<std::size_t>(d)] / sum : 0.0;
+        const double sink = e.sinks ? a[static_cast<std::size_t>(e.at.sinks)][static_cast<std::size_t>(h)]
+                                    : -std::numeric_limits<double>::infinity();
+        attend(e, q.data() + qrow, lo, pos, sink, [&](std::int64_t t) { return k.data() + key_row(s, g, t); },
+               [&](std::int64_t t) { return v.data() + key_row(s, g, t); }, out.data() + qrow);
       }
     }
   }
   return out;
+}
+
+std::vector<SampledOutput> sampled_reference(const Engine& e, const ArgReader& read, const Invocation& inv) {
+  auto whole = [&](int slot) {
+    return slot >= 0 ? as_int(read(static_cast<std::size_t>(slot), 0, numel(inv.args[static_cast<std::size_t>(slot)].shape)))
+                     : std::vector<std::int64_t>{};
+  };
+  const std::vector<std::int64_t> tables = e.layout == Layout::paged ? whole(e.at.block_tables) : std::vector<std::int64_t>{};
+  const Ranges r = ranges(e, whole(e.at.kv_begin), whole(e.at.kv_end), whole(e.at.q_loc), tables);
+  const std::vector<double> sinks =
+      e.sinks ? read(static_cast<std::size_t>(e.at.sinks), 0, e.heads) : std::vector<double>{};
+  const std::int64_t D = e.head_dim;
+  std::vector<std::pair<std::int64_t, double>> outs;
+  // (sequence, kv head) pairs spread over both; in each, rows over its query heads and tokens.
+  for (std::int64_t pair : sample_positions(e.num_seqs * e.kv_heads, 4)) {
+    const std::int64_t s = pair / e.kv_heads, g = pair % e.kv_heads;
+    const auto si = static_cast<std::size_t>(s);
+    if (r.q_len[si] == 0) continue;
+    // The keys and values of head g the sequence can see, [t - kb][D]: a page at a time, or a
+    // stretch of tokens (every kv head) at a time.
+    const std::int64_t kb = r.kv_begin[si], n = r.kv_end[si] - kb;
+    std::vector<double> keys(static_cast<std::size_t>(n * D)), values(keys.size());
+    for (auto [slot, dst] : {std::pair{e.at.k, &keys}, std::pair{e.at.v, &values}}) {
+      const auto arg = static_cast<std::size_t>(slot);
+      if (e.layout == Layout::paged) {
+        for (std::int64_t t = kb; t < kb + n;) {
+          const std::int64_t page = tables[static_cast<std::size_t>(s * e.max_blocks + t / e.block_size)];
+          const std::int64_t row = t % e.block_size, m = std::min(e.block_size - row, kb + n - t);
+          const std::vector<double> got = read(arg, ((page * e.kv_heads + g) * e.block_size + row) * D, m * D);
+          std::copy(got.begin(), got.end(), dst->begin() + (t - kb) * D);
+          t += m;
+        }
+      } else {
+        const std::int64_t stride = e.kv_heads * D, step = std::max<std::int64_t>(1, (std::int64_t{1} << 20) / stride);
+        for (std::int64_t t = kb; t < kb + n; t += step) {
+          const std::int64_t m = std::min(step, kb + n - t);
+          const std::vector<double> got = read(arg, (s * e.seq_len + t) * stride, m * stride);
+          for (std::int64_t j = 0; j < m; ++j)
+            std::copy_n(got.begin() + j * stride + g * D, D, dst->begin() + (t - kb + j) * D);
+        }
+      }
+    }
+    for (std::int64_t row : sample_positions(e.group() * r.q_len[si], 8)) {
+      const std::int64_t h = g * e.group() + row / r.q_len[si], i = row % r.q_len[si];
+      const std::int64_t tok = r.q_start[si] + i, pos = position(r, si, i), lo = first_key(e, r, si, pos);
+      const std::vector<double> q = read(static_cast<std::size_t>(e.at.q), (tok * e.heads + h) * D, D);
+      const double sink = e.sinks ? sinks[static_cast<std::size_t>(h)] : -std::numeric_limits<double>::infinity();
+      std::vector<double> o(static_cast<std::size_t>(D));
+      attend(e, q.data(), lo, pos, sink, [&](std::int64_t t) { return keys.data() + (t - kb) * D; },
+             [&](std::int64_t t) { return values.data() + (t - kb) * D; }, o.data());
+      for (std::int64_t d = 0; d < D; ++d) outs.emplace_back((tok * e.heads + h) * D + d, o[static_cast<std::size_t>(d)]);
+    }
+  }
+  std::sort(outs.begin(), outs.end());
+  SampledOutput out{static_cast<std::size_t>(e.at.out), {}, {}};
+  for (const auto& [at, value] : outs) {
+    out.index.push_back(at);
+    out.value.push_back(value);
+  }
+  if (out.index.empty()) return {};
+  return {std::move(out)};
 }
 
 double tolerance(const Engine& e, std::int64_t keys) {

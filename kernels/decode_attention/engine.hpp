@@ -83,6 +83,10 @@ Ranges ranges(const Engine& e, const HostArrays& args);
 // Double-precision reference: the out argument's final values (rows of tokens no sequence owns
 // keep their initial contents).
 std::vector<double> reference(const Engine& e, const HostArrays& args);
+// The same at query rows of 4 (sequence, kv head) pairs spread over both, 8 rows each (over the
+// pair's query heads and tokens), reading the index arrays whole and only those rows' queries
+// and their sequence's keys and values for that kv head.
+std::vector<SampledOutput> sampled_reference(const Engine& e, const ArgReader& read, const Invocation& inv);
 
 // f32 accumulation over up to `keys` probabilities and head_dim products: the dtype's tolerance
 // grows like the square root of the longer of the two (as flash_attention's).

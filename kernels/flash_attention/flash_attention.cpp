@@ -1,5 +1,6 @@
 #include "flash_attention/flash_attention.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -208,10 +209,14 @@ struct RefView {
   const Problem& p;
   const Sequences seq;
   const std::vector<double>&q, &k, &v, &bias, &sinks, &qseg, &kseg;
+  // Where the arrays start. Whole arrays: token 0, head 0, every head. A sampled reference holds
+  // windows: q and q_segment_ids from token q_t0 and head q_h0 (q_heads heads a token), k, v and
+  // kv_segment_ids from token k_t0 and kv head k_h0 (k_heads a token), bias from element bias0.
+  std::int64_t q_t0 = 0, q_h0 = 0, q_heads = 0, k_t0 = 0, k_h0 = 0, k_heads = 0, bias0 = 0;
 
-  double qv(std::int64_t t, std::int64_t h, std::int64_t d) const { return q[idx(t, h, p.heads, d)]; }
-  double kv(std::int64_t t, std::int64_t h, std::int64_t d) const { return k[idx(t, h, p.kv_heads, d)]; }
-  double vv(std::int64_t t, std::int64_t h, std::int64_t d) const { return v[idx(t, h, p.kv_heads, d)]; }
+  double qv(std::int64_t t, std::int64_t h, std::int64_t d) const { return q[idx(t - q_t0, h - q_h0, q_heads, d)]; }
+  double kv(std::int64_t t, std::int64_t h, std::int64_t d) const { return k[idx(t - k_t0, h - k_h0, k_heads, d)]; }
+  double vv(std::int64_t t, std::int64_t h, std::int64_t d) const { return v[idx(t - k_t0, h - k_h0, k_heads, d)]; }
   std::size_t idx(std::int64_t t, std::int64_t h, std::int64_t nh, std::int64_t d) const {
     return static_cast<std::size_t>((t * nh + h) * p.head_dim + d);
   }
@@ -220,7 +225,7 @@ struct RefView {
     if (j < p.key_lo(i, lq, lk) || j > p.key_hi(i, lq, lk)) return false;
     if (p.has_segments) {
       std::int64_t tq = seq.q_start[static_cast<std::size_t>(b)] + i, tk = seq.k_start[static_cast<std::size_t>(b)] + j;
-      if (qseg[static_cast<std::size_t>(tq)] != kseg[static_cast<std::size_t>(tk)]) return false;
+      if (qseg[static_cast<std::size_t>(tq - q_t0)] != kseg[static_cast<std::size_t>(tk - k_t0)]) return false;
     }
     return true;
   }
@@ -237,7 +242,7 @@ struct RefView {
     double dot = 0;
     for (std::int64_t d = 0; d < p.head_dim; ++d) dot += qv(tq, h, d) * kv(tk, hk, d);
     double u = p.scale * dot;
-    if (p.has_bias) u += bias[static_cast<std::size_t>(p.bias_index(b, h, i, j))];
+    if (p.has_bias) u += bias[static_cast<std::size_t>(p.bias_index(b, h, i, j) - bias0)];
     return u;
   }
   double capped(double u) const { return p.softcap > 0 ? p.softcap * std::tanh(u / p.softcap) : u; }
@@ -245,11 +250,25 @@ struct RefView {
 
 RefView view(const Problem& p, const HostArrays& a, std::size_t iq, std::size_t ik, std::size_t iv, std::size_t ibias,
              std::size_t isinks, std::size_t icuq, std::size_t icuk, std::size_t isq, std::size_t isk) {
-  return RefView{p,       sequences(p, as_int(a[icuq]), as_int(a[icuk])),
-                 a[iq],   a[ik],
-                 a[iv],   a[ibias],
-                 a[isinks], a[isq],
-                 a[isk]};
+  RefView r{p, sequences(p, as_int(a[icuq]), as_int(a[icuk])), a[iq], a[ik], a[iv], a[ibias], a[isinks], a[isq], a[isk]};
+  r.q_heads = p.heads;
+  r.k_heads = p.kv_heads;
+  return r;
+}
+
+// Tokens [t0, t0 + n) of head `head` of a [tokens][heads][dim] argument, read a stretch of
+// tokens at a time: [n][dim].
+std::vector<double> head_tokens(const ArgReader& read, std::size_t arg, std::int64_t t0, std::int64_t n, std::int64_t heads,
+                                std::int64_t head, std::int64_t dim) {
+  std::vector<double> out(static_cast<std::size_t>(n * dim));
+  const std::int64_t row = heads * dim, step = std::max<std::int64_t>(1, (std::int64_t{1} << 20) / std::max<std::int64_t>(row, 1));
+  for (std::int64_t a = 0; a < n; a += step) {
+    const std::int64_t m = std::min(step, n - a);
+    const std::vector<double> v = read(arg, (t0 + a) * row, m * row);
+    for (std::int64_t t = 0; t < m; ++t)
+      std::copy_n(v.begin() + (t * row + head * dim), dim, out.begin() + (a + t) * dim);
+  }
+  return out;
 }
 
 // One query row of the reference: logits z, probabilities P and lse; `n` keys, -inf where masked.
@@ -512,6 +531,59 @@ HostArrays FlashAttentionKernel::reference(const Invocation& inv, const HostArra
 }
 
 double FlashAttentionKernel::tolerance(const Invocation& inv) const { return base_tolerance(Problem::of(inv)); }
+
+std::vector<SampledOutput> FlashAttentionKernel::sampled_reference(const Invocation& inv, const ArgReader& read) const {
+  const Problem p = Problem::of(inv);
+  auto whole = [&](std::size_t arg) { return read(arg, 0, numel(inv.args[arg].shape)); };
+  const std::vector<double> cuq = p.varlen ? whole(fwd::cu_seqlens_q) : std::vector<double>{};
+  const std::vector<double> cuk = p.varlen ? whole(fwd::cu_seqlens_k) : std::vector<double>{};
+  const std::vector<double> sinks = p.has_sinks ? whole(fwd::softmax_aux) : std::vector<double>{};
+  const Sequences seq = sequences(p, as_int(cuq), as_int(cuk));
+  const std::int64_t dim = p.head_dim;
+  const double keep_scale = 1.0 / (1.0 - p.dropout);
+  std::vector<std::pair<std::int64_t, double>> outs, lses;
+  // (sequence, kv head) pairs spread over both; in each, rows spread over its query heads and
+  // positions, the first and last query among them.
+  for (std::int64_t pair : sample_positions(p.batch * p.kv_heads, 4)) {
+    const std::int64_t b = pair / p.kv_heads, kh = pair % p.kv_heads;
+    const std::int64_t lq = seq.q_len[static_cast<std::size_t>(b)], lk = seq.k_len[static_cast<std::size_t>(b)];
+    const std::int64_t q0 = seq.q_start[static_cast<std::size_t>(b)], k0 = seq.k_start[static_cast<std::size_t>(b)];
+    if (lq == 0) continue;
+    const std::vector<double> k = head_tokens(read, fwd::k, k0, lk, p.kv_heads, kh, dim);
+    const std::vector<double> v = head_tokens(read, fwd::v, k0, lk, p.kv_heads, kh, dim);
+    const std::vector<double> kseg = p.has_segments ? read(fwd::kv_segment_ids, k0, lk) : std::vector<double>{};
+    for (std::int64_t r : sample_positions(p.group() * lq, 8)) {
+      const std::int64_t h = kh * p.group() + r / lq, i = r % lq, tq = q0 + i;
+      const std::vector<double> q = read(fwd::q, (tq * p.heads + h) * dim, dim);
+      const std::vector<double> qseg = p.has_segments ? read(fwd::q_segment_ids, tq, 1) : std::vector<double>{};
+      const std::vector<double> bias = p.has_bias ? read(fwd::bias, p.bias_index(b, h, i, 0), p.seq_k) : std::vector<double>{};
+      RefView rv{p, seq, q, k, v, bias, sinks, qseg, kseg};
+      rv.q_t0 = tq, rv.q_h0 = h, rv.q_heads = 1;
+      rv.k_t0 = k0, rv.k_h0 = kh, rv.k_heads = 1;
+      rv.bias0 = p.has_bias ? p.bias_index(b, h, i, 0) : 0;
+      const Row w = row(rv, b, h, i);
+      std::vector<double> o(static_cast<std::size_t>(dim), 0.0);
+      for (std::size_t j = 0; j < w.P.size(); ++j) {
+        if (w.P[j] == 0.0 || !rv.kept(b, h, i, static_cast<std::int64_t>(j))) continue;
+        const double pj = w.P[j] * keep_scale;
+        for (std::int64_t d = 0; d < dim; ++d) o[static_cast<std::size_t>(d)] += pj * rv.vv(k0 + static_cast<std::int64_t>(j), kh, d);
+      }
+      for (std::int64_t d = 0; d < dim; ++d) outs.emplace_back((tq * p.heads + h) * dim + d, o[static_cast<std::size_t>(d)]);
+      lses.emplace_back(p.lse_index(b, h, i, tq), w.lse);
+    }
+  }
+  std::vector<SampledOutput> result;
+  for (auto& [arg, values] : {std::pair{fwd::out, &outs}, std::pair{fwd::lse, &lses}}) {
+    std::sort(values->begin(), values->end());
+    SampledOutput s{arg, {}, {}};
+    for (const auto& [at, value] : *values) {
+      s.index.push_back(at);
+      s.value.push_back(value);
+    }
+    if (!s.index.empty()) result.push_back(std::move(s));
+  }
+  return result;
+}
 
 // ---- backward -----------------------------------------------------------------------------
 

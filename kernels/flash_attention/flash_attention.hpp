@@ -172,6 +172,8 @@ class FlashAttentionKernel final : public Kernel {
   double bytes(const Invocation& inv) const override;
   HostArrays reference(const Invocation& inv, const HostArrays& args) const override;
   double tolerance(const Invocation& inv) const override;
+  // Query rows (out and lse) of 4 (sequence, kv head) pairs, 8 rows each.
+  std::vector<SampledOutput> sampled_reference(const Invocation& inv, const ArgReader& read) const override;
   // q, k, v uniform in [-1, 1); packed offsets split the tokens evenly; segment ids in runs.
   std::vector<Fill> fills(const Invocation& inv, std::uint64_t seed) const override;
   // Recipe sizes and options: see recipe_invocation.

@@ -1,5 +1,6 @@
 #include "matmul/matmul.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "ejk/error.hpp"
@@ -141,6 +142,59 @@ HostArrays MatmulKernel::reference(const Invocation& inv, const HostArrays& args
         out = p.alpha * acc + (p.beta != 0.0 ? p.beta * out : 0.0);
       }
   return {std::move(c)};
+}
+
+namespace {
+
+// Columns `which` of a rows x cols row-major matrix at element `base` of argument `arg`, read a
+// stretch of whole rows at a time: out[c][r].
+std::vector<std::vector<double>> columns(const ArgReader& read, std::size_t arg, std::int64_t base, std::int64_t rows,
+                                         std::int64_t cols, const std::vector<std::int64_t>& which) {
+  std::vector<std::vector<double>> out(which.size(), std::vector<double>(static_cast<std::size_t>(rows)));
+  const std::int64_t step = std::max<std::int64_t>(1, (std::int64_t{1} << 20) / std::max<std::int64_t>(cols, 1));
+  for (std::int64_t r0 = 0; r0 < rows; r0 += step) {
+    const std::int64_t n = std::min(step, rows - r0);
+    const std::vector<double> v = read(arg, base + r0 * cols, n * cols);
+    for (std::size_t c = 0; c < which.size(); ++c)
+      for (std::int64_t r = 0; r < n; ++r) out[c][static_cast<std::size_t>(r0 + r)] = v[static_cast<std::size_t>(r * cols + which[c])];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<SampledOutput> MatmulKernel::sampled_reference(const Invocation& inv, const ArgReader& read) const {
+  const Problem p = Problem::of(inv);
+  if (p.batch * p.m == 0 || p.n == 0) return {};
+  const std::vector<std::int64_t> rows = sample_positions(p.batch * p.m, 8), cols = sample_positions(p.n, 8);
+  SampledOutput s{2, {}, {}};
+  // Grouped by batch entry, so each reads its rows of a and columns of b once.
+  for (std::size_t r = 0; r < rows.size();) {
+    const std::int64_t bi = rows[r] / p.m;
+    std::vector<std::int64_t> is;
+    for (; r < rows.size() && rows[r] / p.m == bi; ++r) is.push_back(rows[r] % p.m);
+    const std::int64_t abase = bi * p.batch_stride_a, bbase = bi * p.batch_stride_b;
+    std::vector<std::vector<double>> arow, bcol;  // a(i, .) and b(., j)
+    if (p.trans_a) {
+      arow = columns(read, 0, abase, p.k, p.m, is);
+    } else {
+      for (std::int64_t i : is) arow.push_back(read(0, abase + i * p.k, p.k));
+    }
+    if (p.trans_b) {
+      for (std::int64_t j : cols) bcol.push_back(read(1, bbase + j * p.k, p.k));
+    } else {
+      bcol = columns(read, 1, bbase, p.k, p.n, cols);
+    }
+    for (std::size_t ii = 0; ii < is.size(); ++ii)
+      for (std::size_t jj = 0; jj < cols.size(); ++jj) {
+        double acc = 0;
+        for (std::int64_t l = 0; l < p.k; ++l) acc += arow[ii][static_cast<std::size_t>(l)] * bcol[jj][static_cast<std::size_t>(l)];
+        const std::int64_t at = bi * p.batch_stride_c + is[ii] * p.n + cols[jj];
+        s.index.push_back(at);
+        s.value.push_back(p.alpha * acc + (p.beta != 0.0 ? p.beta * read(2, at, 1)[0] : 0.0));
+      }
+  }
+  return {std::move(s)};
 }
 
 double MatmulKernel::tolerance(const Invocation& inv) const {

@@ -34,6 +34,8 @@ class MatmulKernel final : public Kernel {
   double bytes(const Invocation& inv) const override;
   HostArrays reference(const Invocation& inv, const HostArrays& args) const override;
   double tolerance(const Invocation& inv) const override;
+  // 8 rows (over batch and m) x 8 columns of c.
+  std::vector<SampledOutput> sampled_reference(const Invocation& inv, const ArgReader& read) const override;
   // Sizes: m, n, k (required), batch (optional); options trans_a, trans_b.
   Invocation from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
                         const nlohmann::json& options) const override;

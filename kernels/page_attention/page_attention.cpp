@@ -97,6 +97,10 @@ HostArrays PageAttentionKernel::reference(const Invocation& inv, const HostArray
   return {da::reference(engine(inv), args)};
 }
 
+std::vector<SampledOutput> PageAttentionKernel::sampled_reference(const Invocation& inv, const ArgReader& read) const {
+  return da::sampled_reference(engine(inv), read, inv);
+}
+
 double PageAttentionKernel::tolerance(const Invocation& inv) const {
   const da::Engine e = engine(inv);
   return da::tolerance(e, e.capacity());

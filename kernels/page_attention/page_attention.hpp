@@ -49,6 +49,7 @@ class PageAttentionKernel final : public Kernel {
   // query, out, and the keys and values of full block tables read once.
   double bytes(const Invocation& inv) const override;
   HostArrays reference(const Invocation& inv, const HostArrays& args) const override;
+  std::vector<SampledOutput> sampled_reference(const Invocation& inv, const ArgReader& read) const override;
   double tolerance(const Invocation& inv) const override;
   // Floats uniform in [-1, 1); every context fills its block table (max_blocks_per_seq *
   // block_size keys: the recipe's context rounded up to whole blocks); block tables shuffled.

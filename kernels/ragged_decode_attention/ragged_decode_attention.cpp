@@ -109,6 +109,10 @@ HostArrays RaggedDecodeAttentionKernel::reference(const Invocation& inv, const H
   return {da::reference(engine(inv), args)};
 }
 
+std::vector<SampledOutput> RaggedDecodeAttentionKernel::sampled_reference(const Invocation& inv, const ArgReader& read) const {
+  return da::sampled_reference(engine(inv), read, inv);
+}
+
 double RaggedDecodeAttentionKernel::tolerance(const Invocation& inv) const {
   const da::Engine e = engine(inv);
   return da::tolerance(e, keys(e));

@@ -53,6 +53,7 @@ class RaggedDecodeAttentionKernel final : public Kernel {
   double flops(const Invocation& inv) const override;
   double bytes(const Invocation& inv) const override;
   HostArrays reference(const Invocation& inv, const HostArrays& args) const override;
+  std::vector<SampledOutput> sampled_reference(const Invocation& inv, const ArgReader& read) const override;
   double tolerance(const Invocation& inv) const override;
   // Floats uniform in [-1, 1); every range the whole row [0, seq).
   std::vector<Fill> fills(const Invocation& inv, std::uint64_t seed) const override;

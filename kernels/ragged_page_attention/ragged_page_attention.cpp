@@ -124,6 +124,10 @@ HostArrays RaggedPageAttentionKernel::reference(const Invocation& inv, const Hos
   return {da::reference(engine(inv), args)};
 }
 
+std::vector<SampledOutput> RaggedPageAttentionKernel::sampled_reference(const Invocation& inv, const ArgReader& read) const {
+  return da::sampled_reference(engine(inv), read, inv);
+}
+
 double RaggedPageAttentionKernel::tolerance(const Invocation& inv) const {
   const da::Engine e = engine(inv);
   return da::tolerance(e, e.capacity());

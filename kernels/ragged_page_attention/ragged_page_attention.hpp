@@ -58,6 +58,7 @@ class RaggedPageAttentionKernel final : public Kernel {
   // Keys and values of every sequence's full table once, queries and out, the index arrays.
   double bytes(const Invocation& inv) const override;
   HostArrays reference(const Invocation& inv, const HostArrays& args) const override;
+  std::vector<SampledOutput> sampled_reference(const Invocation& inv, const ArgReader& read) const override;
   double tolerance(const Invocation& inv) const override;
   // Tokens split as evenly as possible among the sequences, every context filling its table.
   std::vector<Fill> fills(const Invocation& inv, std::uint64_t seed) const override;

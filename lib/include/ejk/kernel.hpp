@@ -2,6 +2,7 @@
 // A kernel is defined once (what it computes: arguments, validation, reference, cost) and
 // implemented per backend (how: parameter space, heuristic, launch).
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -27,6 +28,22 @@ struct ArgDef {
 };
 
 using HostArrays = std::vector<std::vector<double>>;
+
+// Elements [first, first + count) of argument `arg` as doubles, as the inputs held them before
+// the run (an inout argument's initial contents): what a sampled reference reads.
+using ArgReader = std::function<std::vector<double>(std::size_t arg, std::int64_t first, std::int64_t count)>;
+
+// The double reference at some elements of one output argument.
+struct SampledOutput {
+  std::size_t arg = 0;              // index of an out or inout argument
+  std::vector<std::int64_t> index;  // element indices, ascending, distinct
+  std::vector<double> value;        // the reference's value at each
+};
+
+// `count` distinct positions in [0, n), ascending: 0 and n - 1 always, the others one in each
+// stretch between, at a place that varies from stretch to stretch, so a sample does not keep
+// landing on the same head or column when several dimensions are flattened together.
+std::vector<std::int64_t> sample_positions(std::int64_t n, std::int64_t count);
 
 // How one argument's initial contents are made for tuning, `ejk run` and benchmarks.
 struct Fill {
@@ -66,6 +83,14 @@ class Kernel {
   virtual HostArrays reference(const Invocation& inv, const HostArrays& args) const = 0;
   // Relative tolerance for checking an output against the reference.
   virtual double tolerance(const Invocation& inv) const;
+  // For problems too large for reference(): the reference at a deterministic sample of output
+  // elements (spread over every dimension, first and last rows among them), computed from just
+  // the inputs those elements need, read in slices through `read`, so host memory stays
+  // O(sample). Empty (the default) when the kernel has none: large problems are then checked
+  // against a trusted config's output alone.
+  virtual std::vector<SampledOutput> sampled_reference(const Invocation& /*inv*/, const ArgReader& /*read*/) const {
+    return {};
+  }
 
   // How each argument's valid random contents are made, in argument order. The default: floats
   // uniform in [-1, 1) for in and inout arguments, nothing for outputs; integer arguments are

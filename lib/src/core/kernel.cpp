@@ -70,6 +70,29 @@ void Kernel::make_inputs(const Invocation& inv, std::uint64_t seed, std::span<co
   derive(inv, args);
 }
 
+std::vector<std::int64_t> sample_positions(std::int64_t n, std::int64_t count) {
+  std::vector<std::int64_t> out;
+  if (n <= 0 || count <= 0) return out;
+  if (count >= n) {
+    for (std::int64_t i = 0; i < n; ++i) out.push_back(i);
+    return out;
+  }
+  out.push_back(0);
+  // Stretches between the ends; within each, a position drawn from a fixed mix of its number.
+  const std::int64_t inner = count - 2;
+  for (std::int64_t s = 0; s < inner; ++s) {
+    const std::int64_t lo = 1 + s * (n - 2) / inner, hi = 1 + (s + 1) * (n - 2) / inner;
+    if (hi <= lo) continue;
+    std::uint64_t z = static_cast<std::uint64_t>(s) * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    out.push_back(lo + static_cast<std::int64_t>(z % static_cast<std::uint64_t>(hi - lo)));
+  }
+  if (count >= 2) out.push_back(n - 1);
+  return out;
+}
+
 HostArrays Kernel::inputs(const Invocation& inv, std::uint64_t seed) const {
   auto dev = open_device("cpu");
   std::vector<Tensor> t;

@@ -388,7 +388,64 @@ std::string Bench::check_outputs(double& error) const {
       return names_[i] + " differs from the " + (validated_ == "reference" ? "reference" : "trusted output") +
              ": relative error " + format_g(rel) + " > tolerance " + format_g(tolerance_);
   }
+  return check_sampled(error);
+}
+
+std::string Bench::check_sampled(double& error) const {
+  const double tolerance = kernel_.tolerance(inv_);
+  for (const SampledOutput& s : sampled_) {
+    const Tensor& out = sets_[0].args[s.arg];
+    const DType t = out.dtype();
+    const std::size_t size = dtype_size(t);
+    double err = 0, scale = 0;
+    std::vector<std::byte> run;
+    // Runs of consecutive elements, one read each.
+    for (std::size_t a = 0; a < s.index.size();) {
+      std::size_t b = a + 1;
+      while (b < s.index.size() && s.index[b] == s.index[b - 1] + 1) ++b;
+      run.resize((b - a) * size);
+      device_.read(out.buffer(), static_cast<std::size_t>(s.index[a]) * size, run.data(), run.size());
+      for (std::size_t j = a; j < b; ++j) {
+        const double got = load_element(t, run.data() + (j - a) * size), want = s.value[j];
+        if (std::isinf(want) && got == want) continue;
+        if (!std::isfinite(got) || !std::isfinite(want))
+          return names_[s.arg] + " at element " + std::to_string(s.index[j]) + " is " + format_g(got) + ", the reference gives " +
+                 format_g(want);
+        err = std::max(err, std::abs(got - want));
+        scale = std::max(scale, std::abs(want));
+      }
+      a = b;
+    }
+    const double rel = scale > 0 ? err / scale : err;
+    error = std::max(error, rel);
+    if (rel > tolerance)
+      return names_[s.arg] + " differs from the reference at " + std::to_string(s.index.size()) +
+             " sampled elements: relative error " + format_g(rel) + " > tolerance " + format_g(tolerance);
+  }
   return {};
+}
+
+void Bench::take_samples() {
+  ArgReader read = [this](std::size_t arg, std::int64_t first, std::int64_t count) {
+    if (arg >= roles_.size() || roles_[arg] == Role::out)
+      throw Error(inv_.kernel + "'s sampled reference read argument " + std::to_string(arg) + ", which is not an input");
+    const Tensor& t = roles_[arg] == Role::inout ? pristine_dev_[arg] : sets_[0].args[arg];
+    return t.read<double>(first, count);
+  };
+  sampled_ = kernel_.sampled_reference(inv_, read);
+  for (const SampledOutput& s : sampled_) {
+    const bool fits = s.arg < roles_.size() && roles_[s.arg] != Role::in && s.index.size() == s.value.size() &&
+                      std::is_sorted(s.index.begin(), s.index.end()) &&
+                      std::adjacent_find(s.index.begin(), s.index.end()) == s.index.end() &&
+                      (s.index.empty() || (s.index.front() >= 0 && s.index.back() < sets_[0].args[s.arg].numel()));
+    if (!fits) throw Error(inv_.kernel + "'s sampled reference names elements that argument " + std::to_string(s.arg) + " does not have");
+  }
+}
+
+std::string Bench::with_samples(std::string what) const {
+  std::size_t n = 0;
+  for (const SampledOutput& s : sampled_) n += s.index.size();
+  return n ? what + " and the reference at " + std::to_string(n) + " sampled elements" : what;
 }
 
 void Bench::keep_outputs() {
@@ -412,6 +469,7 @@ void Bench::prepare() {
   }
   tolerance_ = kernel_.tolerance(inv_);
   bool large = kernel_.flops(inv_) > settings_.reference_flops_limit;
+  if (large && settings_.trusted) take_samples();
   if (large && settings_.trusted_failed) {
     tolerance_ *= 2;
     validated_ = "pending";
@@ -440,7 +498,7 @@ void Bench::prepare() {
     if (bad.empty()) bad = damaged_canary(sets_[0]);
     if (bad.empty()) {
       keep_outputs();
-      validated_ = "trusted config " + trusted.canonical();
+      validated_ = with_samples("trusted config " + trusted.canonical());
       return;
     }
   } catch (const std::exception&) {
@@ -480,7 +538,7 @@ Measurement Bench::measure(const Config& c, double best_ns) {
       bad = check_outputs(m.error);
       if (bad.empty() && validated_ == "pending") {
         keep_outputs();
-        validated_ = "first clean candidate " + c.canonical();
+        validated_ = with_samples("first clean candidate " + c.canonical());
       }
     }
     if (!bad.empty()) {

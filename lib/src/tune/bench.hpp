@@ -80,8 +80,13 @@ class Bench {
   static constexpr std::int64_t check_slice = std::int64_t{1} << 22;  // elements compared at a time
 
   Sample sample(const Tensor& t) const;
-  // Set 0's outputs against the expected ones (host reference or device copies), a slice at a time.
+  // Set 0's outputs against the expected ones (host reference or device copies), a slice at a
+  // time, then against the sampled reference where there is one.
   std::string check_outputs(double& error) const;
+  std::string check_sampled(double& error) const;
+  // The kernel's sampled reference, read from set 0's inputs (large problems only).
+  void take_samples();
+  std::string with_samples(std::string what) const;
   // Set 0's outputs become the expected ones, as device copies.
   void keep_outputs();
   void restore(const Set& set);
@@ -104,6 +109,7 @@ class Bench {
   bool prepared_ = false;
   std::vector<std::vector<double>> expected_;  // out/inout values from the reference, in argument order
   std::vector<Tensor> expected_dev_;            // or a trusted run's, kept on the device
+  std::vector<SampledOutput> sampled_;          // and, on large problems, the reference at sampled elements
   std::string validated_;
   double tolerance_ = 0;
 };
