@@ -1,4 +1,5 @@
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "common/philox.h"
@@ -195,6 +196,54 @@ TEST_P(DeviceBuffers, DeviceFillWritesTheHostsBytesAtTheEdgesOfEachFormat) {
       for (std::int64_t b = 0; b < static_cast<std::int64_t>(got.size()); ++b)
         if (b < first * size || b >= (first + count) * size) ASSERT_EQ(got[static_cast<std::size_t>(b)], std::byte{0x5a}) << b;
     }
+}
+
+// Device::difference reduced on the device (kernels/common/difference.cl, .comp) against the
+// host's: the largest error and magnitude, and the first bad element (NaN, infinity, a wrong
+// infinity), in every dtype, with and without an expected array.
+TEST_P(DeviceBuffers, DeviceDifferenceAgreesWithTheHost) {
+  Context ctx(GetParam()), cpu("cpu");
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  const std::int64_t n = 1001;  // odd: the last 16-bit element is half a word
+  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32}) {
+    std::vector<double> want(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) want[static_cast<std::size_t>(i)] = static_cast<double>((i * 37) % 201) - 100.0;
+    struct Case {
+      std::string name;
+      std::vector<std::pair<std::int64_t, double>> got_at, want_at;
+      bool with_want = true;
+    };
+    std::vector<Case> cases = {{"equal", {}, {}},
+                               {"one off", {{n - 1, 777.0}}, {}},
+                               {"off at both ends", {{0, -300.0}, {n - 2, 250.0}}, {}}};
+    if (t != DType::i32) {
+      cases.push_back({"nan late and early", {{900, nan}, {123, nan}}, {}});
+      cases.push_back({"inf where finite", {{5, inf}}, {}});
+      cases.push_back({"same infinity", {{9, -inf}}, {{9, -inf}}});
+      cases.push_back({"other infinity", {{9, inf}}, {{9, -inf}}});
+      cases.push_back({"finite where infinite", {}, {{400, inf}}});
+      cases.push_back({"alone, finite", {}, {}, false});
+      cases.push_back({"alone, inf", {{999, -inf}}, {}, false});
+    }
+    for (const Case& c : cases) {
+      std::vector<double> g = want, w = want;
+      for (auto [i, v] : c.got_at) g[static_cast<std::size_t>(i)] = v;
+      for (auto [i, v] : c.want_at) w[static_cast<std::size_t>(i)] = v;
+      const Tensor gd = ctx.from({n}, t, g), wd = ctx.from({n}, t, w), gh = cpu.from({n}, t, g), wh = cpu.from({n}, t, w);
+      const Difference got = ctx.device().difference(gd.buffer(), c.with_want ? &wd.buffer() : nullptr, t, n);
+      const Difference host = cpu.device().difference(gh.buffer(), c.with_want ? &wh.buffer() : nullptr, t, n);
+      EXPECT_EQ(got.bad, host.bad) << to_string(t) << " " << c.name;
+      EXPECT_NEAR(got.err, host.err, 1e-6 * std::max(1.0, host.err)) << to_string(t) << " " << c.name;
+      EXPECT_NEAR(got.scale, host.scale, 1e-6 * std::max(1.0, host.scale)) << to_string(t) << " " << c.name;
+    }
+    // The host's own figures, so the comparison above cannot pass by both being wrong.
+    std::vector<double> g = want;
+    g[17] += 3;
+    const Difference d = cpu.device().difference(cpu.from({n}, t, g).buffer(), &cpu.from({n}, t, want).buffer(), t, n);
+    EXPECT_EQ(d.bad, -1);
+    EXPECT_EQ(d.err, 3.0) << to_string(t);
+    EXPECT_EQ(d.scale, 100.0) << to_string(t);
+  }
 }
 
 TEST_P(DeviceBuffers, CopiesBetweenOffsetsAndRejectsRangesPastTheEnd) {

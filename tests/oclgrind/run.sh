@@ -5,7 +5,7 @@
 # it is opencl:0, which the tests check (EJK_TEST_OPENCL_DEVICE).
 #   run.sh EJK_TESTS KEEP_BUFFERS_LIBRARY SHARD SHARDS [GTEST_FILTER]
 set -uo pipefail
-tests=$1 keep=$2 shard=$3 shards=$4 filter=${5:-*SmallestCases.*opencl_0:*DeviceFillWrites*opencl_0}
+tests=$1 keep=$2 shard=$3 shards=$4 filter=${5:-*SmallestCases.*opencl_0:*DeviceFillWrites*opencl_0:*DeviceDifference*opencl_0}
 
 if ! oclgrind=$(command -v oclgrind); then
   if [[ ${CI:-} == true ]]; then

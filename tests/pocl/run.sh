@@ -7,7 +7,7 @@
 # the smallest attention_merge case twenty times slower than this whole pass takes.)
 #   run.sh EJK_TESTS SHARD SHARDS [GTEST_FILTER]
 set -uo pipefail
-tests=$1 shard=$2 shards=$3 filter=${4:-*SmallestCases.*opencl_0:*DeviceFillWrites*opencl_0}
+tests=$1 shard=$2 shards=$3 filter=${4:-*SmallestCases.*opencl_0:*DeviceFillWrites*opencl_0:*DeviceDifference*opencl_0}
 export POCL_KERNELLIB_NAME=sse2
 cpu=athlon64
 

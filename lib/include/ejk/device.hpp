@@ -68,6 +68,14 @@ class Buffer {
   std::size_t bytes_;
 };
 
+// How one stored array differs from another of the same dtype (Device::difference).
+struct Difference {
+  double err = 0;         // max |got - want| where both are finite
+  double scale = 0;       // max |want| there
+  std::int64_t bad = -1;  // first element where got is NaN or infinite (without want: not finite),
+                          // or want is infinite and got is not that same infinity; -1: none
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -85,6 +93,10 @@ class Device {
   // a slice at a time on every core, and writes them; backends with device code override it.
   virtual void fill_uniform(Buffer& dst, DType t, std::int64_t first, std::int64_t count, std::uint64_t seed, float lo,
                             float hi);
+  // Compares elements [0, n) of `got` with those of `want` (null: only whether got is finite),
+  // both holding dtype t. This one reads both back a slice at a time and compares on every
+  // core; backends with device code reduce on the device and read back a few bytes.
+  virtual Difference difference(const Buffer& got, const Buffer* want, DType t, std::int64_t n);
   // Waits until all submitted work is complete.
   virtual void synchronize() = 0;
   // Runs `work` (which submits device work), waits for it and returns its duration in

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "core/difference.hpp"
 #include "core/element.hpp"
 #include "core/parts.hpp"
 #include "ejk/error.hpp"
@@ -303,40 +304,6 @@ void Bench::restore(const Set& set) {
       device_.copy(pristine_dev_[i].buffer(), set.args[i].buffer(), set.args[i].bytes());
 }
 
-namespace {
-
-// What one stretch of an output holds against the expected values.
-struct Verdict {
-  double err = 0, scale = 0;
-  std::int64_t bad = -1;  // first element that is non-finite where it should not be, or a wrong infinity
-  double got = 0, want = 0;
-};
-
-// Elements [0, n) of raw storage `got` against `want_raw` (same dtype) or `want_host`; either may
-// be null (only finiteness is checked).
-Verdict compare(DType t, const std::byte* got, const std::byte* want_raw, const double* want_host, std::int64_t n) {
-  Verdict v;
-  const std::size_t size = dtype_size(t);
-  for (std::int64_t j = 0; j < n; ++j) {
-    const double g = load_element(t, got + static_cast<std::size_t>(j) * size);
-    const bool has_want = want_raw || want_host;
-    const double w = want_raw ? load_element(t, want_raw + static_cast<std::size_t>(j) * size) : want_host ? want_host[j] : 0;
-    // An infinity is right only where the expected output has the same one (the log-sum-exp of
-    // a row with no allowed key is -inf).
-    if (!std::isfinite(g) || (has_want && std::isinf(w))) {
-      if (has_want && std::isinf(w) && g == w) continue;
-      v.bad = j, v.got = g, v.want = w;
-      return v;
-    }
-    if (!has_want) continue;
-    v.err = std::max(v.err, std::abs(g - w));
-    v.scale = std::max(v.scale, std::abs(w));
-  }
-  return v;
-}
-
-}  // namespace
-
 std::string Bench::check_outputs(double& error) const {
   error = 0;
   std::size_t o = 0;
@@ -352,37 +319,36 @@ std::string Bench::check_outputs(double& error) const {
     if (want_host && static_cast<std::int64_t>(want_host->size()) != n)
       throw Error("reference of " + names_[i] + " has " + std::to_string(want_host->size()) + " values, expected " +
                   std::to_string(n));
-    double err = 0, scale = 0;
-    // Raw bytes a slice at a time, compared on every core: host memory stays bounded whatever
-    // the output's size, and the check costs little next to the candidate's run.
-    std::vector<std::byte> got(static_cast<std::size_t>(std::min(check_slice, n)) * size), want;
-    if (want_dev) want.resize(got.size());
-    for (std::int64_t first = 0; first < n; first += check_slice) {
-      const std::int64_t count = std::min(check_slice, n - first);
-      const std::size_t bytes = static_cast<std::size_t>(count) * size, offset = static_cast<std::size_t>(first) * size;
-      device_.read(out.buffer(), offset, got.data(), bytes);
-      if (want_dev) device_.read(want_dev->buffer(), offset, want.data(), bytes);
-      std::vector<Verdict> verdicts(host_threads());
-      for_parts(count, 1, [&](std::int64_t p, std::int64_t lo, std::int64_t hi) {
-        Verdict& v = verdicts[static_cast<std::size_t>(p)];
-        v = compare(t, got.data() + static_cast<std::size_t>(lo) * size,
-                    want_dev ? want.data() + static_cast<std::size_t>(lo) * size : nullptr,
-                    want_host ? want_host->data() + first + lo : nullptr, hi - lo);
-        if (v.bad >= 0) v.bad += lo;
-      });
-      for (const Verdict& v : verdicts) {
-        if (v.bad >= 0) {
-          const std::int64_t at = first + v.bad;
-          if (!std::isfinite(v.got) && !std::isinf(v.want))
-            return (std::isnan(v.got) ? "NaN" : "Inf") + std::string(" in ") + names_[i] + " at element " + std::to_string(at);
-          return names_[i] + " at element " + std::to_string(at) + " is " + format_g(v.got) + ", expected " + format_g(v.want);
-        }
-        err = std::max(err, v.err);
-        scale = std::max(scale, v.scale);
+    Difference d;
+    if (want_host) {
+      // Small problems: raw bytes a slice at a time against the host reference, on every core.
+      std::vector<std::byte> got(static_cast<std::size_t>(std::min(check_slice, n)) * size);
+      for (std::int64_t first = 0; first < n && d.bad < 0; first += check_slice) {
+        const std::int64_t count = std::min(check_slice, n - first);
+        device_.read(out.buffer(), static_cast<std::size_t>(first) * size, got.data(), static_cast<std::size_t>(count) * size);
+        std::vector<Difference> parts(host_threads());
+        std::vector<std::int64_t> starts(parts.size(), 0);
+        for_parts(count, 1, [&](std::int64_t p, std::int64_t lo, std::int64_t hi) {
+          starts[static_cast<std::size_t>(p)] = lo;
+          parts[static_cast<std::size_t>(p)] = compare_elements(t, got.data() + static_cast<std::size_t>(lo) * size, nullptr,
+                                                                want_host->data() + first + lo, hi - lo);
+        });
+        for (std::size_t p = 0; p < parts.size(); ++p) merge(d, parts[p], first + starts[p]);
       }
+    } else {
+      // Against the trusted output kept on the device, or only finiteness: reduced on the
+      // device where the backend can, so a few bytes come back whatever the output's size.
+      d = device_.difference(out.buffer(), want_dev ? &want_dev->buffer() : nullptr, t, n);
+    }
+    if (d.bad >= 0) {
+      const double got = out.read<double>(d.bad, 1)[0];
+      const double want = want_host ? (*want_host)[static_cast<std::size_t>(d.bad)] : want_dev ? want_dev->read<double>(d.bad, 1)[0] : 0;
+      if (!std::isfinite(got) && !std::isinf(want))
+        return (std::isnan(got) ? "NaN" : "Inf") + std::string(" in ") + names_[i] + " at element " + std::to_string(d.bad);
+      return names_[i] + " at element " + std::to_string(d.bad) + " is " + format_g(got) + ", expected " + format_g(want);
     }
     if (!want_host && !want_dev) continue;
-    const double rel = scale > 0 ? err / scale : err;
+    const double rel = d.scale > 0 ? d.err / d.scale : d.err;
     error = std::max(error, rel);
     if (rel > tolerance_)
       return names_[i] + " differs from the " + (validated_ == "reference" ? "reference" : "trusted output") +

@@ -1,6 +1,7 @@
 #include "backends/opencl/opencl_device.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <string>
 
@@ -145,6 +146,26 @@ void OpenCLDevice::fill_uniform(Buffer& dst, DType t, std::int64_t first, std::i
   launch(*k, Range(groups * local), Range(local), dst, word0, static_cast<std::uint64_t>(blocks.begin / 4), n,
          static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32), lo, hi - lo, fill_code(t));
   if (blocks.end < first + count) Device::fill_uniform(dst, t, blocks.end, first + count - blocks.end, seed, lo, hi);
+}
+
+Difference OpenCLDevice::difference(const Buffer& got, const Buffer* want, DType t, std::int64_t n) {
+  Difference d;
+  if (n <= 0) return d;
+  auto k = kernel("common/difference.cl", "", "ejk_difference");
+  constexpr std::size_t local = 256;
+  const std::size_t groups = std::min<std::size_t>((static_cast<std::size_t>(n) + local - 1) / local, 1024);
+  const auto part = allocate(groups * 4 * sizeof(std::uint32_t));
+  launch(*k, Range(groups * local), Range(local), got, want ? *want : got, static_cast<std::uint64_t>(n), fill_code(t),
+         static_cast<std::uint32_t>(want != nullptr), *part);
+  std::vector<std::uint32_t> words(groups * 4);
+  read(*part, 0, words.data(), words.size() * sizeof(std::uint32_t));
+  for (std::size_t g = 0; g < groups; ++g) {
+    d.err = std::max<double>(d.err, std::bit_cast<float>(words[4 * g]));
+    d.scale = std::max<double>(d.scale, std::bit_cast<float>(words[4 * g + 1]));
+    const auto bad = static_cast<std::int64_t>(words[4 * g + 2] | (static_cast<std::uint64_t>(words[4 * g + 3]) << 32));
+    if (bad < n && (d.bad < 0 || bad < d.bad)) d.bad = bad;
+  }
+  return d;
 }
 
 void OpenCLDevice::synchronize() { check(clFinish(queue_.get()), "clFinish(" + info_.id() + ")"); }

@@ -111,6 +111,8 @@ class OpenCLDevice final : public Device {
   // Whole blocks by kernels/common/fill.cl, the ragged ends on the host.
   void fill_uniform(Buffer& dst, DType t, std::int64_t first, std::int64_t count, std::uint64_t seed, float lo,
                     float hi) override;
+  // A reduction on the device (kernels/common/difference.cl): a few bytes a group come back.
+  Difference difference(const Buffer& got, const Buffer* want, DType t, std::int64_t n) override;
   void synchronize() override;
   // Every launch (and copy) made through this device while `work` runs records a profiling
   // event; the result is last end - first start on the device clock, 0 when nothing was

@@ -1,6 +1,7 @@
 #include "backends/vulkan/vulkan_device.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -634,6 +635,36 @@ void VulkanDevice::fill_uniform(Buffer& dst, DType t, std::int64_t first, std::i
     dispatch(l);
   }
   if (blocks.end < first + count) Device::fill_uniform(dst, t, blocks.end, first + count - blocks.end, seed, lo, hi);
+}
+
+Difference VulkanDevice::difference(const Buffer& got, const Buffer* want, DType t, std::int64_t n) {
+  Difference d;
+  if (n <= 0) return d;
+  if (n >= std::int64_t{1} << 32) return Device::difference(got, want, t, n);
+  struct Push {
+    std::uint32_t n, dtype, has_want;
+  };
+  constexpr std::uint32_t local = 256;
+  const std::uint32_t max_groups = std::min<std::uint32_t>(physical().limits.maxComputeWorkGroupCount[0], 1024);
+  const auto groups = static_cast<std::uint32_t>(std::min<std::int64_t>((n + local - 1) / local, max_groups));
+  const auto part = allocate(std::size_t{groups} * 4 * sizeof(std::uint32_t));
+  const Push push{static_cast<std::uint32_t>(n), fill_code(t), want != nullptr ? 1u : 0u};
+  Launch l;
+  l.spirv = "common/difference.spv";
+  l.local_size = {local, 1, 1};
+  l.buffers = {&got, want ? want : &got, part.get()};
+  l.push = push_bytes(push);
+  l.groups = {groups, 1, 1};
+  dispatch(l);
+  std::vector<std::uint32_t> words(std::size_t{groups} * 4);
+  read(*part, 0, words.data(), words.size() * sizeof(std::uint32_t));
+  for (std::size_t g = 0; g < groups; ++g) {
+    d.err = std::max<double>(d.err, std::bit_cast<float>(words[4 * g]));
+    d.scale = std::max<double>(d.scale, std::bit_cast<float>(words[4 * g + 1]));
+    const std::uint32_t bad = words[4 * g + 2];
+    if (bad != 0xffffffffu && (d.bad < 0 || bad < d.bad)) d.bad = bad;
+  }
+  return d;
 }
 
 void VulkanDevice::synchronize() {

@@ -78,6 +78,8 @@ class VulkanDevice final : public Device {
   // Whole blocks by kernels/common/fill.comp, the ragged ends on the host.
   void fill_uniform(Buffer& dst, DType t, std::int64_t first, std::int64_t count, std::uint64_t seed, float lo,
                     float hi) override;
+  // A reduction on the device (kernels/common/difference.comp): a few bytes a group come back.
+  Difference difference(const Buffer& got, const Buffer* want, DType t, std::int64_t n) override;
   void synchronize() override;
   // Timestamp queries before and after `work` (which must not call time_ns itself).
   double time_ns(const std::function<void()>& work) override;
