@@ -193,8 +193,11 @@ TEST_P(DeviceBuffers, DeviceFillWritesTheHostsBytesAtTheEdgesOfEachFormat) {
       const auto got = here.read_bytes(), want = there.read_bytes();
       EXPECT_TRUE(got == want) << to_string(c.t) << " [" << c.lo << ", " << c.hi << ") elements " << first << " + " << count;
       const auto size = static_cast<std::int64_t>(dtype_size(c.t));
-      for (std::int64_t b = 0; b < static_cast<std::int64_t>(got.size()); ++b)
-        if (b < first * size || b >= (first + count) * size) ASSERT_EQ(got[static_cast<std::size_t>(b)], std::byte{0x5a}) << b;
+      for (std::int64_t b = 0; b < static_cast<std::int64_t>(got.size()); ++b) {
+        if (b < first * size || b >= (first + count) * size) {
+          ASSERT_EQ(got[static_cast<std::size_t>(b)], std::byte{0x5a}) << b;
+        }
+      }
     }
 }
 

@@ -230,13 +230,7 @@ TEST(FlashAttentionSampledReference, IsTheFullReferenceAtItsElements) {
     in.emplace_back(static_cast<std::size_t>(nq), 0.0);
     const Invocation inv = fa::forward_invocation(fs, b.fopts);
     const HostArrays want = fk.reference(inv, in);
-    ArgReader read = [&](std::size_t arg, std::int64_t first, std::int64_t count) {
-      EXPECT_TRUE(arg < fa::fwd::out && first >= 0 && first + count <= static_cast<std::int64_t>(in[arg].size()))
-          << c.name << ": read of argument " << arg << " [" << first << ", +" << count << ")";
-      first = std::clamp<std::int64_t>(first, 0, static_cast<std::int64_t>(in[arg].size()));
-      count = std::clamp<std::int64_t>(count, 0, static_cast<std::int64_t>(in[arg].size()) - first);
-      return std::vector<double>(in[arg].begin() + first, in[arg].begin() + first + count);
-    };
+    const ArgReader read = test::host_reader(in, fk.args(), c.name);
     const std::vector<SampledOutput> got = fk.sampled_reference(inv, read);
     ASSERT_EQ(got.size(), 2u) << c.name;
     for (const SampledOutput& s : got) {

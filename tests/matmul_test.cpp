@@ -56,12 +56,7 @@ TEST(MatmulSampledReference, IsTheFullReferenceAtItsElements) {
     const kernels::matmul::Problem p = kernels::matmul::Problem::of(inv);
     const HostArrays in = mk.inputs(inv, 3);
     const HostArrays want = mk.reference(inv, in);
-    ArgReader read = [&](std::size_t arg, std::int64_t first, std::int64_t count) {
-      EXPECT_TRUE(arg < 3 && first >= 0 && first + count <= static_cast<std::int64_t>(in[arg].size()));
-      first = std::clamp<std::int64_t>(first, 0, static_cast<std::int64_t>(in[arg].size()));
-      count = std::clamp<std::int64_t>(count, 0, static_cast<std::int64_t>(in[arg].size()) - first);
-      return std::vector<double>(in[arg].begin() + first, in[arg].begin() + first + count);
-    };
+    const ArgReader read = test::host_reader(in, mk.args(), "matmul");
     const std::vector<SampledOutput> got = mk.sampled_reference(inv, read);
     ASSERT_EQ(got.size(), 1u);
     const SampledOutput& s = got[0];

@@ -125,14 +125,7 @@ TEST(SampledReference, IsTheFullReferenceAtItsElements) {
     const Invocation inv = kernel.from_sizes(c.sizes, DType::f32, c.options);
     const HostArrays in = kernel.inputs(inv, 5);
     const auto defs = kernel.args();
-    ArgReader read = [&](std::size_t arg, std::int64_t first, std::int64_t count) {
-      EXPECT_TRUE(arg < in.size() && defs[arg].role != Role::out && first >= 0 && first + count <= static_cast<std::int64_t>(in[arg].size()))
-          << c.kernel << ": read of argument " << arg << " [" << first << ", +" << count << ")";
-      if (arg >= in.size()) return std::vector<double>{};
-      first = std::clamp<std::int64_t>(first, 0, static_cast<std::int64_t>(in[arg].size()));
-      count = std::clamp<std::int64_t>(count, 0, static_cast<std::int64_t>(in[arg].size()) - first);
-      return std::vector<double>(in[arg].begin() + first, in[arg].begin() + first + count);
-    };
+    const ArgReader read = test::host_reader(in, defs, c.kernel);
     const std::vector<SampledOutput> got = kernel.sampled_reference(inv, read);
     if (got.empty()) continue;
     ++with_sample;

@@ -3,6 +3,7 @@
 // result comparison, expected errors and temporary folders.
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -31,6 +32,21 @@ inline std::vector<std::string> devices(Backend backend) {
   for (const auto& d : list_devices())
     if (d.backend == backend) out.push_back(d.id());
   return out;
+}
+
+// A sampled reference's reader over host arrays: a read of an output, or outside an input,
+// fails the test (named by `label`) and returns what lies inside.
+inline ArgReader host_reader(const HostArrays& in, std::vector<ArgDef> defs, std::string label) {
+  return [&in, defs = std::move(defs), label = std::move(label)](std::size_t arg, std::int64_t first, std::int64_t count) {
+    EXPECT_TRUE(arg < in.size() && arg < defs.size() && defs[arg].role != Role::out && first >= 0 &&
+                first + count <= static_cast<std::int64_t>(in[arg].size()))
+        << label << ": read of argument " << arg << " [" << first << ", +" << count << ")";
+    if (arg >= in.size()) return std::vector<double>{};
+    const auto size = static_cast<std::int64_t>(in[arg].size());
+    first = std::clamp<std::int64_t>(first, 0, size);
+    count = std::clamp<std::int64_t>(count, 0, size - first);
+    return std::vector<double>(in[arg].begin() + first, in[arg].begin() + first + count);
+  };
 }
 
 inline bool in_ci() {

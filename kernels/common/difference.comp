@@ -3,7 +3,8 @@
 // difference.cl, whose comments say what each group writes. Storage is read as 32-bit words
 // (two 16-bit elements share one), so no 16-bit storage is needed: the word holding the last
 // element of an odd count lies within the allocation, which Vulkan buffers round up to 16
-// bytes. Buffers of at most 4 GiB keep element indices within 32 bits.
+// bytes. Buffers of at most 4 GiB keep element indices within 32 bits, so the bad index's high
+// word is 0.
 layout(local_size_x = 256) in;
 
 layout(std430, binding = 0) readonly buffer Got { uint got[]; };
@@ -35,7 +36,7 @@ bool finite(float x) { return !isnan(x) && !isinf(x); }
 
 void main() {
   float err = 0.0, scale = 0.0;
-  uint bad = 0xffffffffu;
+  uint bad = pc.n;  // none
   const uint stride = gl_NumWorkGroups.x * 256u;
   for (uint e = gl_GlobalInvocationID.x; e < pc.n; e += stride) {
     const float g = load_got(e);

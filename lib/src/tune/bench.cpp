@@ -312,34 +312,17 @@ std::string Bench::check_outputs(double& error) const {
     const Tensor& out = sets_[0].args[i];
     const std::int64_t n = out.numel();
     const DType t = out.dtype();
-    const std::size_t size = dtype_size(t);
     const std::vector<double>* want_host = expected_.empty() ? nullptr : &expected_[o];
     const Tensor* want_dev = expected_dev_.empty() ? nullptr : &expected_dev_[o];
     ++o;
     if (want_host && static_cast<std::int64_t>(want_host->size()) != n)
       throw Error("reference of " + names_[i] + " has " + std::to_string(want_host->size()) + " values, expected " +
                   std::to_string(n));
-    Difference d;
-    if (want_host) {
-      // Small problems: raw bytes a slice at a time against the host reference, on every core.
-      std::vector<std::byte> got(static_cast<std::size_t>(std::min(check_slice, n)) * size);
-      for (std::int64_t first = 0; first < n && d.bad < 0; first += check_slice) {
-        const std::int64_t count = std::min(check_slice, n - first);
-        device_.read(out.buffer(), static_cast<std::size_t>(first) * size, got.data(), static_cast<std::size_t>(count) * size);
-        std::vector<Difference> parts(host_threads());
-        std::vector<std::int64_t> starts(parts.size(), 0);
-        for_parts(count, 1, [&](std::int64_t p, std::int64_t lo, std::int64_t hi) {
-          starts[static_cast<std::size_t>(p)] = lo;
-          parts[static_cast<std::size_t>(p)] = compare_elements(t, got.data() + static_cast<std::size_t>(lo) * size, nullptr,
-                                                                want_host->data() + first + lo, hi - lo);
-        });
-        for (std::size_t p = 0; p < parts.size(); ++p) merge(d, parts[p], first + starts[p]);
-      }
-    } else {
-      // Against the trusted output kept on the device, or only finiteness: reduced on the
-      // device where the backend can, so a few bytes come back whatever the output's size.
-      d = device_.difference(out.buffer(), want_dev ? &want_dev->buffer() : nullptr, t, n);
-    }
+    // Small problems against the host reference, a slice at a time on every core; otherwise
+    // against the trusted output kept on the device, or only finiteness, reduced on the device
+    // where the backend can, so a few bytes come back whatever the output's size.
+    const Difference d = want_host ? difference_in_slices(device_, out.buffer(), nullptr, want_host->data(), t, n)
+                                   : device_.difference(out.buffer(), want_dev ? &want_dev->buffer() : nullptr, t, n);
     if (d.bad >= 0) {
       const double got = out.read<double>(d.bad, 1)[0];
       const double want = want_host ? (*want_host)[static_cast<std::size_t>(d.bad)] : want_dev ? want_dev->read<double>(d.bad, 1)[0] : 0;

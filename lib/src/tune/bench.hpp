@@ -77,7 +77,6 @@ class Bench {
   };
   static constexpr std::size_t whole_sample_bytes = std::size_t{32} << 20, sample_chunks = 64,
                                chunk_bytes = std::size_t{64} << 10;
-  static constexpr std::int64_t check_slice = std::int64_t{1} << 22;  // elements compared at a time
 
   Sample sample(const Tensor& t) const;
   // Set 0's outputs against the expected ones (host reference or device copies), a slice at a

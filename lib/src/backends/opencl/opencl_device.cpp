@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "core/difference.hpp"
 #include "core/fill.hpp"
 #include "core/sha256.hpp"
 #include "ejk/detail/embedded.hpp"
@@ -34,8 +35,8 @@ std::string with_includes(std::string_view key, std::string_view text, int depth
     if (line.starts_with(directive) && close > directive.size()) {
       const std::string name(line.substr(directive.size(), close - directive.size()));
       const auto& files = detail::embedded_files();
-      auto find = [&](const std::string& key) {
-        return std::find_if(files.begin(), files.end(), [&](const detail::EmbeddedFile* f) { return f->key == key; });
+      auto find = [&](const std::string& wanted) {
+        return std::find_if(files.begin(), files.end(), [&](const detail::EmbeddedFile* f) { return f->key == wanted; });
       };
       auto it = find(folder + name);
       if (it == files.end()) it = find(name);  // "common/philox.h": a path below kernels/
@@ -149,8 +150,7 @@ void OpenCLDevice::fill_uniform(Buffer& dst, DType t, std::int64_t first, std::i
 }
 
 Difference OpenCLDevice::difference(const Buffer& got, const Buffer* want, DType t, std::int64_t n) {
-  Difference d;
-  if (n <= 0) return d;
+  if (n <= 0) return {};
   auto k = kernel("common/difference.cl", "", "ejk_difference");
   constexpr std::size_t local = 256;
   const std::size_t groups = std::min<std::size_t>((static_cast<std::size_t>(n) + local - 1) / local, 1024);
@@ -159,13 +159,7 @@ Difference OpenCLDevice::difference(const Buffer& got, const Buffer* want, DType
          static_cast<std::uint32_t>(want != nullptr), *part);
   std::vector<std::uint32_t> words(groups * 4);
   read(*part, 0, words.data(), words.size() * sizeof(std::uint32_t));
-  for (std::size_t g = 0; g < groups; ++g) {
-    d.err = std::max<double>(d.err, std::bit_cast<float>(words[4 * g]));
-    d.scale = std::max<double>(d.scale, std::bit_cast<float>(words[4 * g + 1]));
-    const auto bad = static_cast<std::int64_t>(words[4 * g + 2] | (static_cast<std::uint64_t>(words[4 * g + 3]) << 32));
-    if (bad < n && (d.bad < 0 || bad < d.bad)) d.bad = bad;
-  }
-  return d;
+  return fold_groups(words, n);
 }
 
 void OpenCLDevice::synchronize() { check(clFinish(queue_.get()), "clFinish(" + info_.id() + ")"); }

@@ -14,6 +14,7 @@
 #include "backends/backends.hpp"
 #include "backends/program_store.hpp"
 #include "backends/vulkan/vk_util.hpp"
+#include "core/difference.hpp"
 #include "core/fill.hpp"
 #include "core/sha256.hpp"
 #include "ejk/detail/embedded.hpp"
@@ -638,8 +639,7 @@ void VulkanDevice::fill_uniform(Buffer& dst, DType t, std::int64_t first, std::i
 }
 
 Difference VulkanDevice::difference(const Buffer& got, const Buffer* want, DType t, std::int64_t n) {
-  Difference d;
-  if (n <= 0) return d;
+  if (n <= 0) return {};
   if (n >= std::int64_t{1} << 32) return Device::difference(got, want, t, n);
   struct Push {
     std::uint32_t n, dtype, has_want;
@@ -658,13 +658,7 @@ Difference VulkanDevice::difference(const Buffer& got, const Buffer* want, DType
   dispatch(l);
   std::vector<std::uint32_t> words(std::size_t{groups} * 4);
   read(*part, 0, words.data(), words.size() * sizeof(std::uint32_t));
-  for (std::size_t g = 0; g < groups; ++g) {
-    d.err = std::max<double>(d.err, std::bit_cast<float>(words[4 * g]));
-    d.scale = std::max<double>(d.scale, std::bit_cast<float>(words[4 * g + 1]));
-    const std::uint32_t bad = words[4 * g + 2];
-    if (bad != 0xffffffffu && (d.bad < 0 || bad < d.bad)) d.bad = bad;
-  }
-  return d;
+  return fold_groups(words, n);
 }
 
 void VulkanDevice::synchronize() {
