@@ -250,6 +250,53 @@ TEST(FlashAttentionSampledReference, IsTheFullReferenceAtItsElements) {
   }
 }
 
+// The backward's sampled reference is the full reference at its elements too: dq rows, dk and dv
+// rows, and an unbroadcast dbias.
+TEST(FlashAttentionSampledReference, BackwardIsTheFullReferenceAtItsElements) {
+  Context ctx("cpu");
+  const std::vector<Case> cases = {
+      {.name = "plain", .kv_heads = 4},
+      {.name = "gqa causal", .sq = 23, .sk = 23, .causal = true},
+      {.name = "window", .sq = 33, .sk = 37, .left = 5, .right = 2, .diag = -3},
+      {.name = "all options", .causal = true, .softcap = 2.5, .dropout = 0.3, .bias = Bias::full, .sinks = true, .segments = true},
+      {.name = "bias per head", .bias = Bias::heads_only},
+      {.name = "varlen", .causal = true, .bias = Bias::none, .segments = true, .varlen = {{5, 9}, {0, 3}, {12, 4}}},
+  };
+  const fa::FlashAttentionBwdKernel bk;
+  for (const Case& c : cases) {
+    Built b = build(ctx, c, DType::f32, 7);
+    std::mt19937_64 rng(8);
+    const std::int64_t nq = b.q.numel() / c.dim;  // token-heads
+    const TensorSpec lse{c.varlen.empty() ? Shape{c.batch, c.heads, c.sq} : Shape{c.heads, nq / c.heads}, DType::f32};
+    std::vector<TensorSpec> bs{b.q.spec(), b.k.spec(), b.v.spec(), b.q.spec(), b.q.spec(), lse};
+    // out and lse stay zero: the reference derives what it needs from q, k, v and dout.
+    HostArrays in{b.q.read(), b.k.read(), b.v.read(), std::vector<double>(static_cast<std::size_t>(b.q.numel()), 0.0),
+                  uniform(rng, b.q.numel(), -1, 1), std::vector<double>(static_cast<std::size_t>(nq), 0.0)};
+    for (const auto& x : b.optional) bs.push_back(x.spec()), in.push_back(x.read());
+    for (const TensorSpec& x : {b.q.spec(), b.k.spec(), b.v.spec(), b.optional[0].spec(), b.optional[1].spec()}) {
+      bs.push_back(x);
+      in.emplace_back(static_cast<std::size_t>(numel(x.shape)), 0.0);
+    }
+    const Invocation inv = fa::backward_invocation(bs, b.fopts);
+    const HostArrays want = bk.reference(inv, in);
+    const ArgReader read = test::host_reader(in, bk.args(), c.name);
+    const std::vector<SampledOutput> got = bk.sampled_reference(inv, read);
+    const bool dbias = c.bias == Bias::full;
+    ASSERT_EQ(got.size(), dbias ? 4u : 3u) << c.name;
+    for (const SampledOutput& s : got) {
+      const std::vector<double>& full = want[s.arg - fa::bwd::dq];
+      ASSERT_FALSE(s.index.empty()) << c.name;
+      EXPECT_TRUE(std::is_sorted(s.index.begin(), s.index.end())) << c.name;
+      for (std::size_t j = 0; j < s.index.size(); ++j) {
+        const double w = full[static_cast<std::size_t>(s.index[j])];
+        EXPECT_NEAR(s.value[j], w, 1e-12 * std::max(1.0, std::abs(w))) << c.name << " argument " << s.arg << " element " << s.index[j];
+      }
+    }
+    EXPECT_EQ(got[0].arg, fa::bwd::dq) << c.name;
+    EXPECT_EQ(got[0].index.front(), 0) << c.name;
+  }
+}
+
 TEST(FlashAttentionPhilox, KnownAnswers) {
   auto r = ejk_philox4x32_10(ejk_make4(0, 0, 0, 0), 0, 0);
   EXPECT_EQ((std::array{r.x, r.y, r.z, r.w}), (std::array<std::uint32_t, 4>{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));

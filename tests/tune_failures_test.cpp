@@ -340,6 +340,24 @@ TEST(TuneFailures, MeasuringOneConfigChecksAndKeepsSamples) {
   EXPECT_EQ(wrong.status, Status::validation);
   Measurement unchecked = measure(faulty({"good", "wrong"}), {{"mode", std::string("wrong")}}, *dev, t, false);
   EXPECT_EQ(unchecked.status, Status::ok);
+
+  // A config chosen on the measurement's own inputs (ejk run's executor call): the chooser sees
+  // them made, and what it writes to an inout argument is undone before the measured run.
+  const Invocation inv = faulty({"good", "wrong"});
+  std::vector<double> seen;
+  auto choose = [&](std::span<const Tensor> args) {
+    EXPECT_EQ(args.size(), inv.args.size());
+    seen = args[0].read();
+    args[2].write(std::span<const double>(std::vector<double>(static_cast<std::size_t>(args[2].numel()), 7.0)));
+    return Config{{"mode", std::string("wrong")}};
+  };
+  Measurement chosen = measure(inv, choose, *dev, t);
+  EXPECT_EQ(chosen.config, (Config{{"mode", std::string("wrong")}}));
+  EXPECT_EQ(chosen.status, Status::validation) << chosen.message;
+  ASSERT_EQ(seen.size(), 1000u);
+  EXPECT_TRUE(std::any_of(seen.begin(), seen.end(), [](double x) { return x != 0.0; }));
+  auto pick_good = [](std::span<const Tensor>) { return Config{{"mode", std::string("good")}}; };
+  EXPECT_EQ(measure(inv, pick_good, *dev, t).status, Status::ok);
 }
 
 // Above the reference's limit the trusted config is itself checked against the reference at

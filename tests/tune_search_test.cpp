@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <unistd.h>
 
 #include "tune_support.hpp"
@@ -197,6 +198,53 @@ TEST(TuneSearch, NeighboursMoveOneParameterOneStep) {
   EXPECT_EQ(cands.at(*nb).text("algo"), "native");
   EXPECT_DOUBLE_EQ(cands.distance(blas, blas), 0);
   EXPECT_GT(cands.distance(blas, mid), cands.distance(mid, *cands.find({{"algo", std::string("native")}, {"tile", 32}, {"wpt", 2}})));
+}
+
+// neighbours() is exactly what neighbour() can draw: every draw is among them, every one of them
+// is drawn.
+TEST(TuneSearch, NeighboursAreWhatANeighbourDrawCanGive) {
+  const tuning::Candidates cands(synthetic_table().configs());
+  tuning::Rng rng(11);
+  for (std::size_t i : {std::size_t{0}, cands.size() / 2, cands.size() - 1}) {
+    const std::vector<std::size_t> all = cands.neighbours(i);
+    ASSERT_FALSE(all.empty());
+    std::set<std::size_t> drawn;
+    for (int k = 0; k < 4000; ++k) {
+      auto nb = cands.neighbour(i, rng);
+      ASSERT_TRUE(nb);
+      EXPECT_NE(std::find(all.begin(), all.end(), *nb), all.end()) << cands.at(*nb).canonical();
+      drawn.insert(*nb);
+    }
+    EXPECT_EQ(drawn.size(), all.size()) << cands.at(i).canonical();
+  }
+}
+
+// Anneal and model announce what they may evaluate next, so programs build ahead: every
+// candidate they evaluate after the first few was planned before its turn, and planning
+// changes nothing about the sequence.
+TEST(TuneSearch, AnnealAndModelPlanWhatTheyEvaluateNext) {
+  const auto table = synthetic_table();
+  const tuning::Candidates cands(table.configs());
+  auto evaluate = [&](const Config& c, double) { return *table.find(c); };
+  Budget budget;
+  budget.evaluations = 40;
+  for (Strategy strategy : {Strategy::anneal, Strategy::model}) {
+    std::set<std::string> planned;
+    std::size_t plans = 0;
+    const tuning::Lookahead lookahead = [&](const std::vector<Config>& next) {
+      ++plans;
+      for (const Config& c : next) planned.insert(c.canonical());
+    };
+    const SearchResult with = tuning::search(cands, strategy, budget, 7, {}, evaluate, {}, lookahead);
+    const SearchResult without = tuning::search(cands, strategy, budget, 7, {}, evaluate);
+    EXPECT_EQ(sequence(with), sequence(without)) << to_string(strategy);
+    EXPECT_GE(plans, 10u) << to_string(strategy);
+    std::size_t hits = 0;
+    for (std::size_t i = 1; i < with.evaluated.size(); ++i) hits += planned.count(with.evaluated[i].config.canonical());
+    // Model: all but its first draw and picks the ranking did not foresee; anneal: all but
+    // restarts from the best config.
+    EXPECT_GE(hits, with.evaluated.size() / 2) << to_string(strategy);
+  }
 }
 
 using test::matmul_f32;

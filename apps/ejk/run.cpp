@@ -51,22 +51,20 @@ int run_workset(const Workset& w, const Globals& g, bool check) {
     Executor& ex = executors[item.device];
     try {
       const Kernel& k = Registry::global().kernel(item.invocation.kernel);
-      // One call through the executor: the path applications take, and what EJK_RECORD records.
+      // One call through the executor (the path applications take, and what EJK_RECORD
+      // records) on the measurement's own inputs, so they are made once.
       Selection s;
-      {
-        // Released before measuring, which makes its own: one set of tensors alive at a time.
-        std::vector<Tensor> args;
-        for (const auto& spec : item.invocation.args) args.emplace_back(ex.device_ptr(), spec.shape, spec.dtype);
-        k.make_inputs(item.invocation, 1, args);
+      auto select = [&](std::span<const Tensor> args) {
         s = *ex.run(item.invocation, args);
         ex.device().synchronize();
-      }
+        return s.config;
+      };
+      Measurement m = measure(item.invocation, select, ex.device(), run_timing(), check);
       row.config = s.config.canonical();
       row.tier = std::string(to_string(s.tier));
       row.reason = s.reason;
       row.flops = k.flops(item.invocation);
       row.bytes = k.bytes(item.invocation);
-      Measurement m = measure(item.invocation, s.config, ex.device(), run_timing(), check);
       row.stats = m.stats;
       row.samples_ns = m.samples_ns;
       if (m.status != Status::ok) {

@@ -608,13 +608,7 @@ std::vector<double> doubles(const std::vector<std::int32_t>& v) { return {v.begi
 std::vector<Fill> fill(const Invocation& inv, const std::vector<ArgDef>& defs, std::size_t counts, std::size_t qcounts,
                        std::size_t qseg) {
   const Problem p = Problem::of(inv);
-  std::vector<Fill> a;
-  for (std::size_t i = 0; i < inv.args.size(); ++i) {
-    const TensorSpec& s = inv.args[i];
-    if (defs[i].role == Role::out) a.push_back(Fill::none());
-    else if (is_absent(s) || s.dtype == DType::i32) a.push_back(Fill::of(std::vector<double>(static_cast<std::size_t>(numel(s.shape)), 0.0)));
-    else a.push_back(Fill::uniform());
-  }
+  std::vector<Fill> a = standard_fills(inv, defs);
   Layout l = workload_layout(p);
   if (l.lb != p.lb || l.lh != p.lh)
     throw InvalidArgument(inv.kernel + ": the block lists " + to_string(inv.args[counts].shape) +

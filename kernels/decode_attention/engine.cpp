@@ -303,17 +303,6 @@ std::vector<ArgDef> arg_defs(const std::vector<std::string>& names, int out) {
   return a;
 }
 
-std::vector<Fill> uniform(const Invocation& inv, const std::vector<ArgDef>& defs) {
-  std::vector<Fill> all;
-  for (std::size_t i = 0; i < inv.args.size(); ++i) {
-    const TensorSpec& s = inv.args[i];
-    if (defs[i].role == Role::out) all.push_back(Fill::none());
-    else if (is_float(s.dtype)) all.push_back(Fill::uniform());
-    else all.push_back(Fill::of(std::vector<double>(static_cast<std::size_t>(numel(s.shape)), 0.0)));
-  }
-  return all;
-}
-
 HostArrays index_values(const std::vector<Fill>& fills) {
   HostArrays a;
   for (const auto& f : fills) a.push_back(f.kind == Fill::Kind::values ? f.values : std::vector<double>{});

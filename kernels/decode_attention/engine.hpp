@@ -126,9 +126,6 @@ void known_keys(const std::string& kernel, const nlohmann::json& from, const cha
 // A kernel's argument list from its argument names; the one at `out` is the output.
 std::vector<ArgDef> arg_defs(const std::vector<std::string>& names, int out);
 
-// How every argument is filled: floats uniform in [-1, 1), outputs not at all, index arrays
-// zero for the caller to fill.
-std::vector<Fill> uniform(const Invocation& inv, const std::vector<ArgDef>& defs);
 // The host-built values of fills (index arrays), empty for the others: what ranges() reads.
 HostArrays index_values(const std::vector<Fill>& fills);
 // Block tables [num_seqs, max_blocks] naming pages in a shuffled order: distinct pages while

@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "core/parts.hpp"
 #include "ejk/error.hpp"
 #include "common/philox.h"
 
@@ -302,6 +303,22 @@ Row row(const RefView& r, std::int64_t b, std::int64_t h, std::int64_t i) {
   return out;
 }
 
+// (element, value) pairs per output argument as SampledOutputs, indices sorted, empty ones left
+// out.
+std::vector<SampledOutput> sampled_outputs(std::vector<std::pair<std::size_t, std::vector<std::pair<std::int64_t, double>>>> outs) {
+  std::vector<SampledOutput> result;
+  for (auto& [arg, values] : outs) {
+    std::sort(values.begin(), values.end());
+    SampledOutput s{arg, {}, {}};
+    for (const auto& [at, value] : values) {
+      s.index.push_back(at);
+      s.value.push_back(value);
+    }
+    if (!s.index.empty()) result.push_back(std::move(s));
+  }
+  return result;
+}
+
 }  // namespace
 
 std::vector<ArgDef> forward_args() {
@@ -572,17 +589,7 @@ std::vector<SampledOutput> FlashAttentionKernel::sampled_reference(const Invocat
       lses.emplace_back(p.lse_index(b, h, i, tq), w.lse);
     }
   }
-  std::vector<SampledOutput> result;
-  for (auto& [arg, values] : {std::pair{fwd::out, &outs}, std::pair{fwd::lse, &lses}}) {
-    std::sort(values->begin(), values->end());
-    SampledOutput s{arg, {}, {}};
-    for (const auto& [at, value] : *values) {
-      s.index.push_back(at);
-      s.value.push_back(value);
-    }
-    if (!s.index.empty()) result.push_back(std::move(s));
-  }
-  return result;
+  return sampled_outputs({{fwd::out, std::move(outs)}, {fwd::lse, std::move(lses)}});
 }
 
 // ---- backward -----------------------------------------------------------------------------
@@ -660,6 +667,118 @@ HostArrays FlashAttentionBwdKernel::reference(const Invocation& inv, const HostA
         }
       }
   return {std::move(dq), std::move(dk), std::move(dv), std::move(dbias), std::move(dsinks)};
+}
+
+std::vector<SampledOutput> FlashAttentionBwdKernel::sampled_reference(const Invocation& inv, const ArgReader& read) const {
+  const Problem p = Problem::of(inv);
+  auto whole = [&](std::size_t arg) { return read(arg, 0, numel(inv.args[arg].shape)); };
+  const std::vector<double> cuq = p.varlen ? whole(bwd::cu_seqlens_q) : std::vector<double>{};
+  const std::vector<double> cuk = p.varlen ? whole(bwd::cu_seqlens_k) : std::vector<double>{};
+  const std::vector<double> sinks = p.has_sinks ? whole(bwd::softmax_aux) : std::vector<double>{};
+  const Sequences seq = sequences(p, as_int(cuq), as_int(cuk));
+  const std::int64_t D = p.head_dim, G = p.group();
+  const double keep_scale = 1.0 / (1.0 - p.dropout);
+  // An unbroadcast dbias holds one du per element; a broadcast one sums over every sequence or
+  // head, which a sample of pairs does not see.
+  const bool dbias_sampled = p.has_bias && p.bias_batch == p.batch && p.bias_heads == p.heads;
+  std::vector<std::pair<std::int64_t, double>> dqs, dks, dvs, dbs;
+  for (std::int64_t pair : sample_positions(p.batch * p.kv_heads, 2)) {
+    const std::int64_t b = pair / p.kv_heads, kh = pair % p.kv_heads;
+    const std::int64_t lq = seq.q_len[static_cast<std::size_t>(b)], lk = seq.k_len[static_cast<std::size_t>(b)];
+    const std::int64_t q0 = seq.q_start[static_cast<std::size_t>(b)], k0 = seq.k_start[static_cast<std::size_t>(b)];
+    const std::vector<double> k = head_tokens(read, bwd::k, k0, lk, p.kv_heads, kh, D);
+    const std::vector<double> v = head_tokens(read, bwd::v, k0, lk, p.kv_heads, kh, D);
+    const std::vector<double> qseg = p.has_segments && lq ? read(bwd::q_segment_ids, q0, lq) : std::vector<double>{};
+    const std::vector<double> kseg = p.has_segments && lk ? read(bwd::kv_segment_ids, k0, lk) : std::vector<double>{};
+    const std::vector<std::int64_t> key_rows = lk ? sample_positions(lk, 8) : std::vector<std::int64_t>{};
+    const std::vector<std::int64_t> query_rows = lq ? sample_positions(G * lq, 8) : std::vector<std::int64_t>{};
+    std::vector<double> dk(static_cast<std::size_t>(key_rows.size() * D), 0.0), dv(dk.size(), 0.0);
+    for (std::int64_t g = 0; g < G; ++g) {
+      const std::int64_t h = kh * G + g;
+      const std::vector<double> q = head_tokens(read, bwd::q, q0, lq, p.heads, h, D);
+      const std::vector<double> dout = head_tokens(read, bwd::dout, q0, lq, p.heads, h, D);
+      const std::int64_t bias0 = p.has_bias ? p.bias_index(b, h, 0, 0) : 0;
+      const std::vector<double> bias = p.has_bias && lq ? read(bwd::bias, bias0, lq * p.seq_k) : std::vector<double>{};
+      RefView rv{p, seq, q, k, v, bias, sinks, qseg, kseg};
+      rv.q_t0 = q0, rv.q_h0 = h, rv.q_heads = 1;
+      rv.k_t0 = k0, rv.k_h0 = kh, rv.k_heads = 1;
+      rv.bias0 = bias0;
+      auto go = [&](std::int64_t i, std::int64_t j) { return dout[static_cast<std::size_t>(i * D + j)]; };
+      // dP = keep (dout . v) where P is not zero, as the full reference computes it.
+      auto dp = [&](std::int64_t i, std::int64_t j, double keep) {
+        double dpd = 0;
+        for (std::int64_t d = 0; d < D; ++d) dpd += go(i, d) * rv.vv(k0 + j, kh, d);
+        return dpd * keep;
+      };
+      auto keep_of = [&](std::int64_t i, std::int64_t j) { return rv.kept(b, h, i, j) ? keep_scale : 0.0; };
+      // Every query row's lse and D = sum P dP: what the gradient of any key row needs. The
+      // quadratic part, on every core.
+      std::vector<double> lse(static_cast<std::size_t>(lq)), Di(static_cast<std::size_t>(lq), 0.0);
+      for_parts(lq, 1, [&](std::int64_t, std::int64_t lo, std::int64_t hi) {
+        for (std::int64_t i = lo; i < hi; ++i) {
+          const Row w = row(rv, b, h, i);
+          lse[static_cast<std::size_t>(i)] = w.lse;
+          if (w.lse == -std::numeric_limits<double>::infinity()) continue;
+          for (std::int64_t j = 0; j < lk; ++j)
+            if (w.P[static_cast<std::size_t>(j)] != 0.0)
+              Di[static_cast<std::size_t>(i)] += w.P[static_cast<std::size_t>(j)] * dp(i, j, keep_of(i, j));
+        }
+      });
+      // du for query i and key j, its P (0 where masked or the row is empty), and its logit u.
+      auto du_of = [&](std::int64_t i, std::int64_t j, double& P, double& keep) {
+        P = 0;
+        keep = 0;
+        if (lse[static_cast<std::size_t>(i)] == -std::numeric_limits<double>::infinity() || !rv.allowed(b, i, j)) return 0.0;
+        const double u = rv.logit(b, h, i, j);
+        P = std::exp(rv.capped(u) - lse[static_cast<std::size_t>(i)]);
+        if (P == 0.0) return 0.0;
+        keep = keep_of(i, j);
+        double du = P * (dp(i, j, keep) - Di[static_cast<std::size_t>(i)]);
+        if (p.softcap > 0) {
+          const double t = std::tanh(u / p.softcap);
+          du *= 1.0 - t * t;
+        }
+        return du;
+      };
+      for (std::size_t x = 0; x < key_rows.size(); ++x) {
+        const std::int64_t j = key_rows[x];
+        for (std::int64_t i = 0; i < lq; ++i) {
+          double P = 0, keep = 0;
+          const double du = du_of(i, j, P, keep);
+          if (P == 0.0) continue;
+          for (std::int64_t d = 0; d < D; ++d) {
+            dv[x * static_cast<std::size_t>(D) + static_cast<std::size_t>(d)] += P * keep * go(i, d);
+            dk[x * static_cast<std::size_t>(D) + static_cast<std::size_t>(d)] += p.scale * du * rv.qv(q0 + i, h, d);
+          }
+        }
+      }
+      for (std::int64_t r : query_rows) {
+        if (r / lq != g) continue;
+        const std::int64_t i = r % lq, tq = q0 + i;
+        std::vector<double> dq(static_cast<std::size_t>(D), 0.0);
+        for (std::int64_t j = 0; j < lk; ++j) {
+          double P = 0, keep = 0;
+          const double du = du_of(i, j, P, keep);
+          if (P == 0.0) continue;
+          for (std::int64_t d = 0; d < D; ++d) dq[static_cast<std::size_t>(d)] += p.scale * du * rv.kv(k0 + j, kh, d);
+        }
+        for (std::int64_t d = 0; d < D; ++d) dqs.emplace_back((tq * p.heads + h) * D + d, dq[static_cast<std::size_t>(d)]);
+        if (dbias_sampled)
+          for (std::int64_t j : key_rows) {
+            double P = 0, keep = 0;
+            const double du = du_of(i, j, P, keep);
+            dbs.emplace_back(p.bias_index(b, h, i, j), P == 0.0 ? 0.0 : du);
+          }
+      }
+    }
+    for (std::size_t x = 0; x < key_rows.size(); ++x)
+      for (std::int64_t d = 0; d < D; ++d) {
+        const std::int64_t at = ((k0 + key_rows[x]) * p.kv_heads + kh) * D + d;
+        dks.emplace_back(at, dk[x * static_cast<std::size_t>(D) + static_cast<std::size_t>(d)]);
+        dvs.emplace_back(at, dv[x * static_cast<std::size_t>(D) + static_cast<std::size_t>(d)]);
+      }
+  }
+  return sampled_outputs({{bwd::dq, std::move(dqs)}, {bwd::dk, std::move(dks)}, {bwd::dv, std::move(dvs)}, {bwd::dbias, std::move(dbs)}});
 }
 
 double FlashAttentionBwdKernel::tolerance(const Invocation& inv) const {

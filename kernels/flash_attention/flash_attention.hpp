@@ -194,6 +194,10 @@ class FlashAttentionBwdKernel final : public Kernel {
   double bytes(const Invocation& inv) const override;
   HostArrays reference(const Invocation& inv, const HostArrays& args) const override;
   double tolerance(const Invocation& inv) const override;
+  // Of 2 (sequence, kv head) pairs: 8 query rows of dq, 8 key rows of dk and dv, and where
+  // dbias is not broadcast, those query rows at those keys. dsoftmax_aux sums over every
+  // sequence and is left to the trusted config.
+  std::vector<SampledOutput> sampled_reference(const Invocation& inv, const ArgReader& read) const override;
   // As the forward's, dout too; out and lse from derive().
   std::vector<Fill> fills(const Invocation& inv, std::uint64_t seed) const override;
   // out and lse: the forward on the same device, so they agree with q, k, v.

@@ -12,7 +12,9 @@
 // f16, rescales its output fragments by the row factors and adds P v. Fragments of one type
 // share one element layout, so a per-row factor is applied element by element against a
 // fragment loaded from a [16][16] matrix of the factors, without a trip of the output through
-// shared memory. The output stays in f32 fragments until the end.
+// shared memory. The output stays in f32 fragments until the end. With STAGES 2 there are two
+// buffers of k and v: the next block is deposited into the other one right after this one's
+// arithmetic, so a block costs one workgroup barrier instead of two.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -24,7 +26,9 @@
 #include "flash_attention.glsl"
 
 // Specialization (constant ids of flash_attention.glsl): BQ = 16 NSG, BK a multiple of 16,
-// DMAX = head_dim (a multiple of 16), RX = subgroup size (16, 32 or 64), RY = NSG.
+// DMAX = head_dim (a multiple of 16), RX = subgroup size (16, 32 or 64), RY = NSG; and its own
+// STAGES, the buffers of k and v (1 or 2).
+layout(constant_id = 8) const uint STAGES = 1;
 const uint NSG = RY;
 const uint SG = RX;
 const uint THREADS = SG * NSG;
@@ -35,8 +39,10 @@ const uint PS = BK + 8;        // halves per P row
 const uint FD = DMAX / 16;     // output fragments per subgroup
 const uint FK = BK / 16;       // key fragments per block
 
-// f16 staging, in units of 8 halves: q [BQ][HS], k and v [BK][HS], P [NSG * 16][PS].
-const uint QB = 0, KB = QB + BQ * HS / 8, VB = KB + BK * HS / 8, PB = VB + BK * HS / 8;
+// f16 staging, in units of 8 halves: q [BQ][HS], STAGES buffers of k and v [BK][HS] each,
+// P [NSG * 16][PS].
+const uint KVB = BK * HS / 8;  // one of k or v
+const uint QB = 0, KB = QB + BQ * HS / 8, PB = KB + STAGES * 2 * KVB;
 shared uvec4 hs[PB + NSG * 16 * PS / 8];
 // f32, in units of 4 floats: per-subgroup scratch [16][BK] (scores, then output fragments),
 // per-row partials [NSG * 16][LPR], per-row factors [NSG * 16].
@@ -81,13 +87,14 @@ void fetch(int tok0, int valid, uint nh, uint h) {
     pv[t] = e == ~0u ? uvec4(0) : v8[e];
   }
 }
-void deposit() {
+void deposit(uint buf) {
+  const uint kd = KB + buf * 2 * KVB, vd = kd + KVB;
   [[unroll]] for (uint t = 0; t < PF; ++t) {
     const uint u = gl_LocalInvocationID.x + t * THREADS;
     if (u < BK * (DMAX / 8)) {
       const uint r = u / (DMAX / 8), c = u - r * (DMAX / 8);
-      hs[KB + r * (HS / 8) + c] = pk[t];
-      hs[VB + r * (HS / 8) + c] = pv[t];
+      hs[kd + r * (HS / 8) + c] = pk[t];
+      hs[vd + r * (HS / 8) + c] = pv[t];
     }
   }
 }
@@ -136,12 +143,21 @@ void main() {
 
   const int jlo = max(0, key_lo(i0)), jhi = min(k_len - 1, key_hi(i0 + rows - 1));
   const int kb_first = jlo / int(BK), kb_last = jlo <= jhi ? jhi / int(BK) : kb_first - 1;
-  if (kb_first <= kb_last) fetch(k_start + kb_first * int(BK), min(int(BK), k_len - kb_first * int(BK)), pc.kv_heads, hk);
+  if (kb_first <= kb_last) {
+    fetch(k_start + kb_first * int(BK), min(int(BK), k_len - kb_first * int(BK)), pc.kv_heads, hk);
+    if (STAGES == 2) deposit(0);
+  }
   for (int kb = kb_first; kb <= kb_last; ++kb) {
     const int j0 = kb * int(BK);
+    uint buf = STAGES == 2 ? uint(kb - kb_first) & 1u : 0u;
+    uint kbuf = KB + buf * 2 * KVB, vbuf = kbuf + KVB;
+    // Two stages: every invocation is done with the other buffer (read in the last block) and this
+    // one is deposited. One stage: the same for the one buffer, with a deposit between.
     barrier();
-    deposit();
-    barrier();
+    if (STAGES == 1) {
+      deposit(0);
+      barrier();
+    }
     if (kb < kb_last) fetch(k_start + j0 + int(BK), min(int(BK), k_len - j0 - int(BK)), pc.kv_heads, hk);
 
     // Scores of this subgroup's rows: q k^T, k^T read as a column-major view of k's rows.
@@ -149,7 +165,7 @@ void main() {
       fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
       [[unroll]] for (uint f = 0; f < FD; ++f) {
         fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> b;
-        coopMatLoadNV(b, hs, KB + (jb * 16 * HS + f * 16) / 8, HS / 8, true);
+        coopMatLoadNV(b, hs, kbuf + (jb * 16 * HS + f * 16) / 8, HS / 8, true);
         acc = coopMatMulAddNV(qf[f], b, acc);
       }
       coopMatStoreNV(acc, fs, (scratch + jb * 16) / 4, BK / 4, false);
@@ -205,10 +221,11 @@ void main() {
       coopMatLoadNV(a, hs, PB + (s * 16 * PS + kk) / 8, PS / 8, false);
       [[unroll]] for (uint f = 0; f < FD; ++f) {
         fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> b;
-        coopMatLoadNV(b, hs, VB + (kk * HS + f * 16) / 8, HS / 8, false);
+        coopMatLoadNV(b, hs, vbuf + (kk * HS + f * 16) / 8, HS / 8, false);
         o[f] = coopMatMulAddNV(a, b, o[f]);
       }
     }
+    if (STAGES == 2 && kb < kb_last) deposit(buf ^ 1u);
   }
 
   // Row sums from the lanes' shares, then out = o / l.

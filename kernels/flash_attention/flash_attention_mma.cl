@@ -8,14 +8,17 @@
 // of 16 rows, its q fragments in registers. Per block of BK keys, k is staged in local memory as
 // it is and v transposed, so both B fragments are 32-bit loads with no bank conflicts (row
 // strides of 4 mod 32 words); the next block's k and v travel through registers while this one
-// is computed. Scores stay in registers in the accumulator layout of m16n8k16 (thread (g, t) =
+// is computed. With STAGES 2 there are two such buffers: the next block goes into the other one
+// right after this one's arithmetic, so a block costs one barrier instead of two, for twice the
+// local memory. Scores stay in registers in the accumulator layout of m16n8k16 (thread (g, t) =
 // (lane / 4, lane % 4) holds rows g and g + 8, columns 2t and 2t + 1 of each 8-column tile),
 // which is also the layout of P's A fragments, so the online softmax needs only shuffles within
 // a quad and P never leaves registers. Blocks the mask allows whole, with no bias, cap or
 // segments, take the scaled scores as they are; others go through logit() element by element.
 //
 // Defines: D, NW (warps a workgroup), RT (16-row tiles a warp, forward), BK (keys a block:
-// forward and dq), BQ (query rows a block: dk/dv), BF16 (0: f16 operands, 1: bf16).
+// forward and dq), BQ (query rows a block: dk/dv), STAGES (1 or 2 local buffers of k and v,
+// forward), BF16 (0: f16 operands, 1: bf16).
 #include "flash_attention_common.cl"
 
 #define MMA_ROWS (16 * RT * NW)
@@ -29,6 +32,10 @@
 #define VTASKS ((BK / 2) * (D / 8))  // pairs of uint4 of v per block
 #define KPT ((KTASKS + 32 * NW - 1) / (32 * NW))
 #define VPT ((VTASKS + 32 * NW - 1) / (32 * NW))
+#define BUF_WORDS (BK * KSTR + D * VSTR)  // one local buffer of k and v^T
+#ifndef STAGES
+#define STAGES 1
+#endif
 
 #if BF16
 #define MMA_TYPE "bf16"
@@ -81,8 +88,7 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
   if (i0 >= c->q_len) return;  // packed input: this sequence is shorter than max_seqlen_q
   const int rows = min(MMA_ROWS, c->q_len - i0);
   const int w0 = i0 + warp * 16 * RT;  // this warp's first row; thread rows w0 + 16 r + g (+ 8)
-  __local uint* ks = (__local uint*)sh;
-  __local uint* vt = ks + BK * KSTR;
+  __local uint* const buffers = (__local uint*)sh;
   __global const uint* qw = (__global const uint*)q;
   __global const uint4* k4 = (__global const uint4*)k;
   __global const uint4* v4 = (__global const uint4*)v;
@@ -134,33 +140,48 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
         pv[x][1] = v4[((size_t)(c->k_start + j + 1) * pc->kv_heads + hk) * (D / 8) + cc];                    \
     }                                                                                                        \
   }
-  if (kb_first <= kb_last) FETCH(kb_first * BK)
+  // The fetched block into local buffer B: k as it is, v transposed (keys 2p and 2p + 1, columns
+  // 8cc .. 8cc + 7 -> words vt[8cc + e][p]).
+#define DEPOSIT(B)                                                                                           \
+  {                                                                                                          \
+    __local uint* const kd = buffers + (B) * BUF_WORDS;                                                      \
+    __local uint* const vd = kd + BK * KSTR;                                                                 \
+    _Pragma("unroll") for (int x = 0; x < KPT; ++x) {                                                      \
+      const int u = tid + x * 32 * NW, r = u / (DW / 4), cc = u - r * (DW / 4);                             \
+      if (u < KTASKS) vstore4(pk[x], 0, kd + r * KSTR + 4 * cc);                                             \
+    }                                                                                                        \
+    _Pragma("unroll") for (int x = 0; x < VPT; ++x) {                                                      \
+      const int u = tid + x * 32 * NW, cc = u / (BK / 2), p = u - cc * (BK / 2);                             \
+      if (u < VTASKS) {                                                                                      \
+        const uint4 a = pv[x][0], b = pv[x][1];                                                              \
+        __local uint* dst = vd + 8 * cc * VSTR + p;                                                          \
+        dst[0 * VSTR] = (a.s0 & 0xffffu) | (b.s0 << 16);                                                     \
+        dst[1 * VSTR] = (a.s0 >> 16) | (b.s0 & 0xffff0000u);                                                 \
+        dst[2 * VSTR] = (a.s1 & 0xffffu) | (b.s1 << 16);                                                     \
+        dst[3 * VSTR] = (a.s1 >> 16) | (b.s1 & 0xffff0000u);                                                 \
+        dst[4 * VSTR] = (a.s2 & 0xffffu) | (b.s2 << 16);                                                     \
+        dst[5 * VSTR] = (a.s2 >> 16) | (b.s2 & 0xffff0000u);                                                 \
+        dst[6 * VSTR] = (a.s3 & 0xffffu) | (b.s3 << 16);                                                     \
+        dst[7 * VSTR] = (a.s3 >> 16) | (b.s3 & 0xffff0000u);                                                 \
+      }                                                                                                      \
+    }                                                                                                        \
+  }
+  if (kb_first <= kb_last) {
+    FETCH(kb_first * BK)
+    if (STAGES == 2) DEPOSIT(0)
+  }
   for (int kb = kb_first; kb <= kb_last; ++kb) {
     const int j0 = kb * BK;
+    const int buf = STAGES == 2 ? (kb - kb_first) & 1 : 0;
+    __local const uint* const ks = buffers + buf * BUF_WORDS;
+    __local const uint* const vt = ks + BK * KSTR;
+    // Two stages: every thread is done with the other buffer (read in the last block) and this
+    // one is deposited. One stage: the same for the one buffer, with a deposit between.
     barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll
-    for (int x = 0; x < KPT; ++x) {
-      const int u = tid + x * 32 * NW, r = u / (DW / 4), cc = u - r * (DW / 4);
-      if (u < KTASKS) vstore4(pk[x], 0, ks + r * KSTR + 4 * cc);
+    if (STAGES == 1) {
+      DEPOSIT(0)
+      barrier(CLK_LOCAL_MEM_FENCE);
     }
-    // v transposed: keys 2p and 2p + 1, columns 8cc .. 8cc + 7 -> words vt[8cc + e][p].
-#pragma unroll
-    for (int x = 0; x < VPT; ++x) {
-      const int u = tid + x * 32 * NW, cc = u / (BK / 2), p = u - cc * (BK / 2);
-      if (u < VTASKS) {
-        const uint4 a = pv[x][0], b = pv[x][1];
-        __local uint* dst = vt + 8 * cc * VSTR + p;
-        dst[0 * VSTR] = (a.s0 & 0xffffu) | (b.s0 << 16);
-        dst[1 * VSTR] = (a.s0 >> 16) | (b.s0 & 0xffff0000u);
-        dst[2 * VSTR] = (a.s1 & 0xffffu) | (b.s1 << 16);
-        dst[3 * VSTR] = (a.s1 >> 16) | (b.s1 & 0xffff0000u);
-        dst[4 * VSTR] = (a.s2 & 0xffffu) | (b.s2 << 16);
-        dst[5 * VSTR] = (a.s2 >> 16) | (b.s2 & 0xffff0000u);
-        dst[6 * VSTR] = (a.s3 & 0xffffu) | (b.s3 << 16);
-        dst[7 * VSTR] = (a.s3 >> 16) | (b.s3 & 0xffff0000u);
-      }
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
     if (kb < kb_last) FETCH(j0 + BK)
 
     // s = q k^T for this warp's rows and the block's keys.
@@ -262,8 +283,10 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
         for (int r = 0; r < RT; ++r) mma(o[r][n], a[r][0], a[r][1], a[r][2], a[r][3], b0, b1);
       }
     }
+    if (STAGES == 2 && kb < kb_last) DEPOSIT(buf ^ 1)
   }
 #undef FETCH
+#undef DEPOSIT
 
   __global uint* ow = (__global uint*)out;
 #pragma unroll

@@ -75,27 +75,31 @@ bool mma_offered(const Problem& p, const DeviceInfo& dev) {
 
 // An mma config's geometry and its passes' local memory in bytes (flash_attention_mma.cl's
 // layouts): warps per workgroup, 16-row tiles per warp (forward), keys per block (forward, dq),
-// query rows per block (dk/dv).
+// query rows per block (dk/dv), local buffers of k and v (forward).
 struct MmaGeometry {
-  std::int64_t warps, tiles, bk, bq, d;
+  std::int64_t warps, tiles, bk, bq, d, stages = 1;
   std::int64_t row_words() const { return d / 2 + 4; }
-  std::int64_t forward_local() const { return 4 * (bk * row_words() + d * (bk / 2 + 4)); }
+  std::int64_t forward_local() const { return 4 * stages * (bk * row_words() + d * (bk / 2 + 4)); }
   std::int64_t dq_local() const { return 4 * (2 * bk * row_words() + d * (bk / 2 + 4)); }
   std::int64_t dkdv_local() const { return 4 * (2 * bq * row_words() + 2 * d * (bq / 2 + 4) + 2 * bq); }
 };
 
 MmaGeometry mma_geometry(const Config& c, const Problem& p, const DeviceInfo& info) {
+  // Configs from before pipeline stages existed have one.
   MmaGeometry g{c.get("mma_warps"), p.backward ? 1 : c.get("mma_tiles"), c.get("mma_block_k"),
-                p.backward ? c.get("mma_block_q") : 16, p.head_dim};
+                p.backward ? c.get("mma_block_q") : 16, p.head_dim,
+                !p.backward && c.has("mma_stages") ? c.get("mma_stages") : 1};
   const std::string text = std::string(p.backward ? "flash_attention_bwd" : "flash_attention") + " opencl: config " +
                            c.canonical() + " ";
   if (!mma_offered(p, info))
     throw InvalidArgument(text + "needs f16 or bf16 q, k, v with head_dim a multiple of 16 up to 128 on a device with "
                           "16x8x16 " + std::string(to_string(p.dtype)) + " tensor-core fragments (" + info.id() + ": " +
                           info.name + ")");
-  if (g.warps <= 0 || 32 * g.warps > gpu_max_threads || (g.tiles != 1 && g.tiles != 2) || (g.bk != 32 && g.bk != 64) ||
-      (g.bq != 16 && g.bq != 32))
-    throw InvalidArgument(text + "needs 1 to 8 mma_warps, mma_tiles 1 or 2, mma_block_k 32 or 64, mma_block_q 16 or 32");
+  if (g.warps <= 0 || 32 * g.warps > gpu_max_threads || (g.tiles != 1 && g.tiles != 2) ||
+      (g.bk != 32 && g.bk != 64 && (p.backward || g.bk != 16)) || (g.bq != 16 && g.bq != 32) ||
+      (g.stages != 1 && g.stages != 2))
+    throw InvalidArgument(text + "needs 1 to 8 mma_warps, mma_tiles 1 or 2, mma_block_k 32 or 64 (or 16, forward), "
+                          "mma_block_q 16 or 32, mma_stages 1 or 2");
   const std::int64_t local = p.backward ? std::max(g.dq_local(), g.dkdv_local()) : g.forward_local();
   if (local > static_cast<std::int64_t>(info.local_mem))
     throw InvalidArgument(text + "needs " + std::to_string(local) + " bytes of local memory for head_dim " +
@@ -107,7 +111,8 @@ MmaGeometry mma_geometry(const Config& c, const Problem& p, const DeviceInfo& in
 std::shared_ptr<opencl::ClKernel> mma_kernel(opencl::OpenCLDevice& dev, const MmaGeometry& g, DType t, const char* name) {
   const std::string options = "-DD=" + std::to_string(g.d) + " -DNW=" + std::to_string(g.warps) +
                               " -DRT=" + std::to_string(g.tiles) + " -DBK=" + std::to_string(g.bk) +
-                              " -DBQ=" + std::to_string(g.bq) + " -DBF16=" + (t == DType::bf16 ? "1" : "0");
+                              " -DBQ=" + std::to_string(g.bq) + " -DSTAGES=" + std::to_string(g.stages) +
+                              " -DBF16=" + (t == DType::bf16 ? "1" : "0");
   return dev.kernel(mma_key, options, name);
 }
 
@@ -312,10 +317,10 @@ ParamSpace opencl_space(const Invocation& inv, const DeviceInfo& dev, bool backw
   }
   if (mma) {
     // Warps of 16-row tiles; every parameter is a build option of flash_attention_mma.cl.
-    s.param("mma_warps", {2, 4, 8}, mma_v)
-        .param("mma_block_k", {32, 64}, mma_v)
+    s.param("mma_warps", backward ? std::vector<Value>{2, 4, 8} : std::vector<Value>{1, 2, 4, 8}, mma_v)
+        .param("mma_block_k", backward ? std::vector<Value>{32, 64} : std::vector<Value>{16, 32, 64}, mma_v)
         .constraint("32 * mma_warps <= " + std::to_string(gpu_max_threads) + " && 32 * mma_warps <= max_workgroup_size")
-        .constraint("mma_block_k == 32 || mma_block_k < 2 * seq_k");
+        .constraint("mma_block_k <= 32 || mma_block_k < 2 * seq_k");
     if (backward) {
       s.param("mma_block_q", {16, 32}, mma_v)
           // Two 16-row score tiles per warp on top of k, v, dk and dv fragments exceed the registers.
@@ -325,10 +330,13 @@ ParamSpace opencl_space(const Invocation& inv, const DeviceInfo& dev, bool backw
                       "2 * mma_block_q * (head_dim / 2 + 4) + 2 * head_dim * (mma_block_q / 2 + 4) + 2 * mma_block_q) <= local_mem");
     } else {
       s.param("mma_tiles", {1, 2}, mma_v)
+          .param("mma_stages", {1, 2}, mma_v)
           // Two tiles' q fragments and outputs exceed the registers at head_dim 128.
           .constraint("mma_tiles == 1 || head_dim <= 64")
           .constraint("16 * mma_warps * mma_tiles <= 32 || 16 * mma_warps * mma_tiles < 2 * seq_q")
-          .constraint("4 * (mma_block_k * (head_dim / 2 + 4) + head_dim * (mma_block_k / 2 + 4)) <= local_mem");
+          // A second buffer pays only when there is a next block to fill it with.
+          .constraint("mma_stages == 1 || mma_block_k < seq_k")
+          .constraint("4 * mma_stages * (mma_block_k * (head_dim / 2 + 4) + head_dim * (mma_block_k / 2 + 4)) <= local_mem");
     }
   }
   s.bind(vars).bind(device_vars(dev)).bind({{"head_dim_class", head_dim_class(std::get<std::int64_t>(vars.at("head_dim")))},
@@ -343,7 +351,9 @@ Config opencl_heuristic(const Invocation& inv, const DeviceInfo& dev, bool backw
     return Config{{"variant", std::string("scalar")}, {"block_q", bq}, {"block_k", bk}, {"threads_x", rx}, {"threads_y", ry}};
   };
   auto mma = [&](std::int64_t warps, std::int64_t bk, std::int64_t x) {
-    return Config{{"variant", std::string("mma")}, {"mma_warps", warps}, {"mma_block_k", bk}, {backward ? "mma_block_q" : "mma_tiles", x}};
+    Config c{{"variant", std::string("mma")}, {"mma_warps", warps}, {"mma_block_k", bk}, {backward ? "mma_block_q" : "mma_tiles", x}};
+    if (!backward) c.set("mma_stages", 1);
+    return c;
   };
   // Tensor cores first where the space offers them: the H100's best of a sweep at B4 H16 S4096
   // f16 (head_dim 128: 8 warps of one tile over 64-key blocks; 64: 4 warps of two tiles over

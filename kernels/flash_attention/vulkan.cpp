@@ -99,9 +99,9 @@ bool coopmat_offered(const Problem& p, const DeviceInfo& dev) {
 }
 
 // Shared memory of the cooperative-matrix forward (its hs and fs arrays).
-std::int64_t coopmat_shared(std::int64_t subgroups, std::int64_t bk, std::int64_t d, std::int64_t sg) {
+std::int64_t coopmat_shared(std::int64_t subgroups, std::int64_t bk, std::int64_t d, std::int64_t sg, std::int64_t stages) {
   const std::int64_t rows = 16 * subgroups;
-  const std::int64_t halves = rows * (d + 8) + 2 * bk * (d + 8) + rows * (bk + 8);
+  const std::int64_t halves = rows * (d + 8) + stages * 2 * bk * (d + 8) + rows * (bk + 8);
   const std::int64_t floats = rows * bk + rows * (sg / 16) + rows;
   return halves * 2 + (floats + 3) / 4 * 16;
 }
@@ -144,13 +144,16 @@ ParamSpace vulkan_space(const Invocation& inv, const DeviceInfo& dev, bool backw
     s.constraint("4 * (block_q * " + ds + " + block_k * " + ds + " + block_q * (block_k + 1) + block_q * threads_x) <= local_mem");
   }
   if (coop) {
-    // Subgroups of 16 query rows each; key blocks of 16 to 64.
+    // Subgroups of 16 query rows each; key blocks of 16 to 64; one or two buffers of k and v.
     s.param("subgroups", {1, 2, 4, 8}, coop_v)
         .param("coop_block_k", {16, 32, 64}, coop_v)
+        .param("coop_stages", {1, 2}, coop_v)
         .constraint("subgroup_size * subgroups <= max_workgroup_size && subgroup_size * subgroups <= max_workgroup_x")
         .constraint("subgroups == 1 || 16 * subgroups < 2 * seq_q")
         .constraint("coop_block_k == 16 || coop_block_k < 2 * seq_k")
-        .constraint("2 * (16 * subgroups * (head_dim + 8) + 2 * coop_block_k * (head_dim + 8) + 16 * subgroups * (coop_block_k + 8))"
+        .constraint("coop_stages == 1 || coop_block_k < seq_k")
+        .constraint("2 * (16 * subgroups * (head_dim + 8) + coop_stages * 2 * coop_block_k * (head_dim + 8) + "
+                    "16 * subgroups * (coop_block_k + 8))"
                     " + 16 * ((16 * subgroups * (coop_block_k + subgroup_size / 16 + 1) + 3) / 4) <= local_mem");
   }
   s.bind(vars).bind(device_vars(dev)).bind({{"head_dim_class", head_dim_class(std::get<std::int64_t>(vars.at("head_dim")))},
@@ -176,7 +179,7 @@ Config vulkan_heuristic(const Invocation& inv, const DeviceInfo& dev, bool backw
     // Tensor cores where the space offers them (f16, head_dim a multiple of 16): on the H100 this
     // config won an exhaustive tune at B4 H16 S4096 D128 (45.8 TFLOP/s, 1.19x 4 subgroups with
     // 32-key blocks) and at most sizes of 200 to 512 queries.
-    tries = {Config{{"variant", std::string("coopmat")}, {"subgroups", 2}, {"coop_block_k", 16}},
+    tries = {Config{{"variant", std::string("coopmat")}, {"subgroups", 2}, {"coop_block_k", 16}, {"coop_stages", 1}},
              cfg(32, 32, 16, 8), cfg(16, 32, 16, 8), cfg(16, 16, 16, 8), cfg(8, 16, 16, 8), cfg(8, 8, 8, 8), cfg(8, 8, 4, 8)};
   }
   for (const auto& c : tries)
@@ -246,20 +249,23 @@ class VulkanForward final : public VulkanBase {
       throw InvalidArgument(text + "needs f16 q, k, v with head_dim a multiple of 16 and a device with 16x16x16 f16 "
                             "cooperative matrices, 16-bit storage, float16 and full subgroups of 16, 32 or 64 (" +
                             info.id() + ": " + info.name + ")");
-    const std::int64_t nsg = config.get("subgroups"), bk = config.get("coop_block_k"), sg = info.subgroup_size;
-    if (nsg <= 0 || bk <= 0 || bk % 16 != 0 || bk % (2 * (sg / 16)) != 0)
-      throw InvalidArgument(text + "needs positive subgroups and coop_block_k a positive multiple of 16");
+    // Configs from before pipeline stages existed have one.
+    const std::int64_t nsg = config.get("subgroups"), bk = config.get("coop_block_k"), sg = info.subgroup_size,
+                       stages = config.has("coop_stages") ? config.get("coop_stages") : 1;
+    if (nsg <= 0 || bk <= 0 || bk % 16 != 0 || bk % (2 * (sg / 16)) != 0 || (stages != 1 && stages != 2))
+      throw InvalidArgument(text + "needs positive subgroups, coop_block_k a positive multiple of 16 and coop_stages 1 or 2");
     if (sg * nsg > info.max_workgroup_size)
       throw InvalidArgument(text + "exceeds the device's workgroup size " + std::to_string(info.max_workgroup_size));
-    const std::int64_t shared = coopmat_shared(nsg, bk, p.head_dim, sg);
+    const std::int64_t shared = coopmat_shared(nsg, bk, p.head_dim, sg, stages);
     if (shared > static_cast<std::int64_t>(info.local_mem))
       throw InvalidArgument(text + "needs " + std::to_string(shared) + " bytes of shared memory for head_dim " +
                             std::to_string(p.head_dim) + ", the device has " + std::to_string(info.local_mem));
     vulkan::Launch l;
     l.spirv = "flash_attention/flash_attention_fwd_coopmat.spv";
     l.local_size = {u32(sg * nsg), 1, 1};
-    // The shared constants: BQ = 16 subgroups, BK, DMAX = head_dim, RX = subgroup size, RY = subgroups.
-    l.spec = {u32(16 * nsg), u32(bk), u32(p.head_dim), u32(sg), u32(nsg)};
+    // The shared constants: BQ = 16 subgroups, BK, DMAX = head_dim, RX = subgroup size, RY = subgroups;
+    // then the shader's own STAGES.
+    l.spec = {u32(16 * nsg), u32(bk), u32(p.head_dim), u32(sg), u32(nsg), u32(stages)};
     for (std::size_t i = 0; i < fwd::count; ++i) l.buffers.push_back(&args[i].buffer());
     l.shared_bytes = u32(shared);
     l.full_subgroups = true;

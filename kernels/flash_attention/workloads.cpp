@@ -43,8 +43,7 @@ struct Slots {
 
 std::vector<Fill> fill(const Invocation& inv, const std::vector<ArgDef>& defs, const Slots& at) {
   const Problem p = Problem::of(inv);
-  std::vector<Fill> a;
-  for (const auto& d : defs) a.push_back(d.role == Role::out ? Fill::none() : Fill::uniform());
+  std::vector<Fill> a = standard_fills(inv, defs);
   std::vector<double> cu_q, cu_k;
   if (p.varlen) {
     cu_q = even_offsets(p.total_q, p.batch, p.seq_q, "cu_seqlens_q");

@@ -172,8 +172,7 @@ double GroupedMatmulKernel::tolerance(const Invocation& inv) const {
 std::vector<Fill> GroupedMatmulKernel::fills(const Invocation& inv, std::uint64_t seed) const {
   const Problem p = Problem::of(inv);
   const auto defs = args();
-  std::vector<Fill> a;
-  for (std::size_t i = 0; i < arg::count; ++i) a.push_back(defs[i].role == Role::out ? Fill::none() : Fill::uniform());
+  std::vector<Fill> a = standard_fills(inv, defs);
   // Sorted cut points in 0..m: routing as uneven as a router's, empty groups possible.
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<std::int64_t> cut(0, p.m);

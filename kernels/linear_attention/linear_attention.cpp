@@ -468,13 +468,11 @@ double LinearAttentionKernel::tolerance(const Invocation& inv) const {
 std::vector<Fill> LinearAttentionKernel::fills(const Invocation& inv, std::uint64_t /*seed*/) const {
   const Problem p = Problem::of(inv);
   const auto defs = args();
-  std::vector<Fill> a;
+  std::vector<Fill> a = standard_fills(inv, defs);
   for (std::size_t i = 0; i < inv.args.size(); ++i) {
     const std::size_t f = p.full_index(i);
     const bool is_gate = f == fwd::g || f == fwd::g_gamma || f == fwd::gk || f == fwd::gv;
-    if (defs[i].role == Role::out) a.push_back(Fill::none());
-    else if (!is_float(inv.args[i].dtype)) a.push_back(Fill::of(std::vector<double>(static_cast<std::size_t>(numel(inv.args[i].shape)), 0.0)));
-    else a.push_back(is_gate ? Fill::uniform(-0.3f, -0.01f) : Fill::uniform());
+    if (is_gate && a[i].kind == Fill::Kind::uniform) a[i] = Fill::uniform(-0.3f, -0.01f);
   }
   if (p.varlen) {
     // Uneven cuts: sequence n ends near (n + 1)^2 / N^2 of the tokens.

@@ -244,8 +244,7 @@ double MlaDecodeKernel::tolerance(const Invocation& inv) const {
 std::vector<Fill> MlaDecodeKernel::fills(const Invocation& inv, std::uint64_t seed) const {
   const Problem p = Problem::of(inv);
   const auto defs = args();
-  std::vector<Fill> a;
-  for (std::size_t i = 0; i < arg::count; ++i) a.push_back(defs[i].role == Role::out ? Fill::none() : Fill::uniform());
+  std::vector<Fill> a = standard_fills(inv, defs);
   std::mt19937_64 rng(seed);
   std::vector<std::int64_t> pages(static_cast<std::size_t>(p.num_blocks));
   std::iota(pages.begin(), pages.end(), 0);

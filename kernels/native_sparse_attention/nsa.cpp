@@ -349,8 +349,7 @@ double tolerance_of(const Problem& p) {
 std::vector<Fill> random_inputs(const Invocation& inv, const std::vector<ArgDef>& defs, std::uint64_t seed) {
   const Problem p = Problem::of(inv);
   std::mt19937_64 rng(seed);
-  std::vector<Fill> f;
-  for (const auto& d : defs) f.push_back(d.role == Role::out ? Fill::none() : Fill::uniform());
+  std::vector<Fill> f = standard_fills(inv, defs);
   HostArrays a(inv.args.size());
   // Sequences of nearly equal length.
   auto& cu = a[fwd::cu_seqlens];

@@ -108,7 +108,7 @@ double PageAttentionKernel::tolerance(const Invocation& inv) const {
 
 std::vector<Fill> PageAttentionKernel::fills(const Invocation& inv, std::uint64_t seed) const {
   const da::Engine e = engine(inv);
-  std::vector<Fill> a = da::uniform(inv, args());
+  std::vector<Fill> a = standard_fills(inv, args());
   a[arg::context_lens] = Fill::of(std::vector<double>(static_cast<std::size_t>(e.num_seqs), static_cast<double>(e.capacity())));
   a[arg::block_tables] = Fill::of(da::shuffled_tables(e.num_seqs, e.max_blocks, e.num_blocks, seed));
   return a;

@@ -120,7 +120,7 @@ double RaggedDecodeAttentionKernel::tolerance(const Invocation& inv) const {
 
 std::vector<Fill> RaggedDecodeAttentionKernel::fills(const Invocation& inv, std::uint64_t /*seed*/) const {
   const da::Engine e = engine(inv);
-  std::vector<Fill> a = da::uniform(inv, args());
+  std::vector<Fill> a = standard_fills(inv, args());
   a[arg::sequence_start] = Fill::of(std::vector<double>(static_cast<std::size_t>(e.num_seqs), 0.0));
   a[arg::sequence_end] = Fill::of(std::vector<double>(static_cast<std::size_t>(e.num_seqs), static_cast<double>(e.seq_len)));
   return a;

@@ -135,7 +135,7 @@ double RaggedPageAttentionKernel::tolerance(const Invocation& inv) const {
 
 std::vector<Fill> RaggedPageAttentionKernel::fills(const Invocation& inv, std::uint64_t seed) const {
   const da::Engine e = engine(inv);
-  std::vector<Fill> a = da::uniform(inv, args());
+  std::vector<Fill> a = standard_fills(inv, args());
   const std::int64_t max_seqs = inv.args[arg::kv_lens].shape[0];
   a[arg::kv_lens] = Fill::of(std::vector<double>(static_cast<std::size_t>(max_seqs), static_cast<double>(e.capacity())));
   a[arg::block_tables] = Fill::of(da::shuffled_tables(max_seqs, e.max_blocks, e.num_blocks, seed));

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -76,6 +77,13 @@ struct Difference {
                           // or want is infinite and got is not that same infinity; -1: none
 };
 
+// One stretch of a buffer to read into host memory (Device::read_ranges).
+struct ReadRange {
+  const Buffer* src = nullptr;
+  std::size_t offset = 0, bytes = 0;
+  void* dst = nullptr;
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -84,15 +92,17 @@ class Device {
   virtual std::shared_ptr<Buffer> allocate(std::size_t bytes) = 0;
   virtual void write(Buffer& dst, std::size_t offset, const void* src, std::size_t bytes) = 0;
   virtual void read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) = 0;
+  // Every range, as read() one after another would give; backends where a read is a round trip
+  // to the device override it to make one for all of them.
+  virtual void read_ranges(std::span<const ReadRange> ranges);
   // Copies bytes from src at src_offset to dst at dst_offset on the device, in submission order.
   virtual void copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,
                     std::size_t bytes) = 0;
   void copy(const Buffer& src, Buffer& dst, std::size_t bytes) { copy(src, 0, dst, 0, bytes); }
   // Elements [first, first + count) of fill_uniform (tensor.hpp) into dst, which holds elements
-  // of dtype t from byte 0; the range is checked by the caller. This one makes them on the host,
-  // a slice at a time on every core, and writes them; backends with device code override it.
-  virtual void fill_uniform(Buffer& dst, DType t, std::int64_t first, std::int64_t count, std::uint64_t seed, float lo,
-                            float hi);
+  // of dtype t from byte 0; the range is checked by the caller. Whole Philox blocks of four
+  // elements are made by fill_blocks, the up to three elements at either end on the host.
+  void fill_uniform(Buffer& dst, DType t, std::int64_t first, std::int64_t count, std::uint64_t seed, float lo, float hi);
   // Compares elements [0, n) of `got` with those of `want` (null: only whether got is finite),
   // both holding dtype t. This one reads both back a slice at a time and compares on every
   // core; backends with device code reduce on the device and read back a few bytes.
@@ -104,6 +114,11 @@ class Device {
   virtual double time_ns(const std::function<void()>& work) = 0;
 
  protected:
+  // The part of fill_uniform in whole blocks: first and count are multiples of 4. This one makes
+  // them on the host, a slice at a time on every core, and writes them; backends with device code
+  // override it.
+  virtual void fill_blocks(Buffer& dst, DType t, std::int64_t first, std::int64_t count, std::uint64_t seed, float lo,
+                           float hi);
   // Throws InvalidArgument unless both ranges lie inside their buffers.
   static void check_copy(const Buffer& src, std::size_t src_offset, const Buffer& dst, std::size_t dst_offset,
                          std::size_t bytes);

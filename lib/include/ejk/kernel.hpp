@@ -61,6 +61,10 @@ struct Fill {
   static Fill none() { return {Kind::none, 0, 0, {}}; }
 };
 
+// Where most kernels' fills() start: nothing for outputs, floats uniform in [-1, 1), zeros for
+// integer arguments, which the kernel then replaces with its index arrays.
+std::vector<Fill> standard_fills(const Invocation& inv, const std::vector<ArgDef>& defs);
+
 class Kernel {
  public:
   virtual ~Kernel() = default;

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -128,6 +129,12 @@ TuneResult tune(const Invocation& inv, const Implementation& impl, Device& devic
 // heuristic config's output. For `ejk run` and benchmarks. Failures are returned, not thrown.
 Measurement measure(const Invocation& inv, const Config& config, Device& device, const TimingOptions& timing = {},
                     bool check = true, double reference_flops_limit = 2e9);
+// The same for a config chosen on the arguments themselves: `choose` gets the measurement's own
+// tensors (inputs made, outputs not yet written), may run on them, and returns the config to
+// time. `ejk run` makes its one executor call there, so a workload's inputs are made once.
+// What `choose` throws propagates.
+Measurement measure(const Invocation& inv, const std::function<Config(std::span<const Tensor>)>& choose, Device& device,
+                    const TimingOptions& timing = {}, bool check = true, double reference_flops_limit = 2e9);
 
 // ---- simulation: strategies run over stored measurements instead of hardware ----
 

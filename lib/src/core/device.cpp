@@ -26,6 +26,11 @@ Backend parse_backend(std::string_view name) {
   throw InvalidArgument("unknown backend '" + std::string(name) + "' (expected cpu, opencl or vulkan)");
 }
 
+void Device::read_ranges(std::span<const ReadRange> ranges) {
+  for (const ReadRange& r : ranges)
+    if (r.bytes) read(*r.src, r.offset, r.dst, r.bytes);
+}
+
 void Device::check_copy(const Buffer& src, std::size_t src_offset, const Buffer& dst, std::size_t dst_offset,
                         std::size_t bytes) {
   auto inside = [&](const Buffer& b, std::size_t offset) { return offset <= b.bytes() && bytes <= b.bytes() - offset; };

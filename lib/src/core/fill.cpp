@@ -40,11 +40,6 @@ void generate(DType t, std::uint64_t seed, float lo, float hi, std::int64_t firs
 
 }  // namespace
 
-FillBlocks fill_blocks(std::int64_t first, std::int64_t count) {
-  const std::int64_t begin = (first + 3) / 4 * 4, end = (first + count) / 4 * 4;
-  return begin < end ? FillBlocks{begin, end} : FillBlocks{};
-}
-
 std::uint32_t fill_code(DType t) {
   switch (t) {
     case DType::f32: return 0;
@@ -57,6 +52,14 @@ std::uint32_t fill_code(DType t) {
 
 void Device::fill_uniform(Buffer& dst, DType t, std::int64_t first, std::int64_t count, std::uint64_t seed, float lo,
                           float hi) {
+  const std::int64_t begin = std::min((first + 3) / 4 * 4, first + count), end = std::max(begin, (first + count) / 4 * 4);
+  if (begin > first) Device::fill_blocks(dst, t, first, begin - first, seed, lo, hi);
+  if (end > begin) fill_blocks(dst, t, begin, end - begin, seed, lo, hi);
+  if (first + count > end) Device::fill_blocks(dst, t, end, first + count - end, seed, lo, hi);
+}
+
+void Device::fill_blocks(Buffer& dst, DType t, std::int64_t first, std::int64_t count, std::uint64_t seed, float lo,
+                         float hi) {
   const std::size_t size = dtype_size(t);
   // Slices of 4 Mi elements, each made by every core at once, then uploaded.
   constexpr std::int64_t slice = std::int64_t{1} << 22;

@@ -28,20 +28,24 @@ double Kernel::tolerance(const Invocation& inv) const {
   return tol;
 }
 
-std::vector<Fill> Kernel::fills(const Invocation& inv, std::uint64_t /*seed*/) const {
-  const auto defs = args();
+std::vector<Fill> standard_fills(const Invocation& inv, const std::vector<ArgDef>& defs) {
   std::vector<Fill> out;
   for (std::size_t i = 0; i < inv.args.size(); ++i) {
-    if (i < defs.size() && defs[i].role == Role::out) {
-      out.push_back(Fill::none());
-      continue;
-    }
-    if (!is_float(inv.args[i].dtype))
-      throw InvalidArgument("kernel " + std::string(name()) + " does not say how to fill its integer argument " +
-                            (i < defs.size() ? defs[i].name : std::to_string(i)));
-    out.push_back(Fill::uniform());
+    const TensorSpec& s = inv.args[i];
+    if (i < defs.size() && defs[i].role == Role::out) out.push_back(Fill::none());
+    else if (is_float(s.dtype)) out.push_back(Fill::uniform());
+    else out.push_back(Fill::of(std::vector<double>(static_cast<std::size_t>(numel(s.shape)), 0.0)));
   }
   return out;
+}
+
+std::vector<Fill> Kernel::fills(const Invocation& inv, std::uint64_t /*seed*/) const {
+  const auto defs = args();
+  for (std::size_t i = 0; i < inv.args.size(); ++i)
+    if (!(i < defs.size() && defs[i].role == Role::out) && !is_float(inv.args[i].dtype))
+      throw InvalidArgument("kernel " + std::string(name()) + " does not say how to fill its integer argument " +
+                            (i < defs.size() ? defs[i].name : std::to_string(i)));
+  return standard_fills(inv, defs);
 }
 
 void Kernel::make_inputs(const Invocation& inv, std::uint64_t seed, std::span<const Tensor> args) const {
@@ -95,11 +99,12 @@ std::vector<std::int64_t> sample_positions(std::int64_t n, std::int64_t count) {
 
 HostArrays Kernel::inputs(const Invocation& inv, std::uint64_t seed) const {
   auto dev = open_device("cpu");
+  const std::vector<Fill> f = fills(inv, seed);
   std::vector<Tensor> t;
-  for (const auto& s : inv.args) {
-    t.emplace_back(dev, s.shape, s.dtype);
-    std::vector<std::byte> zero(t.back().bytes());
-    t.back().write_bytes(zero);
+  for (std::size_t i = 0; i < inv.args.size(); ++i) {
+    t.emplace_back(dev, inv.args[i].shape, inv.args[i].dtype);
+    // What make_inputs leaves unwritten reads as zeros.
+    if (i >= f.size() || f[i].kind == Fill::Kind::none) t.back().write_bytes(std::vector<std::byte>(t.back().bytes()));
   }
   make_inputs(inv, seed, t);
   dev->synchronize();

@@ -175,7 +175,6 @@ Bench::Bench(const Invocation& inv, const Implementation& impl, Device& device, 
     } else {
       pristine_dev_.emplace_back();
     }
-    samples_.push_back(roles_[i] == Role::in ? sample(t) : Sample{});
     // All-ones bytes are NaN in every float format (-1 in i32): what a kernel leaves unwritten
     // fails. Written once a slice at a time, then copied on the device before each candidate.
     poison_dev_.emplace_back();
@@ -187,6 +186,7 @@ Bench::Bench(const Invocation& inv, const Implementation& impl, Device& device, 
     }
   }
   sets_.push_back(std::move(first));
+  samples_ = input_samples();
   set_bytes = std::max<std::size_t>(set_bytes, 1);
   phases.next("samples and poison");
 
@@ -239,43 +239,50 @@ void Bench::arm_canaries(const Set& set) const {
 }
 
 std::string Bench::damaged_canary(const Set& set) const {
+  std::vector<std::vector<std::byte>> got(set.args.size());
+  std::vector<ReadRange> ranges;
   for (std::size_t i = 0; i < set.args.size(); ++i) {
-    std::vector<std::byte> got(spare_[i]);
-    device_.read(set.args[i].buffer(), set.args[i].bytes(), got.data(), got.size());
-    for (std::size_t j = 0; j < got.size(); ++j)
-      if (got[j] != canary_byte(j)) {
+    got[i].resize(spare_[i]);
+    ranges.push_back({&set.args[i].buffer(), set.args[i].bytes(), got[i].size(), got[i].data()});
+  }
+  device_.read_ranges(ranges);
+  for (std::size_t i = 0; i < set.args.size(); ++i)
+    for (std::size_t j = 0; j < got[i].size(); ++j)
+      if (got[i][j] != canary_byte(j)) {
         std::size_t last = j;
-        for (std::size_t k = j; k < got.size(); ++k)
-          if (got[k] != canary_byte(k)) last = k;
+        for (std::size_t k = j; k < got[i].size(); ++k)
+          if (got[i][k] != canary_byte(k)) last = k;
         return "wrote past the end of " + names_[i] + " " + to_string(inv_.args[i].shape) + ": canary bytes " +
                std::to_string(j) + ".." + std::to_string(last) + " after its end changed";
       }
-  }
   return {};
 }
 
-Bench::Sample Bench::sample(const Tensor& t) const {
-  Sample out;
-  const std::size_t bytes = t.bytes();
-  if (bytes <= whole_sample_bytes) {
-    out.ranges.push_back({0, bytes});
-  } else {
+std::vector<std::vector<std::byte>> Bench::input_samples() const {
+  std::vector<std::vector<std::byte>> out(roles_.size());
+  std::vector<ReadRange> ranges;
+  for (std::size_t i = 0; i < roles_.size(); ++i) {
+    if (roles_[i] != Role::in) continue;
+    const Tensor& t = sets_[0].args[i];
+    const std::size_t bytes = t.bytes();
+    if (bytes <= whole_sample_bytes) {
+      out[i].resize(bytes);
+      ranges.push_back({&t.buffer(), 0, bytes, out[i].data()});
+      continue;
+    }
     // Chunks spread evenly from the first byte to the last.
+    out[i].resize(sample_chunks * chunk_bytes);
     for (std::size_t c = 0; c < sample_chunks; ++c)
-      out.ranges.push_back({(bytes - chunk_bytes) / (sample_chunks - 1) * c, chunk_bytes});
+      ranges.push_back({&t.buffer(), (bytes - chunk_bytes) / (sample_chunks - 1) * c, chunk_bytes, out[i].data() + c * chunk_bytes});
   }
-  for (const auto& [offset, size] : out.ranges) {
-    const std::size_t at = out.bytes.size();
-    out.bytes.resize(at + size);
-    if (size) device_.read(t.buffer(), offset, out.bytes.data() + at, size);
-  }
+  device_.read_ranges(ranges);
   return out;
 }
 
 std::string Bench::modified_input() {
+  const std::vector<std::vector<std::byte>> now = input_samples();
   for (std::size_t i = 0; i < roles_.size(); ++i) {
-    if (roles_[i] != Role::in) continue;
-    if (sample(sets_[0].args[i]).bytes != samples_[i].bytes) {
+    if (now[i] != samples_[i]) {
       // Made again for the candidates after this one (outputs and canaries are reset before each).
       kernel_.make_inputs(inv_, settings_.input_seed, sets_[0].args);
       return "modified its input " + names_[i];
@@ -347,23 +354,24 @@ std::string Bench::check_sampled(double& error) const {
     const DType t = out.dtype();
     const std::size_t size = dtype_size(t);
     double err = 0, scale = 0;
-    std::vector<std::byte> run;
-    // Runs of consecutive elements, one read each.
+    // Runs of consecutive elements, one range each, all read at once.
+    std::vector<std::byte> got_bytes(s.index.size() * size);
+    std::vector<ReadRange> ranges;
     for (std::size_t a = 0; a < s.index.size();) {
       std::size_t b = a + 1;
       while (b < s.index.size() && s.index[b] == s.index[b - 1] + 1) ++b;
-      run.resize((b - a) * size);
-      device_.read(out.buffer(), static_cast<std::size_t>(s.index[a]) * size, run.data(), run.size());
-      for (std::size_t j = a; j < b; ++j) {
-        const double got = load_element(t, run.data() + (j - a) * size), want = s.value[j];
-        if (std::isinf(want) && got == want) continue;
-        if (!std::isfinite(got) || !std::isfinite(want))
-          return names_[s.arg] + " at element " + std::to_string(s.index[j]) + " is " + format_g(got) + ", the reference gives " +
-                 format_g(want);
-        err = std::max(err, std::abs(got - want));
-        scale = std::max(scale, std::abs(want));
-      }
+      ranges.push_back({&out.buffer(), static_cast<std::size_t>(s.index[a]) * size, (b - a) * size, got_bytes.data() + a * size});
       a = b;
+    }
+    device_.read_ranges(ranges);
+    for (std::size_t j = 0; j < s.index.size(); ++j) {
+      const double got = load_element(t, got_bytes.data() + j * size), want = s.value[j];
+      if (std::isinf(want) && got == want) continue;
+      if (!std::isfinite(got) || !std::isfinite(want))
+        return names_[s.arg] + " at element " + std::to_string(s.index[j]) + " is " + format_g(got) + ", the reference gives " +
+               format_g(want);
+      err = std::max(err, std::abs(got - want));
+      scale = std::max(scale, std::abs(want));
     }
     const double rel = scale > 0 ? err / scale : err;
     error = std::max(error, rel);
@@ -471,11 +479,13 @@ Measurement Bench::measure(const Config& c, double best_ns) {
   phases.next("prepare");
   Measurement m;
   m.config = c;
+  // On the device's clock, the first run is also the first sample that abandonment looks at:
+  // its program builds on the host, outside what the device times.
+  double first = 0;
   try {
     reset_set0();
     phases.next("reset");
-    impl_.run(inv_, c, sets_[0].args, device_);
-    device_.synchronize();
+    first = device_.time_ns([&] { impl_.run(inv_, c, sets_[0].args, device_); });
     phases.next("first run (build included)");
   } catch (...) {
     return classify(c, std::current_exception(), "");
@@ -501,7 +511,6 @@ Measurement Bench::measure(const Config& c, double best_ns) {
   const TimingOptions& t = settings_.timing;
   std::vector<double> samples;
   try {
-    double first = time_once(c);
     if (best_ns > 0 && first > t.abandon_ratio * best_ns) {
       // One more sample confirms it, so a single preempted run on a busy machine does not
       // condemn a good candidate.

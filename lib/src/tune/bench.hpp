@@ -59,6 +59,9 @@ class Bench {
               std::vector<std::string>& errors);
   // "reference", "trusted config {...}", "first clean candidate {...}" or "off".
   std::string validated() const { return validated_; }
+  // The first input set's arguments: the inputs as made; outputs hold anything until a run,
+  // and measure() resets them (and restores inout arguments) before its own.
+  std::span<const Tensor> arguments() const { return sets_[0].args; }
 
  private:
   struct Set {
@@ -69,16 +72,12 @@ class Bench {
   void arm_canaries(const Set& set) const;
   std::string damaged_canary(const Set& set) const;
   std::string modified_input();
-  // Bytes of an input read back to see whether a candidate wrote to it: all of it up to
-  // whole_sample_bytes, else sample_chunks chunks spread from its first byte to its last.
-  struct Sample {
-    std::vector<std::pair<std::size_t, std::size_t>> ranges;  // offset, bytes
-    std::vector<std::byte> bytes;
-  };
+  // Bytes of each `in` argument of set 0 read back to see whether a candidate wrote to it (empty
+  // for the others), in one read_ranges: all of it up to whole_sample_bytes, else sample_chunks
+  // chunks spread from its first byte to its last.
   static constexpr std::size_t whole_sample_bytes = std::size_t{32} << 20, sample_chunks = 64,
                                chunk_bytes = std::size_t{64} << 10;
-
-  Sample sample(const Tensor& t) const;
+  std::vector<std::vector<std::byte>> input_samples() const;
   // Set 0's outputs against the expected ones (host reference or device copies), a slice at a
   // time, then against the sampled reference where there is one.
   std::string check_outputs(double& error) const;
@@ -99,7 +98,7 @@ class Bench {
   std::vector<Role> roles_;
   std::vector<std::string> names_;
   std::vector<std::size_t> spare_;                 // canary bytes after each argument
-  std::vector<Sample> samples_;                    // of each `in` argument as made
+  std::vector<std::vector<std::byte>> samples_;    // input_samples() as made
   std::vector<Tensor> pristine_dev_;               // device copies of inout arguments
   std::vector<Tensor> poison_dev_;                 // all-ones bytes for each out argument
   std::vector<Set> sets_;                          // set 0 validates; all are cycled when timing

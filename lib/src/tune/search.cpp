@@ -87,8 +87,12 @@ std::optional<std::size_t> Candidates::neighbour(std::size_t i, Rng& rng) const 
     q = static_cast<int>(rng.below(static_cast<std::uint64_t>(len - 1)));
     if (q >= p) ++q;
   }
-  const auto& pool = by_[a][static_cast<std::size_t>(q)];
-  if (pool.empty()) return std::nullopt;
+  const std::vector<std::size_t> ties = nearest(i, by_[a][static_cast<std::size_t>(q)]);
+  if (ties.empty()) return std::nullopt;
+  return ties[rng.below(ties.size())];
+}
+
+std::vector<std::size_t> Candidates::nearest(std::size_t i, const std::vector<std::size_t>& pool) const {
   double best = inf;
   std::vector<std::size_t> ties;
   for (std::size_t j : pool) {
@@ -100,7 +104,21 @@ std::optional<std::size_t> Candidates::neighbour(std::size_t i, Rng& rng) const 
       ties.push_back(j);
     }
   }
-  return ties[rng.below(ties.size())];
+  return ties;
+}
+
+std::vector<std::size_t> Candidates::neighbours(std::size_t i) const {
+  std::vector<std::size_t> out;
+  for (std::size_t a = 0; a < axes_.size(); ++a) {
+    const int p = pos_[i][a], len = static_cast<int>(axes_[a].values.size());
+    if (p < 0 || len < 2) continue;
+    for (int q = 0; q < len; ++q) {
+      if (axes_[a].ordinal ? std::abs(q - p) != 1 : q == p) continue;
+      for (std::size_t j : nearest(i, by_[a][static_cast<std::size_t>(q)]))
+        if (std::find(out.begin(), out.end(), j) == out.end()) out.push_back(j);
+    }
+  }
+  return out;
 }
 
 std::size_t evaluation_limit(const Budget& budget, Strategy strategy, std::size_t n) {
@@ -262,7 +280,9 @@ std::optional<std::size_t> nearest_unevaluated(const Session& s, const Candidate
 // moves are accepted with probability exp(-delta / T), T falling geometrically over the
 // budget. Revisiting an evaluated config costs nothing; when proposals keep landing on
 // evaluated configs, the walk restarts at the best config's nearest unevaluated neighbour.
-void anneal(Session& s, const Candidates& c, Rng& rng) {
+// The next proposal is not known before the draw, but it is a neighbour of the move's start or
+// its end: those are planned, so their programs build while this move is measured.
+void anneal(Session& s, const Candidates& c, Rng& rng, const Lookahead& lookahead) {
   const double t_start = 0.3, t_end = 0.005;
   const std::size_t horizon = std::max<std::size_t>(1, s.limit());
   const std::size_t patience = 4 * std::max<std::size_t>(1, c.axes()) + 4;
@@ -294,6 +314,13 @@ void anneal(Session& s, const Candidates& c, Rng& rng) {
       y = s.value(*next);
       ++stall;
     } else {
+      if (lookahead) {
+        std::vector<std::size_t> ahead = c.neighbours(*next);
+        for (std::size_t j : c.neighbours(*cur))
+          if (std::find(ahead.begin(), ahead.end(), j) == ahead.end()) ahead.push_back(j);
+        std::erase(ahead, *next);
+        plan(s, c, ahead, lookahead);
+      }
       y = s.evaluate(*next);
       stall = 0;
     }
@@ -349,7 +376,9 @@ void backward(const std::vector<double>& l, std::size_t n, std::vector<double>& 
 double normal_pdf(double z) { return std::exp(-0.5 * z * z) / std::sqrt(2 * M_PI); }
 double normal_cdf(double z) { return 0.5 * std::erfc(-z / std::sqrt(2.0)); }
 
-void model(Session& s, const Candidates& c, Rng& rng) {
+// Builds ahead: the random start's draws, then after each pick the candidates ranked next by
+// expected improvement.
+void model(Session& s, const Candidates& c, Rng& rng, const Lookahead& lookahead) {
   const std::size_t n_cands = c.size();
   const std::size_t initial = std::clamp<std::size_t>(c.axes() + 1, 4, 10);
   const double noise = 1e-2;
@@ -357,6 +386,7 @@ void model(Session& s, const Candidates& c, Rng& rng) {
   // Candidates scored per step: all of them up to this many, else a random sample plus the
   // nearest unevaluated configs of the best so far.
   const std::size_t max_scored = 4000;
+  std::vector<std::size_t> draws;
 
   while (!s.finished()) {
     const auto& obs = s.order();
@@ -368,9 +398,21 @@ void model(Session& s, const Candidates& c, Rng& rng) {
         worst = std::max(worst, s.value(i));
       }
     if (obs.size() < initial || ok.size() < 2) {
-      auto next = random_unevaluated(s, n_cands, rng);
-      if (!next) return;
-      s.evaluate(*next);
+      if (draws.empty()) {
+        // The rest of the random start at once: the same draws as one at a time, since
+        // evaluating draws nothing.
+        std::vector<std::size_t> free = unevaluated(s, n_cands);
+        for (std::size_t k = obs.size() < initial ? initial - obs.size() : 1; k > 0 && !free.empty(); --k) {
+          const auto at = static_cast<std::ptrdiff_t>(rng.below(free.size()));
+          draws.push_back(free[static_cast<std::size_t>(at)]);
+          free.erase(free.begin() + at);
+        }
+        plan(s, c, draws, lookahead);
+      }
+      if (draws.empty()) return;
+      const std::size_t next = draws.front();
+      draws.erase(draws.begin());
+      s.evaluate(next);
       continue;
     }
     // Failures count as clearly worse than anything seen, so the model steers away from them.
@@ -428,6 +470,7 @@ void model(Session& s, const Candidates& c, Rng& rng) {
     double best_ei = -1;
     std::size_t pick = pool.front();
     std::vector<double> ks(n);
+    std::vector<std::pair<double, std::size_t>> ranked;
     for (std::size_t j : pool) {
       for (std::size_t i = 0; i < n; ++i) ks[i] = std::exp(-c.distance(j, obs[i]) / length);
       double mu = std::inner_product(ks.begin(), ks.end(), alpha.begin(), 0.0);
@@ -437,10 +480,18 @@ void model(Session& s, const Candidates& c, Rng& rng) {
       double gain = y_best - mu - 0.01;
       double z = gain / sigma;
       double ei = gain * normal_cdf(z) + sigma * normal_pdf(z);
+      if (lookahead) ranked.emplace_back(-ei, j);
       if (ei > best_ei) {
         best_ei = ei;
         pick = j;
       }
+    }
+    if (lookahead) {
+      std::stable_sort(ranked.begin(), ranked.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+      std::vector<std::size_t> ahead;
+      for (const auto& [ei, j] : ranked)
+        if (j != pick && ahead.size() < 8) ahead.push_back(j);
+      plan(s, c, ahead, lookahead);
     }
     s.evaluate(pick);
   }
@@ -512,8 +563,8 @@ SearchResult search(const Candidates& cands, Strategy strategy, const Budget& bu
   switch (strategy) {
     case Strategy::exhaustive: exhaustive(s, cands, lookahead); break;
     case Strategy::random: random_search(s, cands, rng, lookahead); break;
-    case Strategy::anneal: anneal(s, cands, rng); break;
-    case Strategy::model: model(s, cands, rng); break;
+    case Strategy::anneal: anneal(s, cands, rng, lookahead); break;
+    case Strategy::model: model(s, cands, rng, lookahead); break;
   }
   s.finished();
   return std::move(s.result);

@@ -44,8 +44,13 @@ class Candidates {
   // A config one step away from i along one random axis: that axis moved to the adjacent
   // value, the other parameters as close to i's as the space admits. nullopt when none.
   std::optional<std::size_t> neighbour(std::size_t i, Rng& rng) const;
+  // Every config neighbour(i, rng) can return, whatever the draws.
+  std::vector<std::size_t> neighbours(std::size_t i) const;
 
  private:
+  // The configs of `pool` nearest to i.
+  std::vector<std::size_t> nearest(std::size_t i, const std::vector<std::size_t>& pool) const;
+
   struct Axis {
     std::string name;
     std::vector<Value> values;

@@ -318,6 +318,11 @@ TuneResult tune(const Invocation& inv, const Implementation& impl, Device& devic
 
 Measurement measure(const Invocation& inv, const Config& config, Device& device, const TimingOptions& timing, bool check,
                     double reference_flops_limit) {
+  return measure(inv, [&](std::span<const Tensor>) { return config; }, device, timing, check, reference_flops_limit);
+}
+
+Measurement measure(const Invocation& inv, const std::function<Config(std::span<const Tensor>)>& choose, Device& device,
+                    const TimingOptions& timing, bool check, double reference_flops_limit) {
   Registry& reg = Registry::global();
   reg.kernel(inv.kernel).validate(inv);
   const Implementation& impl = reg.implementation(inv, device.info());
@@ -328,6 +333,7 @@ Measurement measure(const Invocation& inv, const Config& config, Device& device,
   settings.input_seed = fresh_seed();
   settings.trusted = impl.heuristic(inv, device.info());
   tuning::Bench bench(inv, impl, device, settings);
+  const Config config = choose(bench.arguments());
   return bench.measure(config, 0);
 }
 

@@ -133,20 +133,16 @@ void OpenCLDevice::copy(const Buffer& src, std::size_t src_offset, Buffer& dst, 
   if (event) add_event(event.get());
 }
 
-void OpenCLDevice::fill_uniform(Buffer& dst, DType t, std::int64_t first, std::int64_t count, std::uint64_t seed,
-                                float lo, float hi) {
-  const FillBlocks blocks = fill_blocks(first, count);
-  if (blocks.begin == blocks.end) return Device::fill_uniform(dst, t, first, count, seed, lo, hi);
-  if (blocks.begin > first) Device::fill_uniform(dst, t, first, blocks.begin - first, seed, lo, hi);
+void OpenCLDevice::fill_blocks(Buffer& dst, DType t, std::int64_t first, std::int64_t count, std::uint64_t seed,
+                               float lo, float hi) {
   auto k = kernel("common/fill.cl", "", "ejk_fill");
-  const auto n = static_cast<std::uint64_t>((blocks.end - blocks.begin) / 4);
+  const auto n = static_cast<std::uint64_t>(count / 4);
   // A grid-stride loop: enough groups to fill the device, whatever the tensor's size.
   constexpr std::size_t local = 256;
   const std::size_t groups = static_cast<std::size_t>(std::min<std::uint64_t>((n + local - 1) / local, 1u << 16));
-  const auto word0 = static_cast<std::uint64_t>(blocks.begin) * dtype_size(t) / 4;
-  launch(*k, Range(groups * local), Range(local), dst, word0, static_cast<std::uint64_t>(blocks.begin / 4), n,
+  const auto word0 = static_cast<std::uint64_t>(first) * dtype_size(t) / 4;
+  launch(*k, Range(groups * local), Range(local), dst, word0, static_cast<std::uint64_t>(first / 4), n,
          static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32), lo, hi - lo, fill_code(t));
-  if (blocks.end < first + count) Device::fill_uniform(dst, t, blocks.end, first + count - blocks.end, seed, lo, hi);
 }
 
 Difference OpenCLDevice::difference(const Buffer& got, const Buffer* want, DType t, std::int64_t n) {

@@ -108,9 +108,6 @@ class OpenCLDevice final : public Device {
   void read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) override;
   using Device::copy;
   void copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset, std::size_t bytes) override;
-  // Whole blocks by kernels/common/fill.cl, the ragged ends on the host.
-  void fill_uniform(Buffer& dst, DType t, std::int64_t first, std::int64_t count, std::uint64_t seed, float lo,
-                    float hi) override;
   // A reduction on the device (kernels/common/difference.cl): a few bytes a group come back.
   Difference difference(const Buffer& got, const Buffer* want, DType t, std::int64_t n) override;
   void synchronize() override;
@@ -153,6 +150,11 @@ class OpenCLDevice final : public Device {
   // Adds an event of work enqueued on queue() by other code (a library) to the timings in
   // progress, so time_ns covers it.
   void record(cl_event event);
+
+ protected:
+  // Whole blocks by kernels/common/fill.cl.
+  void fill_blocks(Buffer& dst, DType t, std::int64_t first, std::int64_t count, std::uint64_t seed, float lo,
+                   float hi) override;
 
  private:
   struct ProgramEntry;

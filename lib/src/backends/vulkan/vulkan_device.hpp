@@ -73,11 +73,9 @@ class VulkanDevice final : public Device {
   std::shared_ptr<Buffer> allocate(std::size_t bytes) override;
   void write(Buffer& dst, std::size_t offset, const void* src, std::size_t bytes) override;
   void read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) override;
+  void read_ranges(std::span<const ReadRange> ranges) override;
   using Device::copy;
   void copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset, std::size_t bytes) override;
-  // Whole blocks by kernels/common/fill.comp, the ragged ends on the host.
-  void fill_uniform(Buffer& dst, DType t, std::int64_t first, std::int64_t count, std::uint64_t seed, float lo,
-                    float hi) override;
   // A reduction on the device (kernels/common/difference.comp): a few bytes a group come back.
   Difference difference(const Buffer& got, const Buffer* want, DType t, std::int64_t n) override;
   void synchronize() override;
@@ -93,6 +91,11 @@ class VulkanDevice final : public Device {
   PipelineStats pipeline_stats() const;
   bool uses_push_descriptors() const;
   VkDevice handle() const;
+
+ protected:
+  // Whole blocks by kernels/common/fill.comp.
+  void fill_blocks(Buffer& dst, DType t, std::int64_t first, std::int64_t count, std::uint64_t seed, float lo,
+                   float hi) override;
 
  private:
   struct State;
