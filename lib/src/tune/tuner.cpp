@@ -134,12 +134,184 @@ TuneResult tune(const Invocation& inv, Device& device, const TuneOptions& option
   return tune(inv, reg.implementation(inv, device.info()), device, options);
 }
 
+namespace {
+
+// The implementation's space with the options' constraints that read its parameters (one that
+// reads none is meant for another kernel), enumerated.
+std::vector<Config> candidates(const Invocation& inv, const Implementation& impl, const DeviceInfo& dev,
+                               const std::vector<std::string>& constraints) {
+  ParamSpace space = impl.space(inv, dev);
+  for (const auto& text : constraints) {
+    Expr e = Expr::parse(text);
+    bool mine = false;
+    for (const auto& name : e.names())
+      for (const auto& p : space.params()) mine = mine || p.name == name;
+    if (mine) space.constraint(text);
+  }
+  return space.enumerate();
+}
+
+// Where candidates run: a bench in this process, or one in a worker process (isolation).
+class Runner {
+ public:
+  Runner(const Invocation& inv, const Implementation& impl, Device& device, const tuning::BenchSettings& settings,
+         const TuneOptions& o) {
+    if (!o.isolate) {
+      bench_ = std::make_unique<tuning::Bench>(inv, impl, device, settings);
+      return;
+    }
+    auto idx = implementation_index(impl);
+    if (!idx)
+      throw InvalidArgument("tuning " + inv.kernel + " in isolation: its implementation is not in the registry, so a "
+                            "worker cannot find it");
+    nlohmann::json setup = {{"op", "setup"},
+                            {"device", device.info().id()},
+                            {"impl", *idx},
+                            {"invocation", inv.to_json()},
+                            {"settings", settings.to_json()}};
+    isolated_ = std::make_unique<tuning::IsolatedRunner>(o.worker.empty() ? find_worker() : o.worker, setup, o);
+    isolated_->start();
+  }
+
+  Measurement measure(const Config& c, double best_ns) {
+    // Reading back or checking a candidate's output can fail too (a lost device, say): that is
+    // this candidate's result, not the end of the tune.
+    try {
+      return isolated_ ? isolated_->measure(c, best_ns) : bench_->measure(c, best_ns);
+    } catch (...) {
+      return tuning::classify(c, std::current_exception(), "after the run");
+    }
+  }
+  void rerank(const std::vector<Config>& configs, int rounds, double slowest, std::vector<std::vector<double>>& samples,
+              std::vector<std::string>& errors) {
+    if (isolated_) isolated_->rerank(configs, rounds, slowest, samples, errors);
+    else bench_->rerank(configs, rounds, samples, errors);
+  }
+  std::string validated() const { return isolated_ ? isolated_->validated() : bench_->validated(); }
+  int restarts() const { return isolated_ ? isolated_->restarts() : 0; }
+
+ private:
+  std::unique_ptr<tuning::Bench> bench_;
+  std::unique_ptr<tuning::IsolatedRunner> isolated_;
+};
+
+// The best few (and the heuristic, for an honest speedup) re-run interleaved and paired: fills
+// out.rerank and out.speedup and returns the winner among out.measurements (null: none ran).
+// `paired` says whether the speedup came from paired samples.
+const Measurement* rerun_best(TuneResult& out, Runner& runner, const TimingOptions& timing, bool& paired) {
+  paired = false;
+  std::vector<const Measurement*> ok;
+  for (const auto& m : out.measurements)
+    if (m.status == Status::ok && m.stats.n > 0) ok.push_back(&m);
+  std::stable_sort(ok.begin(), ok.end(),
+                   [](const Measurement* a, const Measurement* b) { return a->stats.median_ns < b->stats.median_ns; });
+  const Measurement* winner = ok.empty() ? nullptr : ok.front();
+  const bool heuristic_ok = out.heuristic_measurement && out.heuristic_measurement->status == Status::ok;
+  std::vector<Config> rerun;
+  double slowest = 0;
+  for (std::size_t i = 0; i < ok.size() && static_cast<int>(i) < timing.rerank_top; ++i) {
+    rerun.push_back(ok[i]->config);
+    slowest = std::max(slowest, ok[i]->stats.median_ns);
+  }
+  if (heuristic_ok && !rerun.empty() && std::find(rerun.begin(), rerun.end(), out.heuristic) == rerun.end()) {
+    rerun.push_back(out.heuristic);
+    slowest = std::max(slowest, out.heuristic_measurement->stats.median_ns);
+  }
+  if (rerun.size() >= 2 && timing.rerank_rounds > 0) {
+    std::vector<std::vector<double>> samples;
+    std::vector<std::string> errors;
+    runner.rerank(rerun, timing.rerank_rounds, slowest, samples, errors);
+    constexpr auto none = static_cast<std::size_t>(-1);
+    std::size_t best_slot = none, heuristic_slot = none;
+    for (std::size_t i = 0; i < rerun.size(); ++i) {
+      Measurement m;
+      m.config = rerun[i];
+      if (!errors[i].empty() || samples[i].empty()) {
+        m.status = Status::runtime;
+        m.message = "re-run failed: " + (errors[i].empty() ? std::string("no samples") : errors[i]);
+      } else {
+        m.stats = tuning::summarize(samples[i]);
+        if (best_slot == none || m.stats.median_ns < out.rerank[best_slot].stats.median_ns) best_slot = i;
+      }
+      if (rerun[i] == out.heuristic) heuristic_slot = i;
+      out.rerank.push_back(std::move(m));
+    }
+    if (best_slot != none) {
+      for (const auto* m : ok)
+        if (m->config == rerun[best_slot]) winner = m;
+      // Paired speedup: per round, heuristic time over winner time.
+      if (heuristic_slot != none && out.rerank[heuristic_slot].status == Status::ok &&
+          samples[heuristic_slot].size() == samples[best_slot].size()) {
+        std::vector<double> ratios;
+        for (std::size_t k = 0; k < samples[best_slot].size(); ++k)
+          ratios.push_back(samples[heuristic_slot][k] / samples[best_slot][k]);
+        out.speedup = tuning::median(ratios);
+        paired = true;
+      }
+    }
+  }
+  if (winner && out.speedup == 0 && heuristic_ok && winner->stats.median_ns > 0)
+    out.speedup = out.heuristic_measurement->stats.median_ns / winner->stats.median_ns;
+  return winner;
+}
+
+// The cache entry a tune stores: the winner, else the heuristic, with where it came from.
+CacheEntry entry_of(const TuneResult& out, const Implementation& impl, const DeviceInfo& dev, const Measurement* winner) {
+  CacheEntry e;
+  e.fingerprint = dev.fingerprint();
+  e.kernel = out.invocation.kernel;
+  e.version = Registry::global().version(impl);
+  e.signature = out.invocation.signature();
+  e.config = winner ? winner->config : out.heuristic;
+  if (winner) e.stats = winner->stats;
+  e.provenance.tool_version = std::string(tool_version());
+  e.provenance.strategy = out.strategy;
+  e.provenance.host = host_name();
+  e.provenance.created_unix = static_cast<std::int64_t>(std::time(nullptr));
+  e.provenance.evaluations = static_cast<int>(out.measurements.size());
+  e.provenance.seed = out.seed;
+  return e;
+}
+
+// TuneResult::report: what ran, how it ended, what won.
+std::string report_of(const TuneResult& out, const SearchResult& r, const Measurement* winner, bool paired,
+                      int restarts) {
+  std::map<Status, int> counts;
+  int abandoned = 0;
+  for (const auto& m : out.measurements) {
+    ++counts[m.status];
+    if (m.status == Status::ok && m.message.starts_with("abandoned")) ++abandoned;
+  }
+  std::string rep = out.invocation.kernel + " " + out.invocation.signature() + " on " + out.device + ": " + out.strategy +
+                    " (seed " + std::to_string(out.seed) + ") evaluated " + std::to_string(out.measurements.size()) +
+                    " of " + std::to_string(out.space_size) + " candidates in " + format_g(out.seconds, "%.3g") + " s (" +
+                    r.stopped + ")\n";
+  rep += "results: ok " + std::to_string(counts[Status::ok]);
+  if (abandoned) rep += " (" + std::to_string(abandoned) + " abandoned early as far slower than the best)";
+  for (Status s : {Status::compile, Status::device_limits, Status::runtime, Status::validation, Status::timeout,
+                   Status::skipped})
+    if (counts[s]) rep += ", " + std::string(to_string(s)) + " " + std::to_string(counts[s]);
+  rep += "; checked against: " + out.validated + "\n";
+  if (!r.raced.empty()) rep += "race: dropped " + r.raced + "\n";
+  if (restarts) rep += "isolation: worker restarted " + std::to_string(restarts) + " times\n";
+  if (!winner)
+    return rep + "no candidate ran and validated: falling back to the heuristic config " + out.heuristic.canonical() + "\n";
+  rep += "best: " + winner->config.canonical() + " " + format_ns(winner->stats.median_ns) + " (IQR " +
+         format_g(100 * tuning::spread(winner->stats), "%.2g") + "%, n " + std::to_string(winner->stats.n) + ")";
+  if (out.heuristic_measurement && out.heuristic_measurement->status == Status::ok)
+    rep += "; heuristic " + out.heuristic.canonical() + " " + format_ns(out.heuristic_measurement->stats.median_ns) +
+           "; speedup " + format_g(out.speedup, "%.3g") + "x" + (paired ? " (paired re-run)" : "");
+  return rep + "\n";
+}
+
+}  // namespace
+
+// Phases: the candidates, a runner for them, the search (the heuristic first, programs built
+// ahead), a paired re-run of the best, the cache entry and the report.
 TuneResult tune(const Invocation& inv, const Implementation& impl, Device& device, const TuneOptions& o) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
-  Registry& reg = Registry::global();
-  const Kernel& kernel = reg.kernel(inv.kernel);
-  kernel.validate(inv);
+  Registry::global().kernel(inv.kernel).validate(inv);
   const DeviceInfo& dev = device.info();
 
   TuneResult out;
@@ -147,16 +319,7 @@ TuneResult tune(const Invocation& inv, const Implementation& impl, Device& devic
   out.device = dev.id();
   out.strategy = std::string(to_string(o.strategy));
   out.seed = o.seed ? o.seed : fresh_seed();
-  ParamSpace space = impl.space(inv, dev);
-  for (const auto& text : o.constraints) {
-    // A constraint that reads none of this space's parameters is meant for another kernel.
-    Expr e = Expr::parse(text);
-    bool mine = false;
-    for (const auto& name : e.names())
-      for (const auto& p : space.params()) mine = mine || p.name == name;
-    if (mine) space.constraint(text);
-  }
-  std::vector<Config> configs = space.enumerate();
+  const std::vector<Config> configs = candidates(inv, impl, dev, o.constraints);
   out.space_size = configs.size();
   out.heuristic = impl.heuristic(inv, dev);
 
@@ -166,34 +329,8 @@ TuneResult tune(const Invocation& inv, const Implementation& impl, Device& devic
   settings.reference_flops_limit = o.reference_flops_limit;
   settings.input_seed = o.input_seed ? o.input_seed : fresh_seed();
   settings.trusted = out.heuristic;
-
-  std::unique_ptr<tuning::Bench> bench;
-  std::unique_ptr<tuning::IsolatedRunner> isolated;
-  if (o.isolate) {
-    auto idx = implementation_index(impl);
-    if (!idx)
-      throw InvalidArgument("tuning " + inv.kernel + " in isolation: its implementation is not in the registry, so a "
-                            "worker cannot find it");
-    nlohmann::json setup = {{"op", "setup"},
-                            {"device", dev.id()},
-                            {"impl", *idx},
-                            {"invocation", inv.to_json()},
-                            {"settings", settings.to_json()}};
-    isolated = std::make_unique<tuning::IsolatedRunner>(o.worker.empty() ? find_worker() : o.worker, setup, o);
-    isolated->start();
-  } else {
-    bench = std::make_unique<tuning::Bench>(inv, impl, device, settings);
-  }
-  auto measure = [&](const Config& c, double best_ns) {
-    // Reading back or checking a candidate's output can fail too (a lost device, say): that is
-    // this candidate's result, not the end of the tune.
-    try {
-      return isolated ? isolated->measure(c, best_ns) : bench->measure(c, best_ns);
-    } catch (...) {
-      return tuning::classify(c, std::current_exception(), "after the run");
-    }
-  };
-  auto validated = [&] { return isolated ? isolated->validated() : bench->validated(); };
+  Runner runner(inv, impl, device, settings, o);
+  auto measure = [&](const Config& c, double best_ns) { return runner.measure(c, best_ns); };
 
   tuning::Candidates cands(configs);
   std::vector<std::size_t> start;
@@ -212,107 +349,13 @@ TuneResult tune(const Invocation& inv, const Implementation& impl, Device& devic
     for (const auto& m : out.measurements)
       if (m.config == out.heuristic) out.heuristic_measurement = m;
 
-  // The best few (and the heuristic, for an honest speedup) re-run interleaved and paired.
-  std::vector<const Measurement*> ok;
-  for (const auto& m : out.measurements)
-    if (m.status == Status::ok && m.stats.n > 0) ok.push_back(&m);
-  std::stable_sort(ok.begin(), ok.end(),
-                   [](const Measurement* a, const Measurement* b) { return a->stats.median_ns < b->stats.median_ns; });
-  const Measurement* winner = ok.empty() ? nullptr : ok.front();
-  const bool heuristic_ok = out.heuristic_measurement && out.heuristic_measurement->status == Status::ok;
-  std::vector<Config> rerun;
-  double slowest = 0;
-  for (std::size_t i = 0; i < ok.size() && static_cast<int>(i) < o.timing.rerank_top; ++i) {
-    rerun.push_back(ok[i]->config);
-    slowest = std::max(slowest, ok[i]->stats.median_ns);
-  }
-  if (heuristic_ok && !rerun.empty() && std::find(rerun.begin(), rerun.end(), out.heuristic) == rerun.end()) {
-    rerun.push_back(out.heuristic);
-    slowest = std::max(slowest, out.heuristic_measurement->stats.median_ns);
-  }
-  std::size_t heuristic_slot = static_cast<std::size_t>(-1);
-  if (rerun.size() >= 2 && o.timing.rerank_rounds > 0) {
-    std::vector<std::vector<double>> samples;
-    std::vector<std::string> errors;
-    if (isolated) isolated->rerank(rerun, o.timing.rerank_rounds, slowest, samples, errors);
-    else bench->rerank(rerun, o.timing.rerank_rounds, samples, errors);
-    std::size_t best_slot = static_cast<std::size_t>(-1);
-    for (std::size_t i = 0; i < rerun.size(); ++i) {
-      Measurement m;
-      m.config = rerun[i];
-      if (!errors[i].empty() || samples[i].empty()) {
-        m.status = Status::runtime;
-        m.message = "re-run failed: " + (errors[i].empty() ? std::string("no samples") : errors[i]);
-      } else {
-        m.stats = tuning::summarize(samples[i]);
-        if (best_slot == static_cast<std::size_t>(-1) || m.stats.median_ns < out.rerank[best_slot].stats.median_ns)
-          best_slot = i;
-      }
-      if (rerun[i] == out.heuristic) heuristic_slot = i;
-      out.rerank.push_back(std::move(m));
-    }
-    if (best_slot != static_cast<std::size_t>(-1)) {
-      for (const auto* m : ok)
-        if (m->config == rerun[best_slot]) winner = m;
-      // Paired speedup: per round, heuristic time over winner time.
-      if (heuristic_slot != static_cast<std::size_t>(-1) && out.rerank[heuristic_slot].status == Status::ok &&
-          samples[heuristic_slot].size() == samples[best_slot].size()) {
-        std::vector<double> ratios;
-        for (std::size_t k = 0; k < samples[best_slot].size(); ++k)
-          ratios.push_back(samples[heuristic_slot][k] / samples[best_slot][k]);
-        out.speedup = tuning::median(ratios);
-      }
-    }
-  }
-  if (winner && out.speedup == 0 && heuristic_ok && winner->stats.median_ns > 0)
-    out.speedup = out.heuristic_measurement->stats.median_ns / winner->stats.median_ns;
-
-  out.validated = validated();
+  bool paired = false;
+  const Measurement* winner = rerun_best(out, runner, o.timing, paired);
+  out.validated = runner.validated();
   out.tuned = winner != nullptr;
-  CacheEntry& e = out.entry;
-  e.fingerprint = dev.fingerprint();
-  e.kernel = inv.kernel;
-  e.version = reg.version(impl);
-  e.signature = inv.signature();
-  e.config = winner ? winner->config : out.heuristic;
-  if (winner) e.stats = winner->stats;
-  e.provenance.tool_version = std::string(tool_version());
-  e.provenance.strategy = out.strategy;
-  e.provenance.host = host_name();
-  e.provenance.created_unix = static_cast<std::int64_t>(std::time(nullptr));
-  e.provenance.evaluations = static_cast<int>(out.measurements.size());
-  e.provenance.seed = out.seed;
+  out.entry = entry_of(out, impl, dev, winner);
   out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-
-  // The report.
-  std::map<Status, int> counts;
-  for (const auto& m : out.measurements) ++counts[m.status];
-  int abandoned = 0;
-  for (const auto& m : out.measurements)
-    if (m.status == Status::ok && m.message.starts_with("abandoned")) ++abandoned;
-  std::string& rep = out.report;
-  rep = inv.kernel + " " + inv.signature() + " on " + dev.id() + ": " + out.strategy + " (seed " +
-        std::to_string(out.seed) + ") evaluated " + std::to_string(out.measurements.size()) + " of " +
-        std::to_string(out.space_size) + " candidates in " + format_g(out.seconds, "%.3g") + " s (" + r.stopped + ")\n";
-  rep += "results: ok " + std::to_string(counts[Status::ok]);
-  if (abandoned) rep += " (" + std::to_string(abandoned) + " abandoned early as far slower than the best)";
-  for (Status s : {Status::compile, Status::device_limits, Status::runtime, Status::validation, Status::timeout,
-                   Status::skipped})
-    if (counts[s]) rep += ", " + std::string(to_string(s)) + " " + std::to_string(counts[s]);
-  rep += "; checked against: " + out.validated + "\n";
-  if (!r.raced.empty()) rep += "race: dropped " + r.raced + "\n";
-  if (isolated && isolated->restarts())
-    rep += "isolation: worker restarted " + std::to_string(isolated->restarts()) + " times\n";
-  if (winner) {
-    rep += "best: " + winner->config.canonical() + " " + format_ns(winner->stats.median_ns) + " (IQR " +
-           format_g(100 * tuning::spread(winner->stats), "%.2g") + "%, n " + std::to_string(winner->stats.n) + ")";
-    if (heuristic_ok)
-      rep += "; heuristic " + out.heuristic.canonical() + " " + format_ns(out.heuristic_measurement->stats.median_ns) +
-             "; speedup " + format_g(out.speedup, "%.3g") + "x" + (heuristic_slot != static_cast<std::size_t>(-1) ? " (paired re-run)" : "");
-    rep += "\n";
-  } else {
-    rep += "no candidate ran and validated: falling back to the heuristic config " + out.heuristic.canonical() + "\n";
-  }
+  out.report = report_of(out, r, winner, paired, runner.restarts());
   return out;
 }
 
