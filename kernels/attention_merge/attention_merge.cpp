@@ -6,6 +6,7 @@
 #include <random>
 #include <string>
 
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::kernels::attention_merge {
@@ -172,5 +173,7 @@ Invocation AttentionMergeKernel::from_sizes(const std::map<std::string, std::int
   validate(inv);
   return inv;
 }
+
+EJK_BUILTIN(kernels, "attention_merge") { r.add(std::make_shared<AttentionMergeKernel>()); }
 
 }  // namespace ejk::kernels::attention_merge

@@ -13,9 +13,9 @@
 #endif
 
 #include "attention_merge/attention_merge.hpp"
-#include "attention_merge/impls.hpp"
 #include "backends/cpu/cpu_device.hpp"
 #include "backends/cpu/cpu_features.hpp"
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::kernels::attention_merge {
@@ -155,6 +155,6 @@ class CpuAttentionMerge final : public Implementation {
 
 }  // namespace
 
-std::shared_ptr<const Implementation> cpu_implementation() { return std::make_shared<CpuAttentionMerge>(); }
+EJK_BUILTIN(implementations, "attention_merge/cpu") { r.add(std::make_shared<CpuAttentionMerge>()); }
 
 }  // namespace ejk::kernels::attention_merge

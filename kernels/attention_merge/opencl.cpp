@@ -4,9 +4,9 @@
 #include <memory>
 #include <string>
 
-#include "attention_merge/impls.hpp"
 #include "attention_merge/space.hpp"
 #include "backends/opencl/opencl_device.hpp"
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::kernels::attention_merge {
@@ -52,6 +52,6 @@ class OpenCLAttentionMerge final : public Implementation {
 
 }  // namespace
 
-std::shared_ptr<const Implementation> opencl_implementation() { return std::make_shared<OpenCLAttentionMerge>(); }
+EJK_BUILTIN(implementations, "attention_merge/opencl") { r.add(std::make_shared<OpenCLAttentionMerge>()); }
 
 }  // namespace ejk::kernels::attention_merge

@@ -5,9 +5,9 @@
 #include <memory>
 #include <string>
 
-#include "attention_merge/impls.hpp"
 #include "attention_merge/space.hpp"
 #include "backends/vulkan/vulkan_device.hpp"
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::kernels::attention_merge {
@@ -78,6 +78,6 @@ class VulkanAttentionMerge final : public Implementation {
 
 }  // namespace
 
-std::shared_ptr<const Implementation> vulkan_implementation() { return std::make_shared<VulkanAttentionMerge>(); }
+EJK_BUILTIN(implementations, "attention_merge/vulkan") { r.add(std::make_shared<VulkanAttentionMerge>()); }
 
 }  // namespace ejk::kernels::attention_merge

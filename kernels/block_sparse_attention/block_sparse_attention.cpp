@@ -6,6 +6,7 @@
 #include <random>
 #include <string>
 
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
 #include "ejk/registry.hpp"
 
@@ -643,6 +644,11 @@ void BlockSparseAttentionBwdKernel::derive(const Invocation& inv, std::span<cons
   const std::size_t from[] = {bwd::q,           bwd::k,             bwd::v,   bwd::kv_block_counts, bwd::kv_block_indices,
                               bwd::q_segment_ids, bwd::kv_segment_ids, bwd::out, bwd::lse};
   run_on("block_sparse_attention", inv, args, from);
+}
+
+EJK_BUILTIN(kernels, "block_sparse_attention") {
+  r.add(std::make_shared<BlockSparseAttentionKernel>());
+  r.add(std::make_shared<BlockSparseAttentionBwdKernel>());
 }
 
 }  // namespace ejk::kernels::block_sparse_attention

@@ -19,7 +19,7 @@
 
 #include "backends/cpu/cpu_device.hpp"
 #include "block_sparse_attention/block_sparse_attention.hpp"
-#include "block_sparse_attention/impls.hpp"
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::kernels::block_sparse_attention {
@@ -573,7 +573,9 @@ class CpuBackward final : public Implementation {
 
 }  // namespace
 
-std::shared_ptr<const Implementation> cpu_implementation() { return std::make_shared<CpuForward>(); }
-std::shared_ptr<const Implementation> cpu_bwd_implementation() { return std::make_shared<CpuBackward>(); }
+EJK_BUILTIN(implementations, "block_sparse_attention/cpu") {
+  r.add(std::make_shared<CpuForward>());
+  r.add(std::make_shared<CpuBackward>());
+}
 
 }  // namespace ejk::kernels::block_sparse_attention

@@ -12,8 +12,8 @@
 
 #include "backends/opencl/opencl_device.hpp"
 #include "block_sparse_attention/block_sparse_attention.hpp"
-#include "block_sparse_attention/impls.hpp"
 #include "block_sparse_attention/tiles.hpp"
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::kernels::block_sparse_attention {
@@ -104,7 +104,9 @@ class OpenCLBackward final : public Implementation {
 
 }  // namespace
 
-std::shared_ptr<const Implementation> opencl_implementation() { return std::make_shared<OpenCLForward>(); }
-std::shared_ptr<const Implementation> opencl_bwd_implementation() { return std::make_shared<OpenCLBackward>(); }
+EJK_BUILTIN(implementations, "block_sparse_attention/opencl") {
+  r.add(std::make_shared<OpenCLForward>());
+  r.add(std::make_shared<OpenCLBackward>());
+}
 
 }  // namespace ejk::kernels::block_sparse_attention

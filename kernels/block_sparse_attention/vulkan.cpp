@@ -13,8 +13,8 @@
 
 #include "backends/vulkan/vulkan_device.hpp"
 #include "block_sparse_attention/block_sparse_attention.hpp"
-#include "block_sparse_attention/impls.hpp"
 #include "block_sparse_attention/tiles.hpp"
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::kernels::block_sparse_attention {
@@ -154,7 +154,9 @@ class VulkanBackward final : public Implementation {
 
 }  // namespace
 
-std::shared_ptr<const Implementation> vulkan_implementation() { return std::make_shared<VulkanForward>(); }
-std::shared_ptr<const Implementation> vulkan_bwd_implementation() { return std::make_shared<VulkanBackward>(); }
+EJK_BUILTIN(implementations, "block_sparse_attention/vulkan") {
+  r.add(std::make_shared<VulkanForward>());
+  r.add(std::make_shared<VulkanBackward>());
+}
 
 }  // namespace ejk::kernels::block_sparse_attention

@@ -15,6 +15,7 @@
 
 #include "backends/cpu/cpu_device.hpp"
 #include "backends/cpu/cpu_features.hpp"
+#include "common/builtin.hpp"
 #include "decode_attention/engine.hpp"
 #include "decode_attention/impls.hpp"
 #include "ejk/error.hpp"
@@ -347,6 +348,9 @@ class CpuDecode final : public Implementation {
 
 }  // namespace
 
-std::shared_ptr<const Implementation> cpu_implementation(Binding b) { return std::make_shared<CpuDecode>(std::move(b)); }
+// One implementation for every kernel the engine runs.
+EJK_BUILTIN(implementations, "decode_attention/cpu") {
+  for (Binding b : clients()) r.add(std::make_shared<CpuDecode>(std::move(b)));
+}
 
 }  // namespace ejk::kernels::decode_attention

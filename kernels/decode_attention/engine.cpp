@@ -326,6 +326,24 @@ std::vector<double> shuffled_tables(std::int64_t num_seqs, std::int64_t max_bloc
 
 namespace ejk::kernels::decode_attention {
 
+namespace {
+
+// Filled during static initialization, so a function-local static.
+std::vector<Binding>& client_list() {
+  static std::vector<Binding> list;
+  return list;
+}
+
+}  // namespace
+
+Client::Client(Binding b) { client_list().push_back(std::move(b)); }
+
+std::vector<Binding> clients() {
+  std::vector<Binding> list = client_list();
+  std::sort(list.begin(), list.end(), [](const Binding& a, const Binding& b) { return a.kernel < b.kernel; });
+  return list;
+}
+
 std::int64_t heuristic_splits(const Engine& e, std::int64_t block_q, std::int64_t block_k, std::int64_t parallel) {
   // Groups that hold queries: the launch has up to num_seqs more (query_blocks), which return at once.
   const std::int64_t busy = e.varlen ? std::max(e.num_seqs, (e.tokens + block_q - 1) / block_q) : query_blocks(e, block_q);

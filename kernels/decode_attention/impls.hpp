@@ -1,7 +1,8 @@
 #pragma once
-// The decode engine's implementations, one per backend file, bound to one kernel: its name, its
-// argument list and the function that validates an invocation into an Engine. The kernels'
-// folders register them through kernels/builtin.cpp.
+// The decode engine's implementations, one per backend file, each bound to one kernel the engine
+// runs: its name, its argument list and the function that validates an invocation into an
+// Engine. Those kernels declare themselves from their own folders (a Client each); every backend
+// file registers an implementation for every client.
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,13 +20,13 @@ struct Binding {
   EngineOf engine = nullptr;
 };
 
-std::shared_ptr<const Implementation> cpu_implementation(Binding b);
-#ifdef EJK_HAVE_OPENCL
-std::shared_ptr<const Implementation> opencl_implementation(Binding b);
-#endif
-#ifdef EJK_HAVE_VULKAN
-std::shared_ptr<const Implementation> vulkan_implementation(Binding b);
-#endif
+// Declares a kernel the engine runs; constructed at namespace scope in that kernel's folder.
+class Client {
+ public:
+  explicit Client(Binding b);
+};
+// Every client, by kernel name.
+std::vector<Binding> clients();
 
 // Splits for a device with `parallel` concurrent workgroups (or threads): enough workgroups to
 // fill it twice over (two waves), at most one split per 4 tiles of the longest context, a power

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backends/opencl/opencl_device.hpp"
+#include "common/builtin.hpp"
 #include "decode_attention/engine.hpp"
 #include "decode_attention/impls.hpp"
 #include "ejk/error.hpp"
@@ -188,8 +189,9 @@ class OpenCLDecode final : public Implementation {
 
 }  // namespace
 
-std::shared_ptr<const Implementation> opencl_implementation(Binding b) {
-  return std::make_shared<OpenCLDecode>(std::move(b));
+// One implementation for every kernel the engine runs.
+EJK_BUILTIN(implementations, "decode_attention/opencl") {
+  for (Binding b : clients()) r.add(std::make_shared<OpenCLDecode>(std::move(b)));
 }
 
 }  // namespace ejk::kernels::decode_attention

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "backends/vulkan/vulkan_device.hpp"
+#include "common/builtin.hpp"
 #include "decode_attention/engine.hpp"
 #include "decode_attention/impls.hpp"
 #include "ejk/error.hpp"
@@ -200,8 +201,9 @@ class VulkanDecode final : public Implementation {
 
 }  // namespace
 
-std::shared_ptr<const Implementation> vulkan_implementation(Binding b) {
-  return std::make_shared<VulkanDecode>(std::move(b));
+// One implementation for every kernel the engine runs.
+EJK_BUILTIN(implementations, "decode_attention/vulkan") {
+  for (Binding b : clients()) r.add(std::make_shared<VulkanDecode>(std::move(b)));
 }
 
 }  // namespace ejk::kernels::decode_attention

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "backends/cpu/cpu_device.hpp"
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
 #include "flash_attention/cpu_kernels.hpp"
 #include "flash_attention/flash_attention.hpp"
-#include "flash_attention/impls.hpp"
 
 namespace ejk::kernels::flash_attention {
 namespace {
@@ -346,7 +346,9 @@ class CpuBackward final : public Implementation {
 
 }  // namespace
 
-std::shared_ptr<const Implementation> cpu_implementation() { return std::make_shared<CpuForward>(); }
-std::shared_ptr<const Implementation> cpu_bwd_implementation() { return std::make_shared<CpuBackward>(); }
+EJK_BUILTIN(implementations, "flash_attention/cpu") {
+  r.add(std::make_shared<CpuForward>());
+  r.add(std::make_shared<CpuBackward>());
+}
 
 }  // namespace ejk::kernels::flash_attention

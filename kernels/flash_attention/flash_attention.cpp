@@ -5,9 +5,10 @@
 #include <limits>
 #include <string>
 
+#include "common/builtin.hpp"
+#include "common/philox.h"
 #include "core/parts.hpp"
 #include "ejk/error.hpp"
-#include "common/philox.h"
 
 namespace ejk::kernels::flash_attention {
 
@@ -787,6 +788,11 @@ double FlashAttentionBwdKernel::tolerance(const Invocation& inv) const {
 
 std::map<std::string, std::int64_t> example_sizes() {
   return {{"batch", 1}, {"seq", 2048}, {"heads", 16}, {"head_dim", 128}};
+}
+
+EJK_BUILTIN(kernels, "flash_attention") {
+  r.add(std::make_shared<FlashAttentionKernel>());
+  r.add(std::make_shared<FlashAttentionBwdKernel>());
 }
 
 }  // namespace ejk::kernels::flash_attention

@@ -16,9 +16,9 @@
 #include <string_view>
 
 #include "backends/opencl/opencl_device.hpp"
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
 #include "flash_attention/flash_attention.hpp"
-#include "flash_attention/impls.hpp"
 #include "flash_attention/opencl.hpp"
 #include "flash_attention/program.hpp"
 
@@ -377,7 +377,9 @@ Config opencl_heuristic(const Invocation& inv, const DeviceInfo& dev, bool backw
   return all.front();
 }
 
-std::shared_ptr<const Implementation> opencl_implementation() { return std::make_shared<OpenCLForward>(); }
-std::shared_ptr<const Implementation> opencl_bwd_implementation() { return std::make_shared<OpenCLBackward>(); }
+EJK_BUILTIN(implementations, "flash_attention/opencl") {
+  r.add(std::make_shared<OpenCLForward>());
+  r.add(std::make_shared<OpenCLBackward>());
+}
 
 }  // namespace ejk::kernels::flash_attention

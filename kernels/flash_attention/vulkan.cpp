@@ -15,9 +15,9 @@
 #include <string>
 
 #include "backends/vulkan/vulkan_device.hpp"
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
 #include "flash_attention/flash_attention.hpp"
-#include "flash_attention/impls.hpp"
 #include "flash_attention/program.hpp"
 
 namespace ejk::kernels::flash_attention {
@@ -350,7 +350,9 @@ class VulkanBackward final : public VulkanBase {
 
 }  // namespace
 
-std::shared_ptr<const Implementation> vulkan_implementation() { return std::make_shared<VulkanForward>(); }
-std::shared_ptr<const Implementation> vulkan_bwd_implementation() { return std::make_shared<VulkanBackward>(); }
+EJK_BUILTIN(implementations, "flash_attention/vulkan") {
+  r.add(std::make_shared<VulkanForward>());
+  r.add(std::make_shared<VulkanBackward>());
+}
 
 }  // namespace ejk::kernels::flash_attention

@@ -15,8 +15,9 @@
 #endif
 
 #include "backends/cpu/cpu_device.hpp"
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
-#include "grouped_matmul/impls.hpp"
+#include "grouped_matmul/grouped_matmul.hpp"
 #include "matmul/cpu_gemm_native.hpp"
 
 namespace ejk::kernels::grouped_matmul {
@@ -148,6 +149,8 @@ class CpuGroupedMatmul final : public Implementation {
 
 }  // namespace
 
-std::shared_ptr<const Implementation> cpu_implementation(Mode mode) { return std::make_shared<CpuGroupedMatmul>(mode); }
+EJK_BUILTIN(implementations, "grouped_matmul/cpu") {
+  for (Mode mode : {Mode::gmm, Mode::tgmm}) r.add(std::make_shared<CpuGroupedMatmul>(mode));
+}
 
 }  // namespace ejk::kernels::grouped_matmul

@@ -5,6 +5,7 @@
 #include <random>
 #include <string>
 
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::kernels::grouped_matmul {
@@ -206,6 +207,10 @@ Invocation GroupedMatmulKernel::from_sizes(const std::map<std::string, std::int6
                        : invocation(mode_, {{m, kk}, dtype}, {{m, n}, dtype}, {{g}, DType::i32}, {{g, kk, n}, dtype});
   validate(inv);
   return inv;
+}
+
+EJK_BUILTIN(kernels, "grouped_matmul") {
+  for (Mode mode : {Mode::gmm, Mode::tgmm}) r.add(std::make_shared<GroupedMatmulKernel>(mode));
 }
 
 }  // namespace ejk::kernels::grouped_matmul

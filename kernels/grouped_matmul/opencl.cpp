@@ -7,8 +7,9 @@
 #include <string>
 
 #include "backends/opencl/opencl_device.hpp"
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
-#include "grouped_matmul/impls.hpp"
+#include "grouped_matmul/grouped_matmul.hpp"
 #include "grouped_matmul/space.hpp"
 
 namespace ejk::kernels::grouped_matmul {
@@ -68,8 +69,8 @@ class OpenCLGroupedMatmul final : public Implementation {
 
 }  // namespace
 
-std::shared_ptr<const Implementation> opencl_implementation(Mode mode) {
-  return std::make_shared<OpenCLGroupedMatmul>(mode);
+EJK_BUILTIN(implementations, "grouped_matmul/opencl") {
+  for (Mode mode : {Mode::gmm, Mode::tgmm}) r.add(std::make_shared<OpenCLGroupedMatmul>(mode));
 }
 
 }  // namespace ejk::kernels::grouped_matmul

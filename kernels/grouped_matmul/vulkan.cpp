@@ -6,8 +6,9 @@
 #include <string>
 
 #include "backends/vulkan/vulkan_device.hpp"
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
-#include "grouped_matmul/impls.hpp"
+#include "grouped_matmul/grouped_matmul.hpp"
 #include "grouped_matmul/space.hpp"
 
 namespace ejk::kernels::grouped_matmul {
@@ -97,8 +98,8 @@ class VulkanGroupedMatmul final : public Implementation {
 
 }  // namespace
 
-std::shared_ptr<const Implementation> vulkan_implementation(Mode mode) {
-  return std::make_shared<VulkanGroupedMatmul>(mode);
+EJK_BUILTIN(implementations, "grouped_matmul/vulkan") {
+  for (Mode mode : {Mode::gmm, Mode::tgmm}) r.add(std::make_shared<VulkanGroupedMatmul>(mode));
 }
 
 }  // namespace ejk::kernels::grouped_matmul

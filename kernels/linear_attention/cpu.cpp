@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "backends/cpu/cpu_device.hpp"
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
-#include "linear_attention/impls.hpp"
 #include "linear_attention/linear_attention.hpp"
 #include "linear_attention/plan.hpp"
 
@@ -119,7 +119,6 @@ struct Ctx {
     return base + (ps.transposed ? c * ps.R + r : r * ps.C + c);
   }
 };
-
 
 // fexp on eight lanes (the compiler does not vectorise fexp's bit manipulation by itself).
 [[gnu::always_inline]] inline void fexp8(v8& x) {
@@ -578,8 +577,9 @@ class CpuLinearAttention final : public Implementation {
 
 }  // namespace
 
-std::shared_ptr<const Implementation> cpu_implementation(Variant v, bool backward) {
-  return std::make_shared<CpuLinearAttention>(v, backward);
+EJK_BUILTIN(implementations, "linear_attention/cpu") {
+  for (Variant v : variants)
+    for (bool backward : {false, true}) r.add(std::make_shared<CpuLinearAttention>(v, backward));
 }
 
 }  // namespace ejk::kernels::linear_attention

@@ -5,6 +5,7 @@
 #include <random>
 #include <string>
 
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::kernels::linear_attention {
@@ -555,6 +556,11 @@ Invocation LinearAttentionKernel::from_sizes(const std::map<std::string, std::in
   Invocation inv = make_invocation(variant_, backward_, args, reverse, scale, layer_idx, num_layers, slopes);
   validate(inv);
   return inv;
+}
+
+EJK_BUILTIN(kernels, "linear_attention") {
+  for (Variant v : variants)
+    for (bool backward : {false, true}) r.add(std::make_shared<LinearAttentionKernel>(v, backward));
 }
 
 }  // namespace ejk::kernels::linear_attention

@@ -43,6 +43,7 @@
 namespace ejk::kernels::linear_attention {
 
 enum class Variant : std::uint8_t { recurrent, gla, lightning };
+inline constexpr Variant variants[] = {Variant::recurrent, Variant::gla, Variant::lightning};
 
 // Argument positions of recurrent / gla (the full list); lightning's lists drop the four gate
 // arrays (see to_full()).

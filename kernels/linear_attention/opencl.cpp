@@ -10,8 +10,8 @@
 #include <string>
 
 #include "backends/opencl/opencl_device.hpp"
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
-#include "linear_attention/impls.hpp"
 #include "linear_attention/linear_attention.hpp"
 #include "linear_attention/plan.hpp"
 #include "linear_attention/spaces.hpp"
@@ -143,8 +143,9 @@ class OpenCLLinearAttention final : public Implementation {
 
 }  // namespace
 
-std::shared_ptr<const Implementation> opencl_implementation(Variant v, bool backward) {
-  return std::make_shared<OpenCLLinearAttention>(v, backward);
+EJK_BUILTIN(implementations, "linear_attention/opencl") {
+  for (Variant v : variants)
+    for (bool backward : {false, true}) r.add(std::make_shared<OpenCLLinearAttention>(v, backward));
 }
 
 }  // namespace ejk::kernels::linear_attention

@@ -11,8 +11,8 @@
 #include <string>
 
 #include "backends/vulkan/vulkan_device.hpp"
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
-#include "linear_attention/impls.hpp"
 #include "linear_attention/linear_attention.hpp"
 #include "linear_attention/plan.hpp"
 #include "linear_attention/spaces.hpp"
@@ -174,8 +174,9 @@ class VulkanLinearAttention final : public Implementation {
 
 }  // namespace
 
-std::shared_ptr<const Implementation> vulkan_implementation(Variant v, bool backward) {
-  return std::make_shared<VulkanLinearAttention>(v, backward);
+EJK_BUILTIN(implementations, "linear_attention/vulkan") {
+  for (Variant v : variants)
+    for (bool backward : {false, true}) r.add(std::make_shared<VulkanLinearAttention>(v, backward));
 }
 
 }  // namespace ejk::kernels::linear_attention

@@ -9,9 +9,9 @@
 #endif
 
 #include "backends/cpu/cpu_device.hpp"
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
 #include "matmul/cpu_gemm_native.hpp"
-#include "matmul/impls.hpp"
 #include "matmul/matmul.hpp"
 
 namespace ejk::kernels::matmul {
@@ -129,6 +129,6 @@ class CpuMatmul final : public Implementation {
 
 }  // namespace
 
-std::shared_ptr<const Implementation> cpu_implementation() { return std::make_shared<CpuMatmul>(); }
+EJK_BUILTIN(implementations, "matmul/cpu") { r.add(std::make_shared<CpuMatmul>()); }
 
 }  // namespace ejk::kernels::matmul

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
 #include "ejk/ops.hpp"
 
@@ -218,6 +219,8 @@ Invocation MatmulKernel::from_sizes(const std::map<std::string, std::int64_t>& s
   validate(inv);
   return inv;
 }
+
+EJK_BUILTIN(kernels, "matmul") { r.add(std::make_shared<MatmulKernel>()); }
 
 }  // namespace ejk::kernels::matmul
 

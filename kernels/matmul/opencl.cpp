@@ -6,8 +6,8 @@
 #include <string>
 
 #include "backends/opencl/opencl_device.hpp"
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
-#include "matmul/impls.hpp"
 #include "matmul/matmul.hpp"
 #include "matmul/opencl.hpp"
 
@@ -230,6 +230,6 @@ Config opencl_heuristic(const Invocation& inv, const DeviceInfo& dev, bool cpu_f
   return c;
 }
 
-std::shared_ptr<const Implementation> opencl_implementation() { return std::make_shared<OpenCLMatmul>(); }
+EJK_BUILTIN(implementations, "matmul/opencl") { r.add(std::make_shared<OpenCLMatmul>()); }
 
 }  // namespace ejk::kernels::matmul

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "backends/vulkan/vulkan_device.hpp"
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
-#include "matmul/impls.hpp"
 #include "matmul/matmul.hpp"
 
 namespace ejk::kernels::matmul {
@@ -257,6 +257,6 @@ class VulkanMatmul final : public Implementation {
 
 }  // namespace
 
-std::shared_ptr<const Implementation> vulkan_implementation() { return std::make_shared<VulkanMatmul>(); }
+EJK_BUILTIN(implementations, "matmul/vulkan") { r.add(std::make_shared<VulkanMatmul>()); }
 
 }  // namespace ejk::kernels::matmul

@@ -16,8 +16,9 @@
 
 #include "backends/cpu/cpu_device.hpp"
 #include "backends/cpu/cpu_features.hpp"
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
-#include "mean_pooling/impls.hpp"
+#include "mean_pooling/mean_pooling.hpp"
 
 namespace ejk::kernels::mean_pooling {
 namespace {
@@ -210,6 +211,8 @@ class CpuMeanPooling final : public Implementation {
 
 }  // namespace
 
-std::shared_ptr<const Implementation> cpu_implementation(Direction dir) { return std::make_shared<CpuMeanPooling>(dir); }
+EJK_BUILTIN(implementations, "mean_pooling/cpu") {
+  for (Direction dir : {Direction::forward, Direction::backward}) r.add(std::make_shared<CpuMeanPooling>(dir));
+}
 
 }  // namespace ejk::kernels::mean_pooling

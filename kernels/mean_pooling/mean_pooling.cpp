@@ -5,6 +5,7 @@
 #include <random>
 #include <string>
 
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
 #include "flash_attention/flash_attention.hpp"
 
@@ -194,6 +195,10 @@ Invocation MeanPoolingKernel::from_sizes(const std::map<std::string, std::int64_
   Invocation inv = dir_ == Direction::forward ? invocation(dir_, tok, cu, pool) : invocation(dir_, pool, cu, tok);
   validate(inv);
   return inv;
+}
+
+EJK_BUILTIN(kernels, "mean_pooling") {
+  for (Direction dir : {Direction::forward, Direction::backward}) r.add(std::make_shared<MeanPoolingKernel>(dir));
 }
 
 }  // namespace ejk::kernels::mean_pooling

@@ -9,8 +9,9 @@
 #include <string>
 
 #include "backends/opencl/opencl_device.hpp"
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
-#include "mean_pooling/impls.hpp"
+#include "mean_pooling/mean_pooling.hpp"
 #include "mean_pooling/space.hpp"
 
 namespace ejk::kernels::mean_pooling {
@@ -67,8 +68,8 @@ class OpenCLMeanPooling final : public Implementation {
 
 }  // namespace
 
-std::shared_ptr<const Implementation> opencl_implementation(Direction dir) {
-  return std::make_shared<OpenCLMeanPooling>(dir);
+EJK_BUILTIN(implementations, "mean_pooling/opencl") {
+  for (Direction dir : {Direction::forward, Direction::backward}) r.add(std::make_shared<OpenCLMeanPooling>(dir));
 }
 
 }  // namespace ejk::kernels::mean_pooling

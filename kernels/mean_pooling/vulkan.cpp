@@ -6,8 +6,9 @@
 #include <string>
 
 #include "backends/vulkan/vulkan_device.hpp"
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
-#include "mean_pooling/impls.hpp"
+#include "mean_pooling/mean_pooling.hpp"
 #include "mean_pooling/space.hpp"
 
 namespace ejk::kernels::mean_pooling {
@@ -94,8 +95,8 @@ class VulkanMeanPooling final : public Implementation {
 
 }  // namespace
 
-std::shared_ptr<const Implementation> vulkan_implementation(Direction dir) {
-  return std::make_shared<VulkanMeanPooling>(dir);
+EJK_BUILTIN(implementations, "mean_pooling/vulkan") {
+  for (Direction dir : {Direction::forward, Direction::backward}) r.add(std::make_shared<VulkanMeanPooling>(dir));
 }
 
 }  // namespace ejk::kernels::mean_pooling

@@ -18,8 +18,8 @@
 
 #include "backends/cpu/cpu_device.hpp"
 #include "backends/cpu/cpu_features.hpp"
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
-#include "mla_attention/impls.hpp"
 #include "mla_attention/mla_attention.hpp"
 
 namespace ejk::kernels::mla_attention {
@@ -318,6 +318,6 @@ class CpuMlaDecode final : public Implementation {
 
 }  // namespace
 
-std::shared_ptr<const Implementation> cpu_implementation() { return std::make_shared<CpuMlaDecode>(); }
+EJK_BUILTIN(implementations, "mla_attention/cpu") { r.add(std::make_shared<CpuMlaDecode>()); }
 
 }  // namespace ejk::kernels::mla_attention

@@ -7,6 +7,7 @@
 #include <random>
 #include <string>
 
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::kernels::mla_attention {
@@ -294,5 +295,7 @@ Invocation MlaDecodeKernel::from_sizes(const std::map<std::string, std::int64_t>
   validate(inv);
   return inv;
 }
+
+EJK_BUILTIN(kernels, "mla_attention") { r.add(std::make_shared<MlaDecodeKernel>()); }
 
 }  // namespace ejk::kernels::mla_attention

@@ -15,9 +15,9 @@
 #include <string>
 
 #include "backends/opencl/opencl_device.hpp"
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
 #include "mla_attention/device_space.hpp"
-#include "mla_attention/impls.hpp"
 #include "mla_attention/mla_attention.hpp"
 
 namespace ejk::kernels::mla_attention {
@@ -129,6 +129,6 @@ class OpenCLMlaDecode final : public Implementation {
 
 }  // namespace
 
-std::shared_ptr<const Implementation> opencl_implementation() { return std::make_shared<OpenCLMlaDecode>(); }
+EJK_BUILTIN(implementations, "mla_attention/opencl") { r.add(std::make_shared<OpenCLMlaDecode>()); }
 
 }  // namespace ejk::kernels::mla_attention

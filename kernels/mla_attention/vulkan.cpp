@@ -16,9 +16,9 @@
 #include <string>
 
 #include "backends/vulkan/vulkan_device.hpp"
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
 #include "mla_attention/device_space.hpp"
-#include "mla_attention/impls.hpp"
 #include "mla_attention/mla_attention.hpp"
 
 namespace ejk::kernels::mla_attention {
@@ -162,6 +162,6 @@ class VulkanMlaDecode final : public Implementation {
 
 }  // namespace
 
-std::shared_ptr<const Implementation> vulkan_implementation() { return std::make_shared<VulkanMlaDecode>(); }
+EJK_BUILTIN(implementations, "mla_attention/vulkan") { r.add(std::make_shared<VulkanMlaDecode>()); }
 
 }  // namespace ejk::kernels::mla_attention

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "backends/cpu/cpu_device.hpp"
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
-#include "native_sparse_attention/impls.hpp"
 #include "native_sparse_attention/nsa.hpp"
 
 namespace ejk::kernels::native_sparse_attention {
@@ -501,7 +501,9 @@ class CpuNsaBwd final : public Implementation {
 
 }  // namespace
 
-std::shared_ptr<const Implementation> cpu_implementation() { return std::make_shared<CpuNsa>(); }
-std::shared_ptr<const Implementation> cpu_bwd_implementation() { return std::make_shared<CpuNsaBwd>(); }
+EJK_BUILTIN(implementations, "native_sparse_attention/cpu") {
+  r.add(std::make_shared<CpuNsa>());
+  r.add(std::make_shared<CpuNsaBwd>());
+}
 
 }  // namespace ejk::kernels::native_sparse_attention

@@ -7,6 +7,7 @@
 #include <random>
 #include <string>
 
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
 #include "ejk/registry.hpp"
 
@@ -497,6 +498,11 @@ Invocation NsaKernel::from_sizes(const std::map<std::string, std::int64_t>& size
 Invocation NsaBwdKernel::from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
                                     const nlohmann::json& options) const {
   return invocation_of(true, sizes, dtype, options);
+}
+
+EJK_BUILTIN(kernels, "native_sparse_attention") {
+  r.add(std::make_shared<NsaKernel>());
+  r.add(std::make_shared<NsaBwdKernel>());
 }
 
 }  // namespace ejk::kernels::native_sparse_attention

@@ -17,8 +17,8 @@
 #include <string>
 
 #include "backends/opencl/opencl_device.hpp"
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
-#include "native_sparse_attention/impls.hpp"
 #include "native_sparse_attention/nsa.hpp"
 #include "native_sparse_attention/space.hpp"
 
@@ -140,7 +140,9 @@ class OpenCLNsaBwd final : public Implementation {
 
 }  // namespace
 
-std::shared_ptr<const Implementation> opencl_implementation() { return std::make_shared<OpenCLNsa>(); }
-std::shared_ptr<const Implementation> opencl_bwd_implementation() { return std::make_shared<OpenCLNsaBwd>(); }
+EJK_BUILTIN(implementations, "native_sparse_attention/opencl") {
+  r.add(std::make_shared<OpenCLNsa>());
+  r.add(std::make_shared<OpenCLNsaBwd>());
+}
 
 }  // namespace ejk::kernels::native_sparse_attention

@@ -16,8 +16,8 @@
 #include <string>
 
 #include "backends/vulkan/vulkan_device.hpp"
+#include "common/builtin.hpp"
 #include "ejk/error.hpp"
-#include "native_sparse_attention/impls.hpp"
 #include "native_sparse_attention/nsa.hpp"
 #include "native_sparse_attention/space.hpp"
 
@@ -210,7 +210,9 @@ class VulkanNsaBwd final : public Implementation {
 
 }  // namespace
 
-std::shared_ptr<const Implementation> vulkan_implementation() { return std::make_shared<VulkanNsa>(); }
-std::shared_ptr<const Implementation> vulkan_bwd_implementation() { return std::make_shared<VulkanNsaBwd>(); }
+EJK_BUILTIN(implementations, "native_sparse_attention/vulkan") {
+  r.add(std::make_shared<VulkanNsa>());
+  r.add(std::make_shared<VulkanNsaBwd>());
+}
 
 }  // namespace ejk::kernels::native_sparse_attention

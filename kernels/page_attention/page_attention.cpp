@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/builtin.hpp"
 #include "decode_attention/engine.hpp"
+#include "decode_attention/impls.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::kernels::page_attention {
@@ -144,5 +146,10 @@ Invocation PageAttentionKernel::from_sizes(const std::map<std::string, std::int6
   validate(inv);
   return inv;
 }
+
+// The decode engine runs it on every backend (decode_attention/impls.hpp).
+const da::Client client{{kernel_name, args(), engine}};
+
+EJK_BUILTIN(kernels, "page_attention") { r.add(std::make_shared<PageAttentionKernel>()); }
 
 }  // namespace ejk::kernels::page_attention

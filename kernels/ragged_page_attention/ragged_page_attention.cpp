@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/builtin.hpp"
 #include "decode_attention/engine.hpp"
+#include "decode_attention/impls.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::kernels::ragged_page_attention {
@@ -191,5 +193,10 @@ Invocation RaggedPageAttentionKernel::from_sizes(const std::map<std::string, std
   validate(inv);
   return inv;
 }
+
+// The decode engine runs it on every backend (decode_attention/impls.hpp).
+const da::Client client{{kernel_name, args(), engine}};
+
+EJK_BUILTIN(kernels, "ragged_page_attention") { r.add(std::make_shared<RaggedPageAttentionKernel>()); }
 
 }  // namespace ejk::kernels::ragged_page_attention

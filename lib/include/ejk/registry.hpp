@@ -36,7 +36,7 @@ class Registry {
   mutable std::map<const Implementation*, std::string> versions_;
 };
 
-// Registers every kernel in kernels/ (defined in kernels/builtin.cpp).
+// Registers every kernel in kernels/: what each folder's files register (kernels/common/builtin.hpp).
 void register_builtin_kernels(Registry& registry);
 
 }  // namespace ejk

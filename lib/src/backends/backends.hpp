@@ -1,25 +1,31 @@
 #pragma once
-// Discovery and opening of each compiled-in backend's devices (used by core/device.cpp).
+// The backends compiled in. Each registers itself from its own folder (a static
+// BackendRegistration), so core/device.cpp lists and opens devices without naming any backend:
+// adding one is its folder, its enumerator in ejk/device.hpp and its build option.
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ejk/device.hpp"
 
 namespace ejk::backends {
 
-std::vector<DeviceInfo> cpu_devices();
-std::shared_ptr<Device> open_cpu(int index);
+struct BackendEntry {
+  Backend backend = Backend::cpu;
+  std::vector<DeviceInfo> (*devices)() = nullptr;  // empty when the backend's driver is absent
+  std::shared_ptr<Device> (*open)(int index) = nullptr;
+  // "auto" takes a discrete device of the highest rank (0: only as the fallback, the CPU).
+  int auto_rank = 0;
+  // How build_info() names it: "vulkan", "vulkan +coopmat".
+  std::string build_name;
+};
 
-#ifdef EJK_HAVE_OPENCL
-// Empty when no OpenCL platform is installed.
-std::vector<DeviceInfo> opencl_devices();
-std::shared_ptr<Device> open_opencl(int index);
-#endif
+class BackendRegistration {
+ public:
+  explicit BackendRegistration(BackendEntry entry);
+};
 
-#ifdef EJK_HAVE_VULKAN
-// Empty when no Vulkan driver is installed.
-std::vector<DeviceInfo> vulkan_devices();
-std::shared_ptr<Device> open_vulkan(int index);
-#endif
+// Every registered backend, in the order of the Backend enumeration.
+std::vector<BackendEntry> registered();
 
 }  // namespace ejk::backends

@@ -1,5 +1,6 @@
 #include "ejk/device.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -74,33 +75,41 @@ nlohmann::json DeviceInfo::to_json() const {
           {"fingerprint", fingerprint()}};
 }
 
+namespace backends {
+
+namespace {
+// Filled during static initialization, so a function-local static.
+std::vector<BackendEntry>& entries() {
+  static std::vector<BackendEntry> list;
+  return list;
+}
+}  // namespace
+
+BackendRegistration::BackendRegistration(BackendEntry entry) { entries().push_back(std::move(entry)); }
+
+std::vector<BackendEntry> registered() {
+  std::vector<BackendEntry> list = entries();
+  std::sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.backend < b.backend; });
+  return list;
+}
+
+}  // namespace backends
+
 namespace {
 
 const std::vector<DeviceInfo>& all_devices() {
   static const std::vector<DeviceInfo> devices = [] {
-    std::vector<DeviceInfo> out = backends::cpu_devices();
-#ifdef EJK_HAVE_OPENCL
-    for (auto& d : backends::opencl_devices()) out.push_back(std::move(d));
-#endif
-#ifdef EJK_HAVE_VULKAN
-    for (auto& d : backends::vulkan_devices()) out.push_back(std::move(d));
-#endif
+    std::vector<DeviceInfo> out;
+    for (const auto& b : backends::registered())
+      for (auto& d : b.devices()) out.push_back(std::move(d));
     return out;
   }();
   return devices;
 }
 
 std::shared_ptr<Device> open_info(const DeviceInfo& info) {
-  switch (info.backend) {
-    case Backend::cpu: return backends::open_cpu(info.index);
-#ifdef EJK_HAVE_OPENCL
-    case Backend::opencl: return backends::open_opencl(info.index);
-#endif
-#ifdef EJK_HAVE_VULKAN
-    case Backend::vulkan: return backends::open_vulkan(info.index);
-#endif
-    default: break;
-  }
+  for (const auto& b : backends::registered())
+    if (b.backend == info.backend) return b.open(info.index);
   throw InvalidArgument("backend " + std::string(to_string(info.backend)) + " is not compiled in");
 }
 
@@ -117,10 +126,16 @@ std::shared_ptr<Device> open_device(std::string_view name) {
   const auto& devices = all_devices();
   const DeviceInfo* chosen = nullptr;
   if (name == "auto") {
-    // A discrete GPU first (Vulkan before OpenCL: it reaches the tensor cores), else the CPU.
-    for (Backend b : {Backend::vulkan, Backend::opencl})
+    // A discrete device of the highest-ranked backend (Vulkan before OpenCL: it reaches the
+    // tensor cores), else the first device, the CPU.
+    int rank = 0;
+    for (const auto& b : backends::registered())
       for (const auto& d : devices)
-        if (!chosen && d.backend == b && d.discrete) chosen = &d;
+        if (d.backend == b.backend && d.discrete && b.auto_rank > rank) {
+          chosen = &d;
+          rank = b.auto_rank;
+          break;
+        }
     if (!chosen) chosen = &devices.front();
   } else {
     for (const auto& d : devices)

@@ -1,22 +1,20 @@
 #include "ejk/version.hpp"
 
+#include <string>
+
+#include "backends/backends.hpp"
+
 namespace ejk {
 
 std::string_view tool_version() { return EJK_VERSION; }
 
 std::string_view build_info() {
-  return "ejk " EJK_VERSION " (" EJK_BUILD_TYPE ", " EJK_COMPILER
-         "; backends: cpu"
-#ifdef EJK_HAVE_OPENCL
-         ", opencl"
-#endif
-#ifdef EJK_HAVE_VULKAN
-         ", vulkan"
-#ifdef EJK_HAVE_COOPMAT
-         " +coopmat"
-#endif
-#endif
-         ")";
+  static const std::string info = [] {
+    std::string names;
+    for (const auto& b : backends::registered()) names += (names.empty() ? "" : ", ") + b.build_name;
+    return "ejk " EJK_VERSION " (" EJK_BUILD_TYPE ", " EJK_COMPILER "; backends: " + names + ")";
+  }();
+  return info;
 }
 
 }  // namespace ejk

@@ -191,6 +191,8 @@ cl_device_type device_type(const DeviceInfo& info) {
 
 namespace ejk::backends {
 
+namespace {
+
 std::vector<DeviceInfo> opencl_devices() {
   std::vector<DeviceInfo> out;
   int index = 0;
@@ -206,5 +208,9 @@ std::shared_ptr<Device> open_opencl(int index) {
   const auto& f = found[static_cast<std::size_t>(index)];
   return std::make_shared<opencl::OpenCLDevice>(f.platform, f.device, opencl::describe(f.device, index));
 }
+
+const BackendRegistration registration{{Backend::opencl, &opencl_devices, &open_opencl, 1, "opencl"}};
+
+}  // namespace
 
 }  // namespace ejk::backends

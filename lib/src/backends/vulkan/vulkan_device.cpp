@@ -833,6 +833,8 @@ VulkanDevice& vulkan_device(Device& d) {
 
 namespace ejk::backends {
 
+namespace {
+
 std::vector<DeviceInfo> vulkan_devices() {
   std::vector<DeviceInfo> out;
   for (const auto& d : vulkan::Instance::get().devices()) out.push_back(d.info);
@@ -840,5 +842,15 @@ std::vector<DeviceInfo> vulkan_devices() {
 }
 
 std::shared_ptr<Device> open_vulkan(int index) { return std::make_shared<vulkan::VulkanDevice>(index); }
+
+#ifdef EJK_HAVE_COOPMAT
+constexpr const char* build_name = "vulkan +coopmat";
+#else
+constexpr const char* build_name = "vulkan";
+#endif
+// Before OpenCL for "auto": it reaches the tensor cores.
+const BackendRegistration registration{{Backend::vulkan, &vulkan_devices, &open_vulkan, 2, build_name}};
+
+}  // namespace
 
 }  // namespace ejk::backends

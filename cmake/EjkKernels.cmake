@@ -1,0 +1,30 @@
+# ejk_add_kernel(NAME): the kernel folder kernels/NAME joins libejk. By file name: *.cpp is host
+# code (the kernel, its reference, its CPU implementation), opencl*.cpp, vulkan*.cpp and mpi*.cpp
+# are built with their backend; *.cl and *.h are embedded for OpenCL, *.comp compiled to SPIR-V
+# (*_coopmat*.comp only where glslc takes cooperative matrices) and *.glsl tracked as what shaders
+# include. Each file registers what it defines (kernels/common/builtin.hpp), so nothing else
+# lists the kernel. Appends to the EJK_KERNEL_* lists of the caller's scope.
+function(ejk_add_kernel name)
+  set(dir ${EJK_KERNELS_DIR}/${name})
+  if(NOT IS_DIRECTORY ${dir})
+    message(FATAL_ERROR "ejk_add_kernel(${name}): no folder ${dir}")
+  endif()
+  file(GLOB all CONFIGURE_DEPENDS ${dir}/*.cpp)
+  file(GLOB opencl CONFIGURE_DEPENDS ${dir}/opencl*.cpp)
+  file(GLOB vulkan CONFIGURE_DEPENDS ${dir}/vulkan*.cpp)
+  file(GLOB mpi CONFIGURE_DEPENDS ${dir}/mpi*.cpp)
+  set(host ${all})
+  foreach(backend_files IN ITEMS opencl vulkan mpi)
+    if(${backend_files})
+      list(REMOVE_ITEM host ${${backend_files}})
+    endif()
+  endforeach()
+  file(GLOB cl CONFIGURE_DEPENDS ${dir}/*.cl ${dir}/*.h)
+  file(GLOB comp CONFIGURE_DEPENDS ${dir}/*.comp)
+  file(GLOB coopmat CONFIGURE_DEPENDS ${dir}/*_coopmat*.comp)
+  file(GLOB glsl CONFIGURE_DEPENDS ${dir}/*.glsl)
+  foreach(list IN ITEMS host opencl vulkan mpi cl comp coopmat glsl)
+    string(TOUPPER ${list} upper)
+    set(EJK_KERNEL_${upper} ${EJK_KERNEL_${upper}} ${${list}} PARENT_SCOPE)
+  endforeach()
+endfunction()

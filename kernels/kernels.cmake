@@ -1,0 +1,17 @@
+# Every kernel folder of libejk, one line each: a new kernel is its folder and a line here
+# (ejk_add_kernel in cmake/EjkKernels.cmake). `common` holds what the kernels share.
+ejk_add_kernel(common)
+ejk_add_kernel(attention_merge)
+ejk_add_kernel(block_sparse_attention)
+ejk_add_kernel(decode_attention)
+ejk_add_kernel(flash_attention)
+ejk_add_kernel(grouped_matmul)
+ejk_add_kernel(linear_attention)
+ejk_add_kernel(matmul)
+ejk_add_kernel(mean_pooling)
+ejk_add_kernel(mla_attention)
+ejk_add_kernel(native_sparse_attention)
+ejk_add_kernel(page_attention)
+ejk_add_kernel(ragged_decode_attention)
+ejk_add_kernel(ragged_page_attention)
+ejk_add_kernel(ring_attention)
