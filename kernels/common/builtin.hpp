@@ -24,10 +24,10 @@ class Builtin {
 
 }  // namespace ejk::kernels
 
-#define EJK_BUILTIN_JOIN2(a, b) a##b
-#define EJK_BUILTIN_JOIN(a, b) EJK_BUILTIN_JOIN2(a, b)
-#define EJK_BUILTIN(stage, key)                                                                           \
-  static void EJK_BUILTIN_JOIN(ejk_builtin_add_, __LINE__)(::ejk::Registry & r);                          \
-  static const ::ejk::kernels::Builtin EJK_BUILTIN_JOIN(ejk_builtin_, __LINE__){                          \
-      ::ejk::kernels::Stage::stage, key, &EJK_BUILTIN_JOIN(ejk_builtin_add_, __LINE__)};                  \
-  static void EJK_BUILTIN_JOIN(ejk_builtin_add_, __LINE__)(::ejk::Registry & r)
+// __COUNTER__, not __LINE__: unity builds put several files in one translation unit.
+#define EJK_BUILTIN(stage, key) EJK_BUILTIN_AT(stage, key, __COUNTER__)
+#define EJK_BUILTIN_AT(stage, key, n) EJK_BUILTIN_AT2(stage, key, n)
+#define EJK_BUILTIN_AT2(stage, key, n)                                                                  \
+  static void ejk_builtin_add_##n(::ejk::Registry& r);                                                  \
+  static const ::ejk::kernels::Builtin ejk_builtin_##n{::ejk::kernels::Stage::stage, key, &ejk_builtin_add_##n}; \
+  static void ejk_builtin_add_##n(::ejk::Registry& r)

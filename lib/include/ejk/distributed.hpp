@@ -3,8 +3,8 @@
 // at a time to every rank (itself included), each rank tunes on its own device, and every
 // measurement comes back to rank 0. docs/scale-out.md describes the protocol and failures.
 //
-// Only launched_by_mpi() exists in every build; the rest exists when libejk was built with
-// EJK_WITH_MPI (the build defines EJK_HAVE_MPI for code built against the build tree).
+// launched_by_mpi() is inline, for every program; the rest is in libejk_mpi (ejk::mpi), built with
+// EJK_WITH_MPI (which defines EJK_HAVE_MPI for code built against ejk::mpi in the build tree).
 #include <cstdlib>
 #include <functional>
 #include <memory>

@@ -2,7 +2,7 @@
 // Ring attention: attention over a sequence sharded across the ranks of an MPI communicator
 // (sequence parallelism). Each rank holds a contiguous shard of the tokens and computes with
 // flash attention on its own Context; key/value blocks travel around the ring while the block
-// in hand is attended. Available in builds with EJK_WITH_MPI (libejk then links MPI publicly).
+// in hand is attended. In libejk_mpi (ejk::mpi), built with EJK_WITH_MPI; it links MPI publicly.
 // Semantics, limits and figures: docs/kernels/ring_attention.md.
 //
 //   MPI_Init(&argc, &argv);

@@ -115,9 +115,9 @@ CpuDevice& cpu_device(Device& d) {
 namespace ejk::backends {
 
 namespace {
-std::vector<DeviceInfo> devices() { return {cpu::cpu_info()}; }
-std::shared_ptr<Device> open(int /*index*/) { return std::make_shared<cpu::CpuDevice>(); }
-const BackendRegistration registration{{Backend::cpu, &devices, &open, 0, "cpu"}};
+std::vector<DeviceInfo> cpu_devices() { return {cpu::cpu_info()}; }
+std::shared_ptr<Device> open_cpu(int /*index*/) { return std::make_shared<cpu::CpuDevice>(); }
+const BackendRegistration cpu_registration{{Backend::cpu, &cpu_devices, &open_cpu, 0, "cpu"}};
 }  // namespace
 
 }  // namespace ejk::backends

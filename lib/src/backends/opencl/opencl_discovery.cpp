@@ -209,7 +209,7 @@ std::shared_ptr<Device> open_opencl(int index) {
   return std::make_shared<opencl::OpenCLDevice>(f.platform, f.device, opencl::describe(f.device, index));
 }
 
-const BackendRegistration registration{{Backend::opencl, &opencl_devices, &open_opencl, 1, "opencl"}};
+const BackendRegistration opencl_registration{{Backend::opencl, &opencl_devices, &open_opencl, 1, "opencl"}};
 
 }  // namespace
 

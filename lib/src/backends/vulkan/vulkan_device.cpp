@@ -453,17 +453,17 @@ struct VulkanDevice::State {
         h = spirv_hashes.emplace(std::string(l.spirv), detail::sha256_hex(std::string_view(reinterpret_cast<const char*>(file.data), file.size))).first;
       }
       stored_key = pd.info.fingerprint() + '\n' + h->second + '\n' + key;
-      const auto data = store->load(stored_key);
+      const auto stored = store->load(stored_key);
       auto pci = make<VkPipelineCacheCreateInfo>(VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO);
-      if (data) {
-        pci.initialDataSize = data->size();
-        pci.pInitialData = data->data();
+      if (stored) {
+        pci.initialDataSize = stored->size();
+        pci.pInitialData = stored->data();
       }
       VkPipelineCache c;
       if (vkCreatePipelineCache(device(), &pci, nullptr, &c) == VK_SUCCESS) {
         own = OwnedPipelineCache(device(), c);
         cache = c;
-        seeded = data.has_value();
+        seeded = stored.has_value();
       }
     }
     VkPipeline p;
@@ -844,12 +844,12 @@ std::vector<DeviceInfo> vulkan_devices() {
 std::shared_ptr<Device> open_vulkan(int index) { return std::make_shared<vulkan::VulkanDevice>(index); }
 
 #ifdef EJK_HAVE_COOPMAT
-constexpr const char* build_name = "vulkan +coopmat";
+constexpr const char* vulkan_build_name = "vulkan +coopmat";
 #else
-constexpr const char* build_name = "vulkan";
+constexpr const char* vulkan_build_name = "vulkan";
 #endif
 // Before OpenCL for "auto": it reaches the tensor cores.
-const BackendRegistration registration{{Backend::vulkan, &vulkan_devices, &open_vulkan, 2, build_name}};
+const BackendRegistration vulkan_registration{{Backend::vulkan, &vulkan_devices, &open_vulkan, 2, vulkan_build_name}};
 
 }  // namespace
 

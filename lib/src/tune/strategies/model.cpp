@@ -166,7 +166,7 @@ class Model final : public SearchStrategy {
         }
       }
       if (lookahead) {
-        std::stable_sort(ranked.begin(), ranked.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+        std::stable_sort(ranked.begin(), ranked.end(), [](const auto& lhs, const auto& rhs) { return lhs.first < rhs.first; });
         std::vector<std::size_t> ahead;
         for (const auto& [ei, j] : ranked)
           if (j != pick && ahead.size() < 8) ahead.push_back(j);
