@@ -476,5 +476,32 @@ TEST_F(Chain, RecordsEveryCallFromSeveralProcesses) {
   EXPECT_EQ(theirs, 600);
 }
 
+// A call that returns only tensors tells which config ran through a SelectionRecorder: every
+// launch on its thread while it lives, nested recorders each, other threads' launches not.
+TEST(SelectionRecorder, SeesEveryLaunchOfItsThreadWhileItLives) {
+  ScopedPolicy neutral{{AutotunePolicy::heuristics, Tier::heuristic, SelectionLog::off}};
+  Context ctx("cpu");
+  const Tensor a = ctx.random({8, 4}, DType::f32, 1), b = ctx.random({4, 6}, DType::f32, 2);
+  SelectionRecorder outer;
+  Config first;
+  {
+    SelectionRecorder inner;
+    (void)matmul(ctx, a, b);
+    ASSERT_EQ(inner.made().size(), 1u);
+    EXPECT_EQ(inner.made()[0].kernel, "matmul");
+    ASSERT_TRUE(inner.made()[0].selection);
+    first = inner.made()[0].selection->config;
+    EXPECT_FALSE(first.values().empty());
+  }
+  MatmulOptions o;
+  o.config = first;
+  (void)matmul(ctx, a, b, o);
+  std::thread([&] { (void)matmul(ctx, a, b); }).join();
+  ASSERT_EQ(outer.made().size(), 2u);
+  EXPECT_EQ(outer.made()[0].selection->config, first);
+  EXPECT_EQ(outer.made()[1].selection->tier, Tier::override_);
+  EXPECT_EQ(outer.made()[1].selection->config, first);
+}
+
 }  // namespace
 }  // namespace ejk

@@ -90,6 +90,7 @@ class AttentionMergeKernel : public Kernel {
   std::map<std::string, std::int64_t> example_sizes() const override {
     return {{"batch", 4}, {"seq", 4096}, {"heads", 32}, {"head_dim", 128}};
   }
+  std::map<std::string, std::int64_t> smallest_sizes() const override { return {{"seq", 5}, {"heads", 2}, {"head_dim", 16}}; }
 };
 
 }  // namespace ejk::kernels::attention_merge

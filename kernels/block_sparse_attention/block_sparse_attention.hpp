@@ -165,6 +165,7 @@ class BlockSparseAttentionKernel final : public Kernel {
   std::map<std::string, std::int64_t> example_sizes() const override {
     return {{"batch", 1}, {"seq", 4096}, {"heads", 16}, {"head_dim", 64}};
   }
+  std::map<std::string, std::int64_t> smallest_sizes() const override { return {{"seq", 19}, {"heads", 2}, {"kv_heads", 1}, {"head_dim", 16}}; }
 };
 
 class BlockSparseAttentionBwdKernel final : public Kernel {
@@ -187,6 +188,7 @@ class BlockSparseAttentionBwdKernel final : public Kernel {
   std::map<std::string, std::int64_t> example_sizes() const override {
     return {{"batch", 1}, {"seq", 4096}, {"heads", 16}, {"head_dim", 64}};
   }
+  std::map<std::string, std::int64_t> smallest_sizes() const override { return {{"seq", 19}, {"heads", 2}, {"kv_heads", 1}, {"head_dim", 16}}; }
 };
 
 }  // namespace ejk::kernels::block_sparse_attention

@@ -181,6 +181,8 @@ class FlashAttentionKernel final : public Kernel {
                         const nlohmann::json& options) const override;
   std::vector<std::string> size_names() const override { return recipe_sizes(); }
   std::map<std::string, std::int64_t> example_sizes() const override { return flash_attention::example_sizes(); }
+  std::map<std::string, std::int64_t> smallest_sizes() const override { return {{"seq", 9}, {"heads", 2}, {"kv_heads", 1}, {"head_dim", 16}}; }
+  nlohmann::json smallest_options() const override { return {{"causal", true}}; }
 };
 
 class FlashAttentionBwdKernel final : public Kernel {
@@ -207,6 +209,8 @@ class FlashAttentionBwdKernel final : public Kernel {
                         const nlohmann::json& options) const override;
   std::vector<std::string> size_names() const override { return recipe_sizes(); }
   std::map<std::string, std::int64_t> example_sizes() const override { return flash_attention::example_sizes(); }
+  std::map<std::string, std::int64_t> smallest_sizes() const override { return {{"seq", 9}, {"heads", 2}, {"kv_heads", 1}, {"head_dim", 16}}; }
+  nlohmann::json smallest_options() const override { return {{"causal", true}}; }
 };
 
 // Gradients are checked with this multiple of the forward tolerance: dz = P (dP - D) cancels

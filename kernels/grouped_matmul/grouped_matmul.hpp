@@ -69,6 +69,7 @@ class GroupedMatmulKernel : public Kernel {
     return {{"m", 8192}, {"k", 2048}, {"n", 1408}, {"groups", 8}};
   }
 
+  std::map<std::string, std::int64_t> smallest_sizes() const override { return {{"m", 9}, {"k", 8}, {"n", 7}, {"groups", 3}}; }
  private:
   Mode mode_;
 };

@@ -139,6 +139,7 @@ class LinearAttentionKernel final : public Kernel {
     return {{"batch", 1}, {"seq", 4096}, {"heads", 8}, {"head_dim", 128}};
   }
 
+  std::map<std::string, std::int64_t> smallest_sizes() const override { return {{"seq", 9}, {"heads", 2}, {"head_dim", 8}}; }
  private:
   Variant variant_;
   bool backward_;

@@ -41,6 +41,7 @@ class MatmulKernel final : public Kernel {
                         const nlohmann::json& options) const override;
   std::vector<std::string> size_names() const override { return {"m", "n", "k", "batch"}; }
   std::map<std::string, std::int64_t> example_sizes() const override { return {{"m", 1024}, {"n", 1024}, {"k", 1024}}; }
+  std::map<std::string, std::int64_t> smallest_sizes() const override { return {{"m", 5}, {"n", 7}, {"k", 9}}; }
 };
 
 std::vector<ArgDef> matmul_args();

@@ -78,6 +78,7 @@ class MeanPoolingKernel : public Kernel {
     return {{"batch", 32}, {"seq", 512}, {"dim", 1024}};
   }
 
+  std::map<std::string, std::int64_t> smallest_sizes() const override { return {{"batch", 2}, {"seq", 7}, {"dim", 8}}; }
  private:
   Direction dir_;
 };

@@ -92,6 +92,7 @@ class MlaDecodeKernel final : public Kernel {
   std::map<std::string, std::int64_t> example_sizes() const override {
     return {{"batch", 32}, {"heads", 16}, {"context", 4096}};
   }
+  std::map<std::string, std::int64_t> smallest_sizes() const override { return {{"batch", 2}, {"heads", 2}, {"context", 9}, {"qk_nope_head_dim", 16}, {"rope_dim", 8}, {"v_head_dim", 16}, {"kv_lora_rank", 16}, {"block_size", 4}}; }
 };
 
 // The split of one sequence's context among `splits` parts that every backend uses: parts of

@@ -116,6 +116,8 @@ class NsaKernel final : public Kernel {
   std::map<std::string, std::int64_t> example_sizes() const override {
     return {{"batch", 1}, {"seq", 4096}, {"heads", 16}, {"kv_heads", 1}};
   }
+  std::map<std::string, std::int64_t> smallest_sizes() const override { return {{"batch", 1}, {"seq", 9}, {"heads", 4}, {"kv_heads", 1}, {"head_dim", 16}, {"selected", 2}}; }
+  nlohmann::json smallest_options() const override { return {{"block_size", 4}}; }
 };
 
 class NsaBwdKernel final : public Kernel {
@@ -137,6 +139,8 @@ class NsaBwdKernel final : public Kernel {
                         const nlohmann::json& options) const override;
   std::vector<std::string> size_names() const override { return recipe_sizes(); }
   std::map<std::string, std::int64_t> example_sizes() const override { return NsaKernel().example_sizes(); }
+  std::map<std::string, std::int64_t> smallest_sizes() const override { return {{"batch", 1}, {"seq", 9}, {"heads", 4}, {"kv_heads", 1}, {"head_dim", 16}, {"selected", 2}}; }
+  nlohmann::json smallest_options() const override { return {{"block_size", 4}}; }
 };
 
 // Where a flattened token lies: its sequence's first token and its position in it.

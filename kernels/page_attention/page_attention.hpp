@@ -60,6 +60,7 @@ class PageAttentionKernel final : public Kernel {
                         const nlohmann::json& options) const override;
   std::vector<std::string> size_names() const override;
   std::map<std::string, std::int64_t> example_sizes() const override;
+  std::map<std::string, std::int64_t> smallest_sizes() const override { return {{"batch", 2}, {"heads", 2}, {"kv_heads", 1}, {"head_dim", 16}, {"context", 9}, {"block_size", 4}}; }
 };
 
 }  // namespace ejk::kernels::page_attention

@@ -65,6 +65,7 @@ class RaggedDecodeAttentionKernel final : public Kernel {
   std::map<std::string, std::int64_t> example_sizes() const override {
     return {{"batch", 8}, {"heads", 32}, {"kv_heads", 8}, {"head_dim", 128}, {"seq", 4096}};
   }
+  std::map<std::string, std::int64_t> smallest_sizes() const override { return {{"batch", 2}, {"heads", 2}, {"kv_heads", 1}, {"head_dim", 16}, {"seq", 9}}; }
 };
 
 }  // namespace ejk::kernels::ragged_decode_attention

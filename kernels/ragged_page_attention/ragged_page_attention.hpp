@@ -73,6 +73,7 @@ class RaggedPageAttentionKernel final : public Kernel {
   std::map<std::string, std::int64_t> example_sizes() const override {
     return {{"num_seqs", 8}, {"q_len", 16}, {"context", 2048}, {"heads", 32}, {"kv_heads", 8}, {"head_dim", 128}};
   }
+  std::map<std::string, std::int64_t> smallest_sizes() const override { return {{"num_seqs", 2}, {"q_len", 2}, {"context", 9}, {"heads", 2}, {"kv_heads", 1}, {"head_dim", 16}, {"block_size", 4}}; }
 };
 
 }  // namespace ejk::kernels::ragged_page_attention

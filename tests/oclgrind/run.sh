@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Runs one shard of the SmallestCases tests of OpenCL devices under Oclgrind, a simulator that
+# Runs one shard of the Conformance tests of OpenCL devices under Oclgrind, a simulator that
 # checks every work-item: data races, uninitialised values, out-of-bounds accesses and API
 # misuse. Any report fails the test. Oclgrind is the only OpenCL platform the program sees, so
 # it is opencl:0, which the tests check (EJK_TEST_OPENCL_DEVICE).
 #   run.sh EJK_TESTS KEEP_BUFFERS_LIBRARY SHARD SHARDS [GTEST_FILTER]
 set -uo pipefail
-tests=$1 keep=$2 shard=$3 shards=$4 filter=${5:-*SmallestCases.*opencl_0:*DeviceFillWrites*opencl_0:*DeviceDifference*opencl_0}
+tests=$1 keep=$2 shard=$3 shards=$4 filter=${5:-*Conformance.MatchesTheReference/*opencl_0:*DeviceFillWrites*opencl_0:*DeviceDifference*opencl_0}
 
 if ! oclgrind=$(command -v oclgrind); then
   if [[ ${CI:-} == true ]]; then

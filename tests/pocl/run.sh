@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs one shard of the SmallestCases tests of OpenCL devices on PoCL built for another CPU than
+# Runs one shard of the Conformance tests of OpenCL devices on PoCL built for another CPU than
 # this one: the x86-64 baseline (kernel library sse2, CPU athlon64), whose work-item loops are
 # vectorised 4 wide where AVX2 builds use 8 and AVX-512 builds 16, through another code
 # generator. Results that depend on how PoCL schedules and compiles the work-items of a group
@@ -7,7 +7,7 @@
 # the smallest attention_merge case twenty times slower than this whole pass takes.)
 #   run.sh EJK_TESTS SHARD SHARDS [GTEST_FILTER]
 set -uo pipefail
-tests=$1 shard=$2 shards=$3 filter=${4:-*SmallestCases.*opencl_0:*DeviceFillWrites*opencl_0:*DeviceDifference*opencl_0}
+tests=$1 shard=$2 shards=$3 filter=${4:-*Conformance.MatchesTheReference/*opencl_0:*DeviceFillWrites*opencl_0:*DeviceDifference*opencl_0}
 export POCL_KERNELLIB_NAME=sse2
 cpu=athlon64
 

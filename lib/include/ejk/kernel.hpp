@@ -122,6 +122,12 @@ class Kernel {
   // shows when the user gives no sizes. Empty (the default) when the kernel has none to
   // suggest, so the user must name every required size.
   virtual std::map<std::string, std::int64_t> example_sizes() const { return {}; }
+  // The smallest workload worth checking an implementation on, in from_sizes terms, and its
+  // options: odd lengths, more than one head or group, a grouped-query ratio where the kernel
+  // has one. The conformance test runs every implementation on every device on it (and the
+  // OpenCL ones under Oclgrind); a kernel without one fails that test.
+  virtual std::map<std::string, std::int64_t> smallest_sizes() const { return {}; }
+  virtual nlohmann::json smallest_options() const { return nlohmann::json::object(); }
 
  protected:
   // The kernel's shape, dtype and option checks; validate() calls it.

@@ -40,6 +40,18 @@ std::string_view to_string(Tier t) {
   return "?";
 }
 
+namespace {
+thread_local SelectionRecorder* innermost_recorder = nullptr;
+}  // namespace
+
+SelectionRecorder::SelectionRecorder() : outer_(innermost_recorder) { innermost_recorder = this; }
+
+SelectionRecorder::~SelectionRecorder() { innermost_recorder = outer_; }
+
+void SelectionRecorder::record(std::string_view kernel, const std::shared_ptr<const Selection>& selection) {
+  for (SelectionRecorder* r = innermost_recorder; r; r = r->outer_) r->made_.push_back({std::string(kernel), selection});
+}
+
 Tier parse_tier(std::string_view name) {
   for (Tier t : {Tier::override_, Tier::overlay, Tier::memory, Tier::persistent, Tier::profile, Tier::autotune,
                  Tier::heuristic})
@@ -539,6 +551,7 @@ std::shared_ptr<const Selection> Executor::run(const Invocation& inv, std::span<
   auto sel = state_->resolve(s, inv, override_config);
   if (state_->recorder) state_->record(s, inv, *sel);
   s.impl->run(inv, sel->config, args, *device_);
+  SelectionRecorder::record(inv.kernel, sel);
   return sel;
 }
 

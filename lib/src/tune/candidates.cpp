@@ -7,11 +7,6 @@
 
 namespace ejk::tuning {
 
-namespace {
-
-constexpr double inf = std::numeric_limits<double>::infinity();
-}  // namespace
-
 Candidates::Candidates(std::vector<Config> configs) : configs_(std::move(configs)) {
   std::map<std::string, std::size_t, std::less<>> axis_of;
   for (const auto& c : configs_)
@@ -85,7 +80,7 @@ std::optional<std::size_t> Candidates::neighbour(std::size_t i, Rng& rng) const 
 }
 
 std::vector<std::size_t> Candidates::nearest(std::size_t i, const std::vector<std::size_t>& pool) const {
-  double best = inf;
+  double best = std::numeric_limits<double>::infinity();
   std::vector<std::size_t> ties;
   for (std::size_t j : pool) {
     double d = distance(i, j);

@@ -1,9 +1,10 @@
-// Every kernel with an OpenCL implementation on its smallest workload: the heuristic's config and
-// the first and last config of its space, each against the double reference. Cheap enough to run
-// where every work-item is checked: scripts/test runs this suite under Oclgrind (data races,
-// uninitialised values, out-of-bounds accesses, API misuse) and under a second work-group
-// scheduling method of PoCL (tests/CMakeLists.txt). The coverage test keeps every OpenCL source
-// in the table.
+// Every kernel x implementation x device on the kernel's smallest workload
+// (Kernel::smallest_sizes): the heuristic's config and the first and last config of its space,
+// each against the double reference. Driven by the registry, so a new kernel or backend is
+// covered without new test code. Cheap enough to run where every work-item is checked:
+// scripts/test runs the OpenCL instances under Oclgrind (data races, uninitialised values,
+// out-of-bounds accesses, API misuse) and on PoCL built for another CPU (tests/CMakeLists.txt),
+// the others in the suite itself. The coverage test keeps every OpenCL source in reach.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -22,35 +23,17 @@ struct SmallCase {
   nlohmann::json options = nlohmann::json::object();
 };
 
-// Odd lengths, more than one head or group, a grouped-query ratio where the kernel has one.
-const std::vector<SmallCase>& small_cases() {
-  static const std::vector<SmallCase> cases = {
-      {"attention_merge", {{"seq", 5}, {"heads", 2}, {"head_dim", 16}}},
-      {"block_sparse_attention", {{"seq", 19}, {"heads", 2}, {"kv_heads", 1}, {"head_dim", 16}}},
-      {"block_sparse_attention_bwd", {{"seq", 19}, {"heads", 2}, {"kv_heads", 1}, {"head_dim", 16}}},
-      {"flash_attention", {{"seq", 9}, {"heads", 2}, {"kv_heads", 1}, {"head_dim", 16}}, {{"causal", true}}},
-      {"flash_attention_bwd", {{"seq", 9}, {"heads", 2}, {"kv_heads", 1}, {"head_dim", 16}}, {{"causal", true}}},
-      {"gla", {{"seq", 9}, {"heads", 2}, {"head_dim", 8}}},
-      {"gla_bwd", {{"seq", 9}, {"heads", 2}, {"head_dim", 8}}},
-      {"grouped_matmul", {{"m", 9}, {"k", 8}, {"n", 7}, {"groups", 3}}},
-      {"grouped_matmul_tgmm", {{"m", 9}, {"k", 8}, {"n", 7}, {"groups", 3}}},
-      {"lightning_attention", {{"seq", 9}, {"heads", 2}, {"head_dim", 8}}},
-      {"lightning_attention_bwd", {{"seq", 9}, {"heads", 2}, {"head_dim", 8}}},
-      {"matmul", {{"m", 5}, {"n", 7}, {"k", 9}}},
-      {"mean_pooling", {{"batch", 2}, {"seq", 7}, {"dim", 8}}},
-      {"mean_pooling_bwd", {{"batch", 2}, {"seq", 7}, {"dim", 8}}},
-      {"mla_decode",
-       {{"batch", 2}, {"heads", 2}, {"context", 9}, {"qk_nope_head_dim", 16}, {"rope_dim", 8}, {"v_head_dim", 16},
-        {"kv_lora_rank", 16}, {"block_size", 4}}},
-      {"native_sparse_attention", {{"batch", 1}, {"seq", 9}, {"heads", 4}, {"kv_heads", 1}, {"head_dim", 16}, {"selected", 2}}, {{"block_size", 4}}},
-      {"native_sparse_attention_bwd", {{"batch", 1}, {"seq", 9}, {"heads", 4}, {"kv_heads", 1}, {"head_dim", 16}, {"selected", 2}}, {{"block_size", 4}}},
-      {"page_attention", {{"batch", 2}, {"heads", 2}, {"kv_heads", 1}, {"head_dim", 16}, {"context", 9}, {"block_size", 4}}},
-      {"ragged_decode_attention", {{"batch", 2}, {"heads", 2}, {"kv_heads", 1}, {"head_dim", 16}, {"seq", 9}}},
-      {"ragged_page_attention",
-       {{"num_seqs", 2}, {"q_len", 2}, {"context", 9}, {"heads", 2}, {"kv_heads", 1}, {"head_dim", 16}, {"block_size", 4}}},
-      {"recurrent", {{"seq", 9}, {"heads", 2}, {"head_dim", 8}}},
-      {"recurrent_bwd", {{"seq", 9}, {"heads", 2}, {"head_dim", 8}}},
-  };
+// The built-in kernels, read before any test registers kernels of its own (libejk's registrations
+// run when it loads).
+const std::vector<std::string> builtin_kernels = Registry::global().kernels();
+
+// Every built-in kernel's smallest workload, by name.
+std::vector<SmallCase> small_cases() {
+  std::vector<SmallCase> cases;
+  for (const auto& name : builtin_kernels) {
+    const Kernel& k = Registry::global().kernel(name);
+    cases.push_back({name, k.smallest_sizes(), k.smallest_options()});
+  }
   return cases;
 }
 
@@ -74,35 +57,39 @@ HostArrays run_outputs(const Context& ctx, const Invocation& inv, const Implemen
   return out;
 }
 
-class SmallestCases : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+class Conformance : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
-TEST_P(SmallestCases, MatchTheReference) {
+TEST_P(Conformance, MatchesTheReference) {
   const auto& [name, id] = GetParam();
-  const auto it = std::find_if(small_cases().begin(), small_cases().end(), [&](const SmallCase& c) { return c.kernel == name; });
-  ASSERT_NE(it, small_cases().end());
   Context ctx(id);
   // Under a checker the device must be the checker's (its runner script sets this).
-  if (const char* want = std::getenv("EJK_TEST_OPENCL_DEVICE")) {
+  if (const char* want = std::getenv("EJK_TEST_OPENCL_DEVICE"); want && ctx.device().info().backend == Backend::opencl) {
     ASSERT_NE(ctx.device().info().name.find(want), std::string::npos) << ctx.device().info().name;
   }
   const Kernel& kernel = Registry::global().kernel(name);
-  const Invocation inv = kernel.from_sizes(it->sizes, DType::f32, it->options);
+  ASSERT_FALSE(kernel.smallest_sizes().empty()) << name << " states no smallest workload (Kernel::smallest_sizes)";
+  const Invocation inv = kernel.from_sizes(kernel.smallest_sizes(), DType::f32, kernel.smallest_options());
   const DeviceInfo& dev = ctx.device().info();
-  const Implementation& impl = Registry::global().implementation(inv, dev);
-  ASSERT_EQ(impl.backend(), Backend::opencl);
   const HostArrays in = kernel.inputs(inv, 11);
   const HostArrays want = kernel.reference(inv, in);
-  std::vector<Config> configs{impl.heuristic(inv, dev)};
-  const auto space = impl.space(inv, dev).enumerate();
-  if (!space.empty())
-    for (const Config& c : {space.front(), space.back()})
-      if (std::find(configs.begin(), configs.end(), c) == configs.end()) configs.push_back(c);
-  for (const Config& config : configs) {
-    const HostArrays got = run_outputs(ctx, inv, impl, config, in);
-    ASSERT_EQ(got.size(), want.size());
-    for (std::size_t i = 0; i < got.size(); ++i)
-      EXPECT_LE(test::relative_error(got[i], want[i]), kernel.tolerance(inv)) << config.canonical() << " output " << i;
+  int ran = 0;
+  for (const Implementation* impl : Registry::global().implementations(name)) {
+    if (impl->backend() != dev.backend || !impl->supports(inv, dev)) continue;
+    ++ran;
+    std::vector<Config> configs{impl->heuristic(inv, dev)};
+    const auto space = impl->space(inv, dev).enumerate();
+    if (!space.empty())
+      for (const Config& c : {space.front(), space.back()})
+        if (std::find(configs.begin(), configs.end(), c) == configs.end()) configs.push_back(c);
+    for (const Config& config : configs) {
+      const HostArrays got = run_outputs(ctx, inv, *impl, config, in);
+      ASSERT_EQ(got.size(), want.size());
+      for (std::size_t i = 0; i < got.size(); ++i)
+        EXPECT_LE(test::relative_error(got[i], want[i]), kernel.tolerance(inv)) << config.canonical() << " output " << i;
+    }
   }
+  // Every kernel has an implementation on every backend compiled in.
+  EXPECT_GT(ran, 0) << name << " has no " << to_string(dev.backend) << " implementation for its smallest workload";
 }
 
 // Every kernel with a sampled reference: at the elements it samples it is the full reference,
@@ -179,30 +166,23 @@ TEST_P(Inputs, MadeOnTheDeviceAsOnTheHost) {
 INSTANTIATE_TEST_SUITE_P(All, Inputs, ::testing::ValuesIn(test::devices()),
                          [](const auto& param) { return test::test_name(param.param); });
 
-INSTANTIATE_TEST_SUITE_P(All, SmallestCases,
-                         ::testing::Combine(::testing::ValuesIn([] {
-                                              std::vector<std::string> names;
-                                              for (const auto& c : small_cases()) names.push_back(c.kernel);
-                                              return names;
-                                            }()),
-                                            ::testing::ValuesIn(test::devices(Backend::opencl))),
+INSTANTIATE_TEST_SUITE_P(All, Conformance,
+                         ::testing::Combine(::testing::ValuesIn(builtin_kernels),
+                                            ::testing::ValuesIn(test::devices())),
                          [](const auto& param) {
                            return std::get<0>(param.param) + "_" + test::test_name(std::get<1>(param.param));
                          });
-GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(SmallestCases);
 
-// The table names exactly the kernels that have an OpenCL implementation, and their sources
-// (with what they include) are every OpenCL source embedded: a new kernel or .cl file cannot
-// escape the checks above.
-TEST(SmallestCasesCoverage, EveryOpenClKernelAndSource) {
-  std::set<std::string> with_opencl, in_table, covered;
-  for (const auto& name : Registry::global().kernels())
-    if (opencl_implementation(name)) with_opencl.insert(name);
-  for (const auto& c : small_cases()) in_table.insert(c.kernel);
-  EXPECT_EQ(in_table, with_opencl);
-  for (const auto& name : in_table)
-    if (const Implementation* impl = opencl_implementation(name))
+// Every kernel states its smallest workload, and the OpenCL implementations' sources (with what
+// they include) are every OpenCL source embedded: a new kernel or .cl file cannot escape the
+// checks above.
+TEST(ConformanceCoverage, EveryKernelAndOpenClSource) {
+  std::set<std::string> covered;
+  for (const auto& c : small_cases()) {
+    EXPECT_FALSE(c.sizes.empty()) << c.kernel << " states no smallest workload (Kernel::smallest_sizes)";
+    if (const Implementation* impl = opencl_implementation(c.kernel))
       for (const auto& key : impl->sources()) covered.insert(key);
+  }
   std::set<std::string> all;
   for (const detail::EmbeddedFile* f : detail::embedded_files()) {
     const std::string key = f->key;
@@ -219,7 +199,7 @@ TEST(SmallestCasesCoverage, EveryOpenClKernelAndSource) {
   // The device's own fill and difference, which tests/oclgrind/run.sh checks through their tests.
   covered.insert("common/fill.cl");
   covered.insert("common/difference.cl");
-  for (const auto& key : all) EXPECT_TRUE(covered.count(key)) << key << " is run by no kernel in the table";
+  for (const auto& key : all) EXPECT_TRUE(covered.count(key)) << key << " is run by no kernel";
 }
 
 }  // namespace
