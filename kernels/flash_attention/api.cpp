@@ -1,6 +1,7 @@
 // ejk::flash_attention and ejk::flash_attention_bwd: options to invocations, through the executor.
 #include <cmath>
 
+#include "common/sequences.hpp"
 #include "ejk/attention.hpp"
 #include "ejk/error.hpp"
 #include "flash_attention/flash_attention.hpp"
@@ -47,8 +48,8 @@ fa::Options options_of(const Tensor& q, const Tensor& k, const AttentionOptions&
     std::vector<std::int64_t> iq(cq.begin(), cq.end()), ik(ck.begin(), ck.end());
     // Other layouts are refused with their shapes by the kernel's validation.
     if (q.rank() == 3 && k.rank() == 3) {
-      fa::check_cu_seqlens(iq, "cu_seqlens_q", q.dim(0));
-      fa::check_cu_seqlens(ik, "cu_seqlens_k", k.dim(0));
+      kernels::check_cu_seqlens(iq, "cu_seqlens_q", q.dim(0));
+      kernels::check_cu_seqlens(ik, "cu_seqlens_k", k.dim(0));
     }
     f.max_seqlen_q = longest(cq);
     f.max_seqlen_k = longest(ck);

@@ -147,8 +147,6 @@ struct Sequences {
   std::vector<std::int64_t> q_start, q_len, k_start, k_len;
 };
 Sequences sequences(const Problem& p, std::span<const std::int64_t> cu_q, std::span<const std::int64_t> cu_k);
-// Throws InvalidArgument naming `name` when the values are not 0, non-decreasing, ..., total.
-void check_cu_seqlens(std::span<const std::int64_t> values, const char* name, std::int64_t total);
 
 // Recipes: sizes seq (or seq_q and seq_k), heads, head_dim, and optionally batch (1), kv_heads
 // (heads), seq_q, seq_k; options causal, window_left, window_right, logits_soft_cap, dropout,

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "common/builtin.hpp"
+#include "common/sequences.hpp"
 #include "ejk/error.hpp"
-#include "flash_attention/flash_attention.hpp"
 
 namespace ejk::kernels::mean_pooling {
 
@@ -92,7 +92,7 @@ std::vector<std::int64_t> offsets(const Problem& p, std::span<const double> cu_s
     return o;
   }
   for (std::size_t i = 0; i < o.size(); ++i) o[i] = static_cast<std::int64_t>(cu_seqlens[i]);
-  flash_attention::check_cu_seqlens(o, "cu_seqlens", p.tokens);
+  check_cu_seqlens(o, "cu_seqlens", p.tokens);
   return o;
 }
 
