@@ -103,6 +103,9 @@ TEST(SampledReference, IsTheFullReferenceAtItsElements) {
   cases.push_back({"ragged_decode_attention",
                    {{"batch", 5}, {"heads", 4}, {"kv_heads", 2}, {"head_dim", 16}, {"seq", 40}},
                    {{"sliding_window", 7}, {"sinks", true}}});
+  // More rows than the sample, with the fills' -inf rows among them; padded and packed lse layouts.
+  cases.push_back({"attention_merge", {{"batch", 2}, {"seq", 37}, {"heads", 3}, {"head_dim", 16}}});
+  cases.push_back({"attention_merge", {{"batch", 2}, {"seq", 37}, {"heads", 3}, {"head_dim", 16}}, {{"packed", true}}});
   cases.push_back({"page_attention",
                    {{"batch", 3}, {"heads", 8}, {"kv_heads", 2}, {"head_dim", 32}, {"context", 70}, {"block_size", 16}},
                    {{"logits_soft_cap", 5.0}}});
@@ -133,7 +136,9 @@ TEST(SampledReference, IsTheFullReferenceAtItsElements) {
       }
     }
   }
-  EXPECT_GE(with_sample, 8);  // matmul, flash_attention and the three decode kernels, with variants
+  // matmul, flash_attention forward and backward, attention_merge and the three decode kernels,
+  // with the cases above.
+  EXPECT_GE(with_sample, 12);
 }
 
 // Every kernel's inputs, made on the device, are exactly what Kernel::inputs gives on the

@@ -128,6 +128,44 @@ HostArrays AttentionMergeKernel::reference(const Invocation& inv, const HostArra
   return {std::move(out), std::move(lse)};
 }
 
+std::vector<SampledOutput> AttentionMergeKernel::sampled_reference(const Invocation& inv, const ArgReader& read) const {
+  const Problem p = Problem::of(inv);
+  constexpr double ninf = -std::numeric_limits<double>::infinity();
+  const std::int64_t D = p.head_dim;
+  SampledOutput out{arg::out, {}, {}}, lse{arg::lse, {}, {}};
+  std::vector<std::pair<std::int64_t, double>> lses;
+  for (std::int64_t r : sample_positions(p.rows(), 32)) {
+    const std::int64_t li = p.lse_index(r);
+    const double a = read(arg::lse, li, 1)[0], c = read(arg::part_lse, li, 1)[0];
+    std::vector<double> o = read(arg::out, r * D, D);
+    const std::vector<double> q = read(arg::part, r * D, D);
+    double l = a;
+    if (c == ninf) {
+      if (a == ninf) std::fill(o.begin(), o.end(), 0.0);
+    } else if (a == ninf) {
+      for (std::int64_t i = 0; i < D; ++i) o[static_cast<std::size_t>(i)] = round_to(p.out_dtype, q[static_cast<std::size_t>(i)]);
+      l = c;
+    } else {
+      l = std::max(a, c) + std::log1p(std::exp(-std::abs(a - c)));
+      const double wa = std::exp(a - l), wc = std::exp(c - l);
+      for (std::int64_t i = 0; i < D; ++i)
+        o[static_cast<std::size_t>(i)] = o[static_cast<std::size_t>(i)] * wa + q[static_cast<std::size_t>(i)] * wc;
+    }
+    for (std::int64_t i = 0; i < D; ++i) {
+      out.index.push_back(r * D + i);
+      out.value.push_back(o[static_cast<std::size_t>(i)]);
+    }
+    lses.emplace_back(li, l);
+  }
+  // lse is [batch, heads, seq] while rows run over [batch, seq, heads]: its indices need sorting.
+  std::sort(lses.begin(), lses.end());
+  for (const auto& [at, value] : lses) {
+    lse.index.push_back(at);
+    lse.value.push_back(value);
+  }
+  return {std::move(out), std::move(lse)};
+}
+
 double AttentionMergeKernel::tolerance(const Invocation& inv) const { return default_tolerance(Problem::of(inv).out_dtype); }
 
 std::vector<Fill> AttentionMergeKernel::fills(const Invocation& inv, std::uint64_t seed) const {

@@ -79,6 +79,8 @@ class AttentionMergeKernel : public Kernel {
   HostArrays reference(const Invocation& inv, const HostArrays& args) const override;
   // out's dtype's (the sum of two terms rounds once to it).
   double tolerance(const Invocation& inv) const override;
+  // 32 rows spread over batch, sequence and heads: their out rows and lse.
+  std::vector<SampledOutput> sampled_reference(const Invocation& inv, const ArgReader& read) const override;
   // Floats uniform in [-1, 1); log-sum-exps uniform in [-4, 4) with about one row in eight -inf
   // in lse, in part_lse, and in both.
   std::vector<Fill> fills(const Invocation& inv, std::uint64_t seed) const override;
