@@ -106,6 +106,10 @@ TEST(SampledReference, IsTheFullReferenceAtItsElements) {
   // More rows than the sample, with the fills' -inf rows among them; padded and packed lse layouts.
   cases.push_back({"attention_merge", {{"batch", 2}, {"seq", 37}, {"heads", 3}, {"head_dim", 16}}});
   cases.push_back({"attention_merge", {{"batch", 2}, {"seq", 37}, {"heads", 3}, {"head_dim", 16}}, {{"packed", true}}});
+  // More sequences than the sample; packed ones of random lengths, some empty.
+  for (const char* k : {"mean_pooling", "mean_pooling_bwd"})
+    for (bool packed : {false, true})
+      cases.push_back({k, {{"batch", 11}, {"seq", 13}, {"dim", 24}}, {{"packed", packed}}});
   cases.push_back({"page_attention",
                    {{"batch", 3}, {"heads", 8}, {"kv_heads", 2}, {"head_dim", 32}, {"context", 70}, {"block_size", 16}},
                    {{"logits_soft_cap", 5.0}}});
@@ -136,9 +140,9 @@ TEST(SampledReference, IsTheFullReferenceAtItsElements) {
       }
     }
   }
-  // matmul, flash_attention forward and backward, attention_merge and the three decode kernels,
-  // with the cases above.
-  EXPECT_GE(with_sample, 12);
+  // matmul, flash_attention forward and backward, attention_merge, mean pooling forward and
+  // backward and the three decode kernels, with the cases above.
+  EXPECT_GE(with_sample, 18);
 }
 
 // Every kernel's inputs, made on the device, are exactly what Kernel::inputs gives on the

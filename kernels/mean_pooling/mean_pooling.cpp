@@ -152,6 +152,45 @@ HostArrays MeanPoolingKernel::reference(const Invocation& inv, const HostArrays&
   return {std::move(dx)};
 }
 
+std::vector<SampledOutput> MeanPoolingKernel::sampled_reference(const Invocation& inv, const ArgReader& read) const {
+  const Problem p = Problem::of(inv);
+  const auto o = offsets(p, p.packed ? read(arg::cu_seqlens, 0, p.segs + 1) : std::vector<double>{});
+  const std::int64_t D = p.dim;
+  SampledOutput out{arg::out, {}, {}};
+  if (p.dir == Direction::backward) {
+    // dx row t is the row of its sequence in dout over the sequence's length.
+    for (std::int64_t t : sample_positions(p.tokens, 8)) {
+      const auto s = static_cast<std::int64_t>(std::upper_bound(o.begin(), o.end(), t) - o.begin()) - 1;
+      const double len = static_cast<double>(o[static_cast<std::size_t>(s + 1)] - o[static_cast<std::size_t>(s)]);
+      const std::vector<double> row = read(arg::in, s * D, D);
+      for (std::int64_t c = 0; c < D; ++c) {
+        out.index.push_back(t * D + c);
+        out.value.push_back(row[static_cast<std::size_t>(c)] / len);
+      }
+    }
+    return {std::move(out)};
+  }
+  const std::vector<std::int64_t> columns = sample_positions(D, 8);
+  const std::int64_t step = std::max<std::int64_t>(1, (std::int64_t{1} << 20) / std::max<std::int64_t>(D, 1));
+  for (std::int64_t s : sample_positions(p.segs, 8)) {
+    const std::int64_t a = o[static_cast<std::size_t>(s)], b = o[static_cast<std::size_t>(s + 1)];
+    std::vector<double> acc(columns.size(), 0.0);
+    // The sequence's tokens a stretch at a time, so host memory stays bounded.
+    for (std::int64_t t = a; t < b; t += step) {
+      const std::int64_t n = std::min(step, b - t);
+      const std::vector<double> rows = read(arg::in, t * D, n * D);
+      for (std::int64_t r = 0; r < n; ++r)
+        for (std::size_t c = 0; c < columns.size(); ++c)
+          acc[c] += rows[static_cast<std::size_t>(r * D + columns[c])];
+    }
+    for (std::size_t c = 0; c < columns.size(); ++c) {
+      out.index.push_back(s * D + columns[c]);
+      out.value.push_back(a == b ? 0.0 : acc[c] / static_cast<double>(b - a));
+    }
+  }
+  return {std::move(out)};
+}
+
 double MeanPoolingKernel::tolerance(const Invocation& inv) const {
   // f32 sums over a sequence: the error grows like the square root of its length.
   const Problem p = Problem::of(inv);

@@ -66,6 +66,8 @@ class MeanPoolingKernel : public Kernel {
   double bytes(const Invocation& inv) const override;
   HostArrays reference(const Invocation& inv, const HostArrays& args) const override;
   double tolerance(const Invocation& inv) const override;
+  // Forward: 8 sequences, 8 columns each, their tokens streamed; backward: 8 token rows.
+  std::vector<SampledOutput> sampled_reference(const Invocation& inv, const ArgReader& read) const override;
   // Floats uniform in [-1, 1); packed offsets split the tokens at random points (empty
   // sequences included where there are more sequences than tokens allow otherwise).
   std::vector<Fill> fills(const Invocation& inv, std::uint64_t seed) const override;
