@@ -205,11 +205,10 @@ void expect_close(Context& ctx, const Case& c, DType t, const std::string& where
 
 // ---- device-independent ---------------------------------------------------------------------
 
-// The sampled reference is the full reference at the elements it samples, whatever the
-// options, reading only inside each argument.
-TEST(FlashAttentionSampledReference, IsTheFullReferenceAtItsElements) {
-  Context ctx("cpu");
-  const std::vector<Case> cases = {
+// Every option alone and together, grouped queries and packed sequences: what the sampled
+// references are checked under.
+std::vector<Case> sampled_cases() {
+  return {
       {.name = "plain", .kv_heads = 4},
       {.name = "gqa causal", .sq = 23, .sk = 23, .causal = true},
       {.name = "window", .sq = 33, .sk = 37, .left = 5, .right = 2, .diag = -3},
@@ -217,8 +216,14 @@ TEST(FlashAttentionSampledReference, IsTheFullReferenceAtItsElements) {
       {.name = "bias per head", .bias = Bias::heads_only},
       {.name = "varlen", .causal = true, .bias = Bias::none, .segments = true, .varlen = {{5, 9}, {0, 3}, {12, 4}}},
   };
+}
+
+// The sampled reference is the full reference at the elements it samples, whatever the
+// options, reading only inside each argument.
+TEST(FlashAttentionSampledReference, IsTheFullReferenceAtItsElements) {
+  Context ctx("cpu");
   const fa::FlashAttentionKernel fk;
-  for (const Case& c : cases) {
+  for (const Case& c : sampled_cases()) {
     Built b = build(ctx, c, DType::f32, 7);
     std::vector<TensorSpec> fs{b.q.spec(), b.k.spec(), b.v.spec()};
     HostArrays in{b.q.read(), b.k.read(), b.v.read()};
@@ -234,16 +239,8 @@ TEST(FlashAttentionSampledReference, IsTheFullReferenceAtItsElements) {
     const std::vector<SampledOutput> got = fk.sampled_reference(inv, read);
     ASSERT_EQ(got.size(), 2u) << c.name;
     for (const SampledOutput& s : got) {
-      const std::vector<double>& full = want[s.arg - fa::fwd::out];
       ASSERT_FALSE(s.index.empty()) << c.name;
-      EXPECT_TRUE(std::is_sorted(s.index.begin(), s.index.end())) << c.name;
-      for (std::size_t j = 0; j < s.index.size(); ++j) {
-        const double w = full[static_cast<std::size_t>(s.index[j])];
-        if (std::isinf(w))
-          EXPECT_EQ(s.value[j], w) << c.name;
-        else
-          EXPECT_NEAR(s.value[j], w, 1e-12 * std::max(1.0, std::abs(w))) << c.name << " argument " << s.arg << " element " << s.index[j];
-      }
+      test::expect_sample_matches(s, want[s.arg - fa::fwd::out], c.name);
     }
     // The first query row of the first sequence with queries is among the samples.
     EXPECT_EQ(got[0].index.front(), 0) << c.name;
@@ -254,16 +251,8 @@ TEST(FlashAttentionSampledReference, IsTheFullReferenceAtItsElements) {
 // rows, and an unbroadcast dbias.
 TEST(FlashAttentionSampledReference, BackwardIsTheFullReferenceAtItsElements) {
   Context ctx("cpu");
-  const std::vector<Case> cases = {
-      {.name = "plain", .kv_heads = 4},
-      {.name = "gqa causal", .sq = 23, .sk = 23, .causal = true},
-      {.name = "window", .sq = 33, .sk = 37, .left = 5, .right = 2, .diag = -3},
-      {.name = "all options", .causal = true, .softcap = 2.5, .dropout = 0.3, .bias = Bias::full, .sinks = true, .segments = true},
-      {.name = "bias per head", .bias = Bias::heads_only},
-      {.name = "varlen", .causal = true, .bias = Bias::none, .segments = true, .varlen = {{5, 9}, {0, 3}, {12, 4}}},
-  };
   const fa::FlashAttentionBwdKernel bk;
-  for (const Case& c : cases) {
+  for (const Case& c : sampled_cases()) {
     Built b = build(ctx, c, DType::f32, 7);
     std::mt19937_64 rng(8);
     const std::int64_t nq = b.q.numel() / c.dim;  // token-heads
@@ -284,13 +273,8 @@ TEST(FlashAttentionSampledReference, BackwardIsTheFullReferenceAtItsElements) {
     const bool dbias = c.bias == Bias::full;
     ASSERT_EQ(got.size(), dbias ? 4u : 3u) << c.name;
     for (const SampledOutput& s : got) {
-      const std::vector<double>& full = want[s.arg - fa::bwd::dq];
       ASSERT_FALSE(s.index.empty()) << c.name;
-      EXPECT_TRUE(std::is_sorted(s.index.begin(), s.index.end())) << c.name;
-      for (std::size_t j = 0; j < s.index.size(); ++j) {
-        const double w = full[static_cast<std::size_t>(s.index[j])];
-        EXPECT_NEAR(s.value[j], w, 1e-12 * std::max(1.0, std::abs(w))) << c.name << " argument " << s.arg << " element " << s.index[j];
-      }
+      test::expect_sample_matches(s, want[s.arg - fa::bwd::dq], c.name);
     }
     EXPECT_EQ(got[0].arg, fa::bwd::dq) << c.name;
     EXPECT_EQ(got[0].index.front(), 0) << c.name;

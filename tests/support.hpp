@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -47,6 +48,20 @@ inline ArgReader host_reader(const HostArrays& in, std::vector<ArgDef> defs, std
     count = std::clamp<std::int64_t>(count, 0, size - first);
     return std::vector<double>(in[arg].begin() + first, in[arg].begin() + first + count);
   };
+}
+
+// One SampledOutput against the full reference of its argument: indices ascending, values equal
+// where the reference is infinite and within 1e-12 relative elsewhere.
+inline void expect_sample_matches(const SampledOutput& s, const std::vector<double>& full, const std::string& label) {
+  ASSERT_EQ(s.index.size(), s.value.size()) << label;
+  EXPECT_TRUE(std::is_sorted(s.index.begin(), s.index.end())) << label;
+  for (std::size_t j = 0; j < s.index.size(); ++j) {
+    const double w = full[static_cast<std::size_t>(s.index[j])];
+    if (std::isinf(w))
+      EXPECT_EQ(s.value[j], w) << label << " argument " << s.arg << " element " << s.index[j];
+    else
+      EXPECT_NEAR(s.value[j], w, 1e-12 * std::max(1.0, std::abs(w))) << label << " argument " << s.arg << " element " << s.index[j];
+  }
 }
 
 inline bool in_ci() {

@@ -1,10 +1,11 @@
+#include "common/builtin.hpp"
 
 #include <algorithm>
 #include <string>
 #include <tuple>
 #include <vector>
 
-#include "common/builtin.hpp"
+#include "core/static_list.hpp"
 
 namespace ejk {
 
@@ -18,21 +19,14 @@ struct Registration {
   Builtin::Add add;
 };
 
-// Filled during static initialization, so a function-local static: it exists before the first
-// file's registrations run, whatever the order of files.
-std::vector<Registration>& registrations() {
-  static std::vector<Registration> list;
-  return list;
-}
-
 }  // namespace
 
-Builtin::Builtin(Stage stage, const char* key, Add add) { registrations().push_back({stage, key, add}); }
+Builtin::Builtin(Stage stage, const char* key, Add add) { static_list<Registration>().push_back({stage, key, add}); }
 
 }  // namespace kernels
 
 void register_builtin_kernels(Registry& registry) {
-  std::vector<kernels::Registration> list = kernels::registrations();
+  std::vector<kernels::Registration> list = static_list<kernels::Registration>();
   std::sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return std::tie(a.stage, a.key) < std::tie(b.stage, b.key); });
   for (const auto& r : list) r.add(registry);
 }

@@ -322,24 +322,15 @@ std::vector<double> shuffled_tables(std::int64_t num_seqs, std::int64_t max_bloc
 
 }  // namespace ejk::kernels::decode_attention
 
+#include "core/static_list.hpp"
 #include "decode_attention/impls.hpp"
 
 namespace ejk::kernels::decode_attention {
 
-namespace {
-
-// Filled during static initialization, so a function-local static.
-std::vector<Binding>& client_list() {
-  static std::vector<Binding> list;
-  return list;
-}
-
-}  // namespace
-
-Client::Client(Binding b) { client_list().push_back(std::move(b)); }
+Client::Client(Binding b) { static_list<Binding>().push_back(std::move(b)); }
 
 std::vector<Binding> clients() {
-  std::vector<Binding> list = client_list();
+  std::vector<Binding> list = static_list<Binding>();
   std::sort(list.begin(), list.end(), [](const Binding& a, const Binding& b) { return a.kernel < b.kernel; });
   return list;
 }

@@ -305,6 +305,21 @@ Row row(const RefView& r, std::int64_t b, std::int64_t h, std::int64_t i) {
   return out;
 }
 
+// What every sampled reference reads whole: the sequences (from cu_seqlens when packed) and
+// the sinks. The argument positions differ between forward and backward.
+struct SampleContext {
+  Sequences seq;
+  std::vector<double> sinks;
+};
+
+SampleContext sample_context(const Problem& p, const Invocation& inv, const ArgReader& read, std::size_t icuq,
+                             std::size_t icuk, std::size_t isinks) {
+  auto whole = [&](std::size_t arg) { return read(arg, 0, numel(inv.args[arg].shape)); };
+  const std::vector<double> cuq = p.varlen ? whole(icuq) : std::vector<double>{};
+  const std::vector<double> cuk = p.varlen ? whole(icuk) : std::vector<double>{};
+  return {sequences(p, as_int(cuq), as_int(cuk)), p.has_sinks ? whole(isinks) : std::vector<double>{}};
+}
+
 // (element, value) pairs per output argument as SampledOutputs, indices sorted, empty ones left
 // out.
 std::vector<SampledOutput> sampled_outputs(std::vector<std::pair<std::size_t, std::vector<std::pair<std::int64_t, double>>>> outs) {
@@ -537,11 +552,9 @@ double FlashAttentionKernel::tolerance(const Invocation& inv) const { return bas
 
 std::vector<SampledOutput> FlashAttentionKernel::sampled_reference(const Invocation& inv, const ArgReader& read) const {
   const Problem p = Problem::of(inv);
-  auto whole = [&](std::size_t arg) { return read(arg, 0, numel(inv.args[arg].shape)); };
-  const std::vector<double> cuq = p.varlen ? whole(fwd::cu_seqlens_q) : std::vector<double>{};
-  const std::vector<double> cuk = p.varlen ? whole(fwd::cu_seqlens_k) : std::vector<double>{};
-  const std::vector<double> sinks = p.has_sinks ? whole(fwd::softmax_aux) : std::vector<double>{};
-  const Sequences seq = sequences(p, as_int(cuq), as_int(cuk));
+  const SampleContext context = sample_context(p, inv, read, fwd::cu_seqlens_q, fwd::cu_seqlens_k, fwd::softmax_aux);
+  const Sequences& seq = context.seq;
+  const std::vector<double>& sinks = context.sinks;
   const std::int64_t dim = p.head_dim;
   const double keep_scale = 1.0 / (1.0 - p.dropout);
   std::vector<std::pair<std::int64_t, double>> outs, lses;
@@ -657,11 +670,9 @@ HostArrays FlashAttentionBwdKernel::reference(const Invocation& inv, const HostA
 
 std::vector<SampledOutput> FlashAttentionBwdKernel::sampled_reference(const Invocation& inv, const ArgReader& read) const {
   const Problem p = Problem::of(inv);
-  auto whole = [&](std::size_t arg) { return read(arg, 0, numel(inv.args[arg].shape)); };
-  const std::vector<double> cuq = p.varlen ? whole(bwd::cu_seqlens_q) : std::vector<double>{};
-  const std::vector<double> cuk = p.varlen ? whole(bwd::cu_seqlens_k) : std::vector<double>{};
-  const std::vector<double> sinks = p.has_sinks ? whole(bwd::softmax_aux) : std::vector<double>{};
-  const Sequences seq = sequences(p, as_int(cuq), as_int(cuk));
+  const SampleContext context = sample_context(p, inv, read, bwd::cu_seqlens_q, bwd::cu_seqlens_k, bwd::softmax_aux);
+  const Sequences& seq = context.seq;
+  const std::vector<double>& sinks = context.sinks;
   const std::int64_t D = p.head_dim, G = p.group();
   const double keep_scale = 1.0 / (1.0 - p.dropout);
   // An unbroadcast dbias holds one du per element; a broadcast one sums over every sequence or

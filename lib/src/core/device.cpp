@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/backends.hpp"
+#include "core/static_list.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk {
@@ -77,18 +78,10 @@ nlohmann::json DeviceInfo::to_json() const {
 
 namespace backends {
 
-namespace {
-// Filled during static initialization, so a function-local static.
-std::vector<BackendEntry>& entries() {
-  static std::vector<BackendEntry> list;
-  return list;
-}
-}  // namespace
-
-BackendRegistration::BackendRegistration(BackendEntry entry) { entries().push_back(std::move(entry)); }
+BackendRegistration::BackendRegistration(BackendEntry entry) { static_list<BackendEntry>().push_back(std::move(entry)); }
 
 std::vector<BackendEntry> registered() {
-  std::vector<BackendEntry> list = entries();
+  std::vector<BackendEntry> list = static_list<BackendEntry>();
   std::sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.backend < b.backend; });
   return list;
 }

@@ -42,4 +42,12 @@ void plan(const Session& s, const Candidates& c, const std::vector<std::size_t>&
   lookahead(next);
 }
 
+void evaluate_in_order(Session& s, const Candidates& c, const std::vector<std::size_t>& order, const Lookahead& lookahead) {
+  plan(s, c, order, lookahead);
+  for (std::size_t i : order) {
+    if (s.finished()) return;
+    if (!s.evaluated(i)) s.evaluate(i);
+  }
+}
+
 }  // namespace ejk::tuning

@@ -102,5 +102,7 @@ std::optional<std::size_t> random_unevaluated(const Session& s, std::size_t n, R
 std::optional<std::size_t> nearest_unevaluated(const Session& s, const Candidates& c, std::size_t from, Rng& rng);
 // Hands the lookahead the unevaluated candidates of `order` the budget can still reach.
 void plan(const Session& s, const Candidates& c, const std::vector<std::size_t>& order, const Lookahead& lookahead);
+// Plans `order`, then evaluates its unevaluated candidates in turn until the session stops.
+void evaluate_in_order(Session& s, const Candidates& c, const std::vector<std::size_t>& order, const Lookahead& lookahead);
 
 }  // namespace ejk::tuning

@@ -588,8 +588,9 @@ void VulkanDevice::read(const Buffer& src, std::size_t offset, void* dst, std::s
 // (about 0.5 ms on an H100), which the bench's checks would otherwise pay hundreds of times.
 void VulkanDevice::read_ranges(std::span<const ReadRange> ranges) {
   State& s = *state_;
+  std::vector<std::shared_ptr<Allocation>> sources;
   for (const ReadRange& r : ranges) {
-    (void)buffer_of(*r.src, s.core.get(), "read");
+    sources.push_back(buffer_of(*r.src, s.core.get(), "read").allocation());
     if (r.offset > r.src->bytes() || r.bytes > r.src->bytes() - r.offset)
       throw InvalidArgument("read of " + std::to_string(r.bytes) + " bytes at " + std::to_string(r.offset) +
                             " past the end of a buffer of " + std::to_string(r.src->bytes()));
@@ -603,7 +604,7 @@ void VulkanDevice::read_ranges(std::span<const ReadRange> ranges) {
     VkCommandBuffer cmd = VK_NULL_HANDLE;
     for (std::size_t i = first, at = 0; i < last; ++i) {
       const ReadRange& r = ranges[i];
-      const auto& a = buffer_of(*r.src, s.core.get(), "read").allocation();
+      const auto& a = sources[i];
       if (r.bytes == 0 || a->mapped) continue;
       if (!staging) {
         staging = s.allocate(total, Memory::download);
@@ -618,7 +619,7 @@ void VulkanDevice::read_ranges(std::span<const ReadRange> ranges) {
     s.wait_all();
     for (std::size_t i = first, at = 0; i < last; ++i) {
       const ReadRange& r = ranges[i];
-      const auto& a = buffer_of(*r.src, s.core.get(), "read").allocation();
+      const auto& a = sources[i];
       if (r.bytes == 0) continue;
       if (a->mapped) {
         std::memcpy(r.dst, static_cast<const char*>(a->mapped) + r.offset, r.bytes);

@@ -12,9 +12,7 @@ class Exhaustive final : public SearchStrategy {
   void run(Session& s, const Candidates& c, Rng& /*rng*/, const Lookahead& lookahead) const override {
     std::vector<std::size_t> order(c.size());
     std::iota(order.begin(), order.end(), std::size_t{0});
-    plan(s, c, order, lookahead);
-    for (std::size_t i = 0; i < c.size() && !s.finished(); ++i)
-      if (!s.evaluated(i)) s.evaluate(i);
+    evaluate_in_order(s, c, order, lookahead);
   }
 };
 

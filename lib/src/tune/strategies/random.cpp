@@ -14,11 +14,7 @@ class Random final : public SearchStrategy {
     std::vector<std::size_t> order(c.size());
     std::iota(order.begin(), order.end(), std::size_t{0});
     for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
-    plan(s, c, order, lookahead);
-    for (std::size_t i : order) {
-      if (s.finished()) return;
-      if (!s.evaluated(i)) s.evaluate(i);
-    }
+    evaluate_in_order(s, c, order, lookahead);
   }
 };
 
