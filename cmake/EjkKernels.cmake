@@ -1,6 +1,7 @@
 # ejk_add_kernel(NAME): the kernel folder kernels/NAME joins libejk. By file name: *.cpp is host
-# code (the kernel, its reference, its CPU implementation), opencl*.cpp, vulkan*.cpp and mpi*.cpp
-# are built with their backend; *.cl and *.h are embedded for OpenCL, *.comp compiled to SPIR-V
+# code (the kernel, its reference, its CPU implementation), opencl*.cpp (OpenCL C, run by the
+# OpenCL and CUDA backends), cuda*.cpp, vulkan*.cpp and mpi*.cpp are built with their backend;
+# *.cl and *.h are embedded for OpenCL C, *.cu and *.cuh for CUDA, *.comp compiled to SPIR-V
 # (*_coopmat*.comp only where glslc takes cooperative matrices) and *.glsl tracked as what shaders
 # include. Each file registers what it defines (kernels/common/builtin.hpp), so nothing else
 # lists the kernel. Appends to the EJK_KERNEL_* lists of the caller's scope.
@@ -11,19 +12,21 @@ function(ejk_add_kernel name)
   endif()
   file(GLOB all CONFIGURE_DEPENDS ${dir}/*.cpp)
   file(GLOB opencl CONFIGURE_DEPENDS ${dir}/opencl*.cpp)
+  file(GLOB cuda CONFIGURE_DEPENDS ${dir}/cuda*.cpp)
   file(GLOB vulkan CONFIGURE_DEPENDS ${dir}/vulkan*.cpp)
   file(GLOB mpi CONFIGURE_DEPENDS ${dir}/mpi*.cpp)
   set(host ${all})
-  foreach(backend_files IN ITEMS opencl vulkan mpi)
+  foreach(backend_files IN ITEMS opencl cuda vulkan mpi)
     if(${backend_files})
       list(REMOVE_ITEM host ${${backend_files}})
     endif()
   endforeach()
   file(GLOB cl CONFIGURE_DEPENDS ${dir}/*.cl ${dir}/*.h)
+  file(GLOB cu CONFIGURE_DEPENDS ${dir}/*.cu ${dir}/*.cuh)
   file(GLOB comp CONFIGURE_DEPENDS ${dir}/*.comp)
   file(GLOB coopmat CONFIGURE_DEPENDS ${dir}/*_coopmat*.comp)
   file(GLOB glsl CONFIGURE_DEPENDS ${dir}/*.glsl)
-  foreach(list IN ITEMS host opencl vulkan mpi cl comp coopmat glsl)
+  foreach(list IN ITEMS host opencl cuda vulkan mpi cl cu comp coopmat glsl)
     string(TOUPPER ${list} upper)
     set(EJK_KERNEL_${upper} ${EJK_KERNEL_${upper}} ${${list}} PARENT_SCOPE)
   endforeach()

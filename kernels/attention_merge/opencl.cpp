@@ -5,7 +5,7 @@
 #include <string>
 
 #include "attention_merge/space.hpp"
-#include "backends/opencl/opencl_device.hpp"
+#include "backends/clc/clc_device.hpp"
 #include "common/builtin.hpp"
 #include "ejk/error.hpp"
 
@@ -16,23 +16,23 @@ constexpr const char* source_key = "attention_merge/attention_merge.cl";
 
 int dtype_code(DType t) { return t == DType::f32 ? 0 : t == DType::f16 ? 1 : 2; }
 
-class OpenCLAttentionMerge final : public Implementation {
+class OpenCLAttentionMerge final : public clc::Implementation {
  public:
+  using clc::Implementation::Implementation;
   std::string_view kernel() const override { return kernel_.name(); }
-  Backend backend() const override { return Backend::opencl; }
   std::vector<ArgDef> args() const override { return kernel_.args(); }
   std::vector<std::string> sources() const override { return {source_key}; }
 
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override { return device_space(inv, dev); }
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
-    return device_heuristic(inv, dev, (opencl::device_type(dev) & CL_DEVICE_TYPE_CPU) == 0);
+    return device_heuristic(inv, dev, !clc::is_cpu(dev));
   }
 
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
     check_config("attention_merge on OpenCL", config, p);
     if (p.rows() == 0) return;
-    auto& dev = opencl::opencl_device(device);
+    auto& dev = clc::clc_device(device);
     const std::int64_t threads = config.get("threads"), vec = config.get("vec");
     const std::string options = " -DTHREADS=" + std::to_string(threads) + " -DVEC=" + std::to_string(vec) +
                                 " -DOUT_T=" + std::to_string(dtype_code(p.out_dtype)) +
@@ -42,7 +42,7 @@ class OpenCLAttentionMerge final : public Implementation {
     const int rows = static_cast<int>(p.rows()), seq = static_cast<int>(p.seq), heads = static_cast<int>(p.heads),
               dim = static_cast<int>(p.head_dim), per_group = static_cast<int>(rpg);
     dev.launch(*dev.kernel(source_key, options, "attention_merge"),
-               opencl::Range(static_cast<std::size_t>(ceil_div(p.rows(), rpg)) * t), opencl::Range(t), args[arg::out],
+               clc::Range(static_cast<std::size_t>(ceil_div(p.rows(), rpg)) * t), clc::Range(t), args[arg::out],
                args[arg::lse], args[arg::part], args[arg::part_lse], rows, seq, heads, dim, per_group);
   }
 
@@ -52,6 +52,6 @@ class OpenCLAttentionMerge final : public Implementation {
 
 }  // namespace
 
-EJK_BUILTIN(implementations, "attention_merge/opencl") { r.add(std::make_shared<OpenCLAttentionMerge>()); }
+EJK_BUILTIN(implementations, "attention_merge/opencl") { clc::add<OpenCLAttentionMerge>(r); }
 
 }  // namespace ejk::kernels::attention_merge

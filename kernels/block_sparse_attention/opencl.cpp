@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "backends/opencl/opencl_device.hpp"
+#include "backends/clc/clc_device.hpp"
 #include "block_sparse_attention/block_sparse_attention.hpp"
 #include "block_sparse_attention/tiles.hpp"
 #include "common/builtin.hpp"
@@ -30,9 +30,7 @@ struct Params {
   float scale, cap;
 };
 
-bool is_cpu(const DeviceInfo& dev) { return (opencl::device_type(dev) & CL_DEVICE_TYPE_CPU) != 0; }
-
-std::shared_ptr<opencl::ClKernel> program(opencl::OpenCLDevice& dev, const Problem& p, const Tile& t, const char* name) {
+std::shared_ptr<clc::Kernel> program(clc::Device& dev, const Problem& p, const Tile& t, const char* name) {
   const std::string options = " -DBLOCK_M=" + std::to_string(t.bm) + " -DBLOCK_N=" + std::to_string(t.bn) +
                               " -DHEAD_DIM=" + std::to_string(p.head_dim);
   return dev.kernel(source_key, options, name);
@@ -40,61 +38,61 @@ std::shared_ptr<opencl::ClKernel> program(opencl::OpenCLDevice& dev, const Probl
 
 std::size_t z(std::int64_t v) { return static_cast<std::size_t>(v); }
 
-class OpenCLForward final : public Implementation {
+class OpenCLForward final : public clc::Implementation {
  public:
+  using clc::Implementation::Implementation;
   std::string_view kernel() const override { return "block_sparse_attention"; }
-  Backend backend() const override { return Backend::opencl; }
   std::vector<ArgDef> args() const override { return forward_args(); }
   std::vector<std::string> sources() const override { return {source_key}; }
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
     return device_space(false, BlockSparseAttentionKernel().vars(inv), dev);
   }
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
-    return device_heuristic(space(inv, dev), inv, is_cpu(dev), false);
+    return device_heuristic(space(inv, dev), inv, clc::is_cpu(dev), false);
   }
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
     const Tile t = read_tile(p, config, "block_sparse_attention opencl");
     if (p.batch * p.seq_q == 0) return;
-    auto& dev = opencl::opencl_device(device);
+    auto& dev = clc::clc_device(device);
     const Params params = make_params<Params>(p);
     auto k = program(dev, p, t, "bsa_fwd");
-    dev.launch(*k, opencl::Range(z((p.seq_q + t.bm - 1) / t.bm * t.bm), z(p.heads), z(p.batch)),
-               opencl::Range(z(t.bm), 1, 1), opencl::StructArg::of(params), args[fwd::q], args[fwd::k], args[fwd::v],
+    dev.launch(*k, clc::Range(z((p.seq_q + t.bm - 1) / t.bm * t.bm), z(p.heads), z(p.batch)),
+               clc::Range(z(t.bm), 1, 1), clc::StructArg::of(params), args[fwd::q], args[fwd::k], args[fwd::v],
                args[fwd::kv_block_counts], args[fwd::kv_block_indices], args[fwd::q_segment_ids],
                args[fwd::kv_segment_ids], args[fwd::out], args[fwd::lse]);
   }
 };
 
-class OpenCLBackward final : public Implementation {
+class OpenCLBackward final : public clc::Implementation {
  public:
+  using clc::Implementation::Implementation;
   std::string_view kernel() const override { return "block_sparse_attention_bwd"; }
-  Backend backend() const override { return Backend::opencl; }
   std::vector<ArgDef> args() const override { return backward_args(); }
   std::vector<std::string> sources() const override { return {source_key}; }
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
     return device_space(true, BlockSparseAttentionBwdKernel().vars(inv), dev);
   }
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
-    return device_heuristic(space(inv, dev), inv, is_cpu(dev), true);
+    return device_heuristic(space(inv, dev), inv, clc::is_cpu(dev), true);
   }
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
     const Tile t = read_tile(p, config, "block_sparse_attention_bwd opencl");
     const Tile tq = read_tile(p, config, "block_sparse_attention_bwd opencl", "dq_");
-    auto& dev = opencl::opencl_device(device);
+    auto& dev = clc::clc_device(device);
     const Params params = make_params<Params>(p);
     if (p.batch * p.seq_q > 0) {
       auto dq = program(dev, p, tq, "bsa_dq");
-      dev.launch(*dq, opencl::Range(z((p.seq_q + tq.bm - 1) / tq.bm * tq.bm), z(p.heads), z(p.batch)),
-                 opencl::Range(z(tq.bm), 1, 1), opencl::StructArg::of(params), args[bwd::q], args[bwd::k], args[bwd::v],
+      dev.launch(*dq, clc::Range(z((p.seq_q + tq.bm - 1) / tq.bm * tq.bm), z(p.heads), z(p.batch)),
+                 clc::Range(z(tq.bm), 1, 1), clc::StructArg::of(params), args[bwd::q], args[bwd::k], args[bwd::v],
                  args[bwd::out], args[bwd::dout], args[bwd::lse], args[bwd::kv_block_counts],
                  args[bwd::kv_block_indices], args[bwd::q_segment_ids], args[bwd::kv_segment_ids], args[bwd::dq]);
     }
     if (p.batch * p.seq_k > 0) {
       auto dkdv = program(dev, p, t, "bsa_dkdv");
-      dev.launch(*dkdv, opencl::Range(z((p.seq_k + t.bn - 1) / t.bn * t.bn), z(p.kv_heads), z(p.batch)),
-                 opencl::Range(z(t.bn), 1, 1), opencl::StructArg::of(params), args[bwd::q], args[bwd::k], args[bwd::v],
+      dev.launch(*dkdv, clc::Range(z((p.seq_k + t.bn - 1) / t.bn * t.bn), z(p.kv_heads), z(p.batch)),
+                 clc::Range(z(t.bn), 1, 1), clc::StructArg::of(params), args[bwd::q], args[bwd::k], args[bwd::v],
                  args[bwd::out], args[bwd::dout], args[bwd::lse], args[bwd::q_block_counts],
                  args[bwd::q_block_indices], args[bwd::q_segment_ids], args[bwd::kv_segment_ids], args[bwd::dk],
                  args[bwd::dv]);
@@ -105,8 +103,8 @@ class OpenCLBackward final : public Implementation {
 }  // namespace
 
 EJK_BUILTIN(implementations, "block_sparse_attention/opencl") {
-  r.add(std::make_shared<OpenCLForward>());
-  r.add(std::make_shared<OpenCLBackward>());
+  clc::add<OpenCLForward>(r);
+  clc::add<OpenCLBackward>(r);
 }
 
 }  // namespace ejk::kernels::block_sparse_attention

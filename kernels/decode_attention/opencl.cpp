@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "backends/opencl/opencl_device.hpp"
+#include "backends/clc/clc_device.hpp"
 #include "common/builtin.hpp"
 #include "decode_attention/engine.hpp"
 #include "decode_attention/impls.hpp"
@@ -16,8 +16,6 @@ namespace {
 
 constexpr const char* source_key = "decode_attention/decode_attention.cl";
 constexpr double log2e = 1.4426950408889634;
-
-bool is_cpu(const DeviceInfo& dev) { return (opencl::device_type(dev) & CL_DEVICE_TYPE_CPU) != 0; }
 
 std::int64_t dim_class(std::int64_t d) {
   std::int64_t c = 32;
@@ -44,11 +42,10 @@ std::string shared_expr(const std::string& rows) {
 // decode_stream's keys per work-item and tile.
 std::int64_t stream_kpt(std::int64_t block_k, std::int64_t dm, std::int64_t threads) { return block_k * (dm / 8) / threads; }
 
-class OpenCLDecode final : public Implementation {
+class OpenCLDecode final : public clc::Implementation {
  public:
-  explicit OpenCLDecode(Binding b) : b_(std::move(b)) {}
+  OpenCLDecode(Backend backend, Binding b) : clc::Implementation(backend), b_(std::move(b)) {}
   std::string_view kernel() const override { return b_.kernel; }
-  Backend backend() const override { return Backend::opencl; }
   std::vector<ArgDef> args() const override { return b_.args; }
   std::vector<std::string> sources() const override { return {source_key}; }
 
@@ -85,7 +82,7 @@ class OpenCLDecode final : public Implementation {
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
     const Engine e = b_.engine(inv);
     const std::int64_t bq = query_block(e);
-    const bool cpu = is_cpu(dev);
+    const bool cpu = clc::is_cpu(dev);
     // GPUs: decode_stream with 64 work-items and four keys each, and splits for about two waves
     // of ~8 groups per compute unit: the loads of the next tile stay in flight through the whole
     // loop. On the H100 at batch 32, context 4096, f16 (pass 1 and reduce): 8 splits read the
@@ -123,7 +120,7 @@ class OpenCLDecode final : public Implementation {
 
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Engine e = b_.engine(inv);
-    auto& dev = opencl::opencl_device(device);
+    auto& dev = clc::clc_device(device);
     const std::int64_t splits = config.get("splits"), bk = config.get("block_k"), threads = config.get("threads");
     const std::int64_t bq = e.varlen ? config.get("block_q") : 1, stream = config.get("stream");
     const std::int64_t dm = dim_class(e.head_dim);
@@ -165,9 +162,9 @@ class OpenCLDecode final : public Implementation {
     const std::int64_t blocks = query_blocks(e, bq);
     if (blocks > 0 && e.num_seqs > 0)
       dev.launch(*partial,
-                 opencl::Range(static_cast<std::size_t>(splits * threads), static_cast<std::size_t>(e.kv_heads),
+                 clc::Range(static_cast<std::size_t>(splits * threads), static_cast<std::size_t>(e.kv_heads),
                                static_cast<std::size_t>(blocks)),
-                 opencl::Range(static_cast<std::size_t>(threads), 1, 1), arg(e.at.q), arg(e.at.k), arg(e.at.v),
+                 clc::Range(static_cast<std::size_t>(threads), 1, 1), arg(e.at.q), arg(e.at.k), arg(e.at.v),
                  arg(e.at.block_tables), arg(e.at.kv_begin), arg(e.at.kv_end), arg(e.at.q_loc), *acc, *ml,
                  dtype_code(e.dtype), flags, i32(e.num_seqs), i32(e.heads), i32(e.kv_heads), i32(e.head_dim),
                  i32(e.block_size), i32(e.max_blocks), i32(e.num_blocks), i32(e.seq_len), i32(splits), i32(e.window),
@@ -176,9 +173,9 @@ class OpenCLDecode final : public Implementation {
     const DType sinks_dtype = e.sinks ? args[static_cast<std::size_t>(e.at.sinks)].dtype() : DType::f32;
     if (e.tokens > 0)
       dev.launch(*reduce,
-                 opencl::Range(static_cast<std::size_t>((e.head_dim + dlocal - 1) / dlocal * dlocal),
+                 clc::Range(static_cast<std::size_t>((e.head_dim + dlocal - 1) / dlocal * dlocal),
                                static_cast<std::size_t>(e.tokens * e.heads)),
-                 opencl::Range(static_cast<std::size_t>(dlocal), 1), *acc, *ml, arg(e.at.sinks), arg(e.at.out),
+                 clc::Range(static_cast<std::size_t>(dlocal), 1), *acc, *ml, arg(e.at.sinks), arg(e.at.out),
                  arg(e.at.q_loc), dtype_code(e.dtype), dtype_code(sinks_dtype), flags, i32(e.num_seqs), i32(e.tokens),
                  i32(e.heads), i32(e.head_dim), i32(splits));
   }
@@ -191,7 +188,7 @@ class OpenCLDecode final : public Implementation {
 
 // One implementation for every kernel the engine runs.
 EJK_BUILTIN(implementations, "decode_attention/opencl") {
-  for (Binding b : clients()) r.add(std::make_shared<OpenCLDecode>(std::move(b)));
+  for (const Binding& b : clients()) clc::add<OpenCLDecode>(r, b);
 }
 
 }  // namespace ejk::kernels::decode_attention

@@ -29,7 +29,8 @@
 #define NT (RX * RY)
 #define WQ (BQ / RY)               // score / output rows per work-item
 #define WK (BK / RX)               // score columns per work-item
-#define WR (BK / RY)               // dk/dv rows per work-item
+// dk/dv rows per work-item; a forward geometry may have none (its program still declares fa_dkdv).
+#define WR (BK / RY > 0 ? BK / RY : 1)
 #define WD ((DMAX + RX - 1) / RX)  // output columns per work-item (some past head_dim)
 #define DS (WD * RX + 1)           // local row stride of staged operands (odd)
 #define KS (BK + 1)                // local row stride of score tiles
@@ -93,6 +94,7 @@ void dots(__local const float* sh, uint a, uint b, uint D, const Ctx* c, float t
 // Local memory: BQ*DS (q) + BK*DS (k, then v) + BQ*KS (P) + BQ*RX (row partials) floats.
 
 __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_fwd(FWD_ARGS) {
+  EJK_LOCAL_BIND(float, sh)
   const Params* pc = &P;
   const uint qb = get_group_id(0), head = get_group_id(1);
   const Ctx cx = make_ctx(pc, get_group_id(2), cu_q, cu_k);
@@ -207,6 +209,7 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_fwd(FWD_ARGS) 
 // PREP_NT x 1 work-items, one per query row; local memory PREP_NT floats.
 
 __kernel __attribute__((reqd_work_group_size(PREP_NT, 1, 1))) void fa_prep(BWD_ARGS) {
+  EJK_LOCAL_BIND(float, sh)
   const Params* pc = &P;
   const uint qb = get_group_id(0), head = get_group_id(1);
   const Ctx cx = make_ctx(pc, get_group_id(2), cu_q, cu_k);
@@ -238,6 +241,7 @@ __kernel __attribute__((reqd_work_group_size(PREP_NT, 1, 1))) void fa_prep(BWD_A
 // Local memory: 2*BK*DS (k, v) + BQ*DS (q or dout) + 2*BQ*KS (P, dU) + 2*BQ (lse, delta) floats.
 
 __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_dkdv(BWD_ARGS) {
+  EJK_LOCAL_BIND(float, sh)
   const Params* pc = &P;
   const uint kb = get_group_id(0), hk = get_group_id(1);
   const Ctx cx = make_ctx(pc, get_group_id(2), cu_q, cu_k);
@@ -371,6 +375,7 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_dkdv(BWD_ARGS)
 // Local memory: 2*BQ*DS (q, dout) + BK*DS (v, then k) + BQ*KS (dU) + 2*BQ (lse, delta) floats.
 
 __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_dq(BWD_ARGS) {
+  EJK_LOCAL_BIND(float, sh)
   const Params* pc = &P;
   const uint qb = get_group_id(0), head = get_group_id(1);
   const Ctx cx = make_ctx(pc, get_group_id(2), cu_q, cu_k);
@@ -458,6 +463,7 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_dq(BWD_ARGS) {
 // of the prep pass's shares, in a fixed order. A 1-D grid strides over the outputs.
 
 __kernel __attribute__((reqd_work_group_size(PREP_NT, 1, 1))) void fa_finish(BWD_ARGS) {
+  EJK_LOCAL_BIND(float, sh)
   const Params* pc = &P;
   const uint stride = get_global_size(0);
   if (HAS(F_FINISH_DBIAS)) {

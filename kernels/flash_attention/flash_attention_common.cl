@@ -3,6 +3,7 @@
 // transform, dropout, and the argument lists of the forward and of every backward pass.
 // Included by flash_attention.cl (the scalar passes) and flash_attention_mma.cl (the
 // tensor-core passes on NVIDIA). Semantics: flash_attention.hpp.
+#include "common/clc.h"
 #include "common/philox.h"
 
 #define NEG (-3.0e38f)  // a masked logit; exp2(NEG - m) is 0 for every finite m
@@ -137,12 +138,12 @@ uint lse_index(const Params* pc, const Ctx* c, uint h, int i) {
 
 // The argument lists: every backward pass takes the same one.
 #define FWD_ARGS                                                                                              \
-  Params P, __local float *sh, __global const float *q, __global const float *k, __global const float *v,    \
+  Params P, EJK_LOCAL_ARG(float, sh), __global const float *q, __global const float *k, __global const float *v,    \
       __global const float *bias, __global const float *sinks, __global const int *cu_q,                      \
       __global const int *cu_k, __global const int *q_seg, __global const int *k_seg, __global float *out,    \
       __global float *lse
 #define BWD_ARGS                                                                                              \
-  Params P, __local float *sh, __global const float *q, __global const float *k, __global const float *v,    \
+  Params P, EJK_LOCAL_ARG(float, sh), __global const float *q, __global const float *k, __global const float *v,    \
       __global const float *out, __global const float *dout, __global const float *lse,                      \
       __global const float *bias, __global const float *sinks, __global const int *cu_q,                      \
       __global const int *cu_k, __global const int *q_seg, __global const int *k_seg, __global float *dq,     \

@@ -79,6 +79,7 @@ float sum_quad(float x) {
 }
 
 __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FWD_ARGS) {
+  EJK_LOCAL_BIND(float, sh)
   const Params* pc = &P;
   const Ctx cx = make_ctx(pc, get_group_id(2), cu_q, cu_k);
   const Ctx* c = &cx;
@@ -421,6 +422,7 @@ float grad_logit(const Params* pc, float z, float dp, float lse2, float dlt, flo
 // dq for 16 NW query rows of one head: keys in blocks of BK, k staged as rows (for q k^T) and
 // transposed (for dU k), v as rows (for dout v^T). Local memory: 2 BK KSTR + D (BK / 2 + 4) words.
 __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dq_mma(BWD_ARGS) {
+  EJK_LOCAL_BIND(float, sh)
   const Params* pc = &P;
   const Ctx cx = make_ctx(pc, get_group_id(2), cu_q, cu_k);
   const Ctx* c = &cx;
@@ -488,6 +490,7 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dq_mma(BWD
 // transposed (for dU^T q, P^T dout). Writes dbias (or its f32 scratch) where a bias is given,
 // zeros included for blocks the mask skips. Local memory: 2 BQ KSTR + 2 D (BQ / 2 + 4) + 2 BQ words.
 __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dkdv_mma(BWD_ARGS) {
+  EJK_LOCAL_BIND(float, sh)
   const Params* pc = &P;
   const Ctx cx = make_ctx(pc, get_group_id(2), cu_q, cu_k);
   const Ctx* c = &cx;

@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-#include "backends/opencl/opencl_device.hpp"
+#include "backends/clc/clc_device.hpp"
 #include "common/builtin.hpp"
 #include "ejk/error.hpp"
 #include "flash_attention/flash_attention.hpp"
@@ -39,8 +39,6 @@ constexpr std::int64_t gpu_max_threads = 256;
 
 std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
-
-bool is_cpu(const DeviceInfo& dev) { return (opencl::device_type(dev) & CL_DEVICE_TYPE_CPU) != 0; }
 
 // The space's limits, for configs that reach run() without it.
 TileGeometry geometry(const Config& c, const Problem& p, const DeviceInfo& info) {
@@ -108,7 +106,7 @@ MmaGeometry mma_geometry(const Config& c, const Problem& p, const DeviceInfo& in
 }
 
 // Kernel `name` of the mma geometry's program.
-std::shared_ptr<opencl::ClKernel> mma_kernel(opencl::OpenCLDevice& dev, const MmaGeometry& g, DType t, const char* name) {
+std::shared_ptr<clc::Kernel> mma_kernel(clc::Device& dev, const MmaGeometry& g, DType t, const char* name) {
   const std::string options = "-DD=" + std::to_string(g.d) + " -DNW=" + std::to_string(g.warps) +
                               " -DRT=" + std::to_string(g.tiles) + " -DBK=" + std::to_string(g.bk) +
                               " -DBQ=" + std::to_string(g.bq) + " -DSTAGES=" + std::to_string(g.stages) +
@@ -117,22 +115,22 @@ std::shared_ptr<opencl::ClKernel> mma_kernel(opencl::OpenCLDevice& dev, const Mm
 }
 
 // Kernel `name` of the geometry's program.
-std::shared_ptr<opencl::ClKernel> program_kernel(opencl::OpenCLDevice& dev, const TileGeometry& g, const char* name) {
+std::shared_ptr<clc::Kernel> program_kernel(clc::Device& dev, const TileGeometry& g, const char* name) {
   const std::string options = "-DBQ=" + std::to_string(g.bq) + " -DBK=" + std::to_string(g.bk) +
                               " -DRX=" + std::to_string(g.rx) + " -DRY=" + std::to_string(g.ry) +
                               " -DDMAX=" + std::to_string(g.d) + " -DFMA=" + (dev.hardware_fma() ? "1" : "0") +
-                              " -DUNROLL_LOOPS=" + (is_cpu(dev.info()) ? "0" : "1");
+                              " -DUNROLL_LOOPS=" + (clc::is_cpu(dev.info()) ? "0" : "1");
   return dev.kernel(source_key, options, name);
 }
 
 // Launches `groups` (x, y, z) workgroups of `local` work-items with the arguments that follow.
 template <class... Args>
-void launch(opencl::OpenCLDevice& dev, opencl::ClKernel& k, std::int64_t gx, std::int64_t gy, std::int64_t gz,
+void launch(clc::Device& dev, clc::Kernel& k, std::int64_t gx, std::int64_t gy, std::int64_t gz,
             std::int64_t lx, std::int64_t ly, const Args&... args) {
   if (gx <= 0 || gy <= 0 || gz <= 0) return;
-  const opencl::Range global(static_cast<std::size_t>(gx * lx), static_cast<std::size_t>(gy * ly),
+  const clc::Range global(static_cast<std::size_t>(gx * lx), static_cast<std::size_t>(gy * ly),
                              static_cast<std::size_t>(gz));
-  const opencl::Range local(static_cast<std::size_t>(lx), static_cast<std::size_t>(ly), 1);
+  const clc::Range local(static_cast<std::size_t>(lx), static_cast<std::size_t>(ly), 1);
   dev.launch(k, global, local, args...);
 }
 
@@ -153,27 +151,28 @@ std::string variant_of(const Config& c, const Problem& p) {
   return v;
 }
 
-class OpenCLBase : public Implementation {
+class OpenCLBase : public clc::Implementation {
  public:
-  Backend backend() const override { return Backend::opencl; }
+  using clc::Implementation::Implementation;
 
  protected:
-  static opencl::OpenCLDevice& device_for(const Problem& p, Device& device) {
+  static clc::Device& device_for(const Problem& p, Device& device) {
     check_32bit_indices(p, p.backward ? "flash_attention_bwd opencl" : "flash_attention opencl");
-    return opencl::opencl_device(device);
+    return clc::clc_device(device);
   }
 };
 
 class OpenCLForward final : public OpenCLBase {
  public:
+  using OpenCLBase::OpenCLBase;
   std::string_view kernel() const override { return "flash_attention"; }
   std::vector<ArgDef> args() const override { return forward_args(); }
   std::vector<std::string> sources() const override { return {source_key, mma_key, common_key, philox_key}; }
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
-    return opencl_space(inv, dev, false, is_cpu(dev));
+    return opencl_space(inv, dev, false, clc::is_cpu(dev));
   }
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
-    return opencl_heuristic(inv, dev, false, is_cpu(dev));
+    return opencl_heuristic(inv, dev, false, clc::is_cpu(dev));
   }
 
   void prepare(const Invocation& inv, const Config& config, Device& device) const override {
@@ -187,9 +186,9 @@ class OpenCLForward final : public OpenCLBase {
     const Problem p = Problem::of(inv);
     auto& dev = device_for(p, device);
     const ProgramOptions params = program_options(p, "flash_attention opencl");
-    auto go = [&](opencl::ClKernel& k, std::int64_t groups, std::int64_t lx, std::int64_t ly, std::int64_t local) {
-      launch(dev, k, groups, p.heads, p.batch, lx, ly, opencl::StructArg::of(params),
-             opencl::LocalBytes{static_cast<std::size_t>(local)}, args[fwd::q], args[fwd::k], args[fwd::v],
+    auto go = [&](clc::Kernel& k, std::int64_t groups, std::int64_t lx, std::int64_t ly, std::int64_t local) {
+      launch(dev, k, groups, p.heads, p.batch, lx, ly, clc::StructArg::of(params),
+             clc::LocalBytes{static_cast<std::size_t>(local)}, args[fwd::q], args[fwd::k], args[fwd::v],
              args[fwd::bias], args[fwd::softmax_aux], args[fwd::cu_seqlens_q], args[fwd::cu_seqlens_k],
              args[fwd::q_segment_ids], args[fwd::kv_segment_ids], args[fwd::out], args[fwd::lse]);
     };
@@ -206,14 +205,15 @@ class OpenCLForward final : public OpenCLBase {
 
 class OpenCLBackward final : public OpenCLBase {
  public:
+  using OpenCLBase::OpenCLBase;
   std::string_view kernel() const override { return "flash_attention_bwd"; }
   std::vector<ArgDef> args() const override { return backward_args(); }
   std::vector<std::string> sources() const override { return {source_key, mma_key, common_key, philox_key}; }
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
-    return opencl_space(inv, dev, true, is_cpu(dev));
+    return opencl_space(inv, dev, true, clc::is_cpu(dev));
   }
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
-    return opencl_heuristic(inv, dev, true, is_cpu(dev));
+    return opencl_heuristic(inv, dev, true, clc::is_cpu(dev));
   }
 
   void prepare(const Invocation& inv, const Config& config, Device& device) const override {
@@ -251,8 +251,8 @@ class OpenCLBackward final : public OpenCLBase {
                     std::int64_t ly, std::int64_t local) {
       const bool tensor_cores = std::string_view(name).ends_with("_mma");
       auto k = tensor_cores ? mma_kernel(dev, mg, p.dtype, name) : program_kernel(dev, g, name);
-      launch(dev, *k, gx, gy, gz, lx, ly, opencl::StructArg::of(params),
-             opencl::LocalBytes{static_cast<std::size_t>(local)}, args[bwd::q], args[bwd::k], args[bwd::v],
+      launch(dev, *k, gx, gy, gz, lx, ly, clc::StructArg::of(params),
+             clc::LocalBytes{static_cast<std::size_t>(local)}, args[bwd::q], args[bwd::k], args[bwd::v],
              args[bwd::out], args[bwd::dout], args[bwd::lse], args[bwd::bias], args[bwd::softmax_aux],
              args[bwd::cu_seqlens_q], args[bwd::cu_seqlens_k], args[bwd::q_segment_ids], args[bwd::kv_segment_ids],
              args[bwd::dq], args[bwd::dk], args[bwd::dv], args[bwd::dbias], args[bwd::dsoftmax_aux], *delta, *parts,
@@ -378,8 +378,8 @@ Config opencl_heuristic(const Invocation& inv, const DeviceInfo& dev, bool backw
 }
 
 EJK_BUILTIN(implementations, "flash_attention/opencl") {
-  r.add(std::make_shared<OpenCLForward>());
-  r.add(std::make_shared<OpenCLBackward>());
+  clc::add<OpenCLForward>(r);
+  clc::add<OpenCLBackward>(r);
 }
 
 }  // namespace ejk::kernels::flash_attention

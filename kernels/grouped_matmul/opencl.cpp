@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "backends/opencl/opencl_device.hpp"
+#include "backends/clc/clc_device.hpp"
 #include "common/builtin.hpp"
 #include "ejk/error.hpp"
 #include "grouped_matmul/grouped_matmul.hpp"
@@ -17,17 +17,16 @@ namespace {
 
 constexpr const char* source_key = "grouped_matmul/grouped_matmul.cl";
 
-class OpenCLGroupedMatmul final : public Implementation {
+class OpenCLGroupedMatmul final : public clc::Implementation {
  public:
-  explicit OpenCLGroupedMatmul(Mode mode) : kernel_(mode) {}
+  OpenCLGroupedMatmul(Backend backend, Mode mode) : clc::Implementation(backend), kernel_(mode) {}
   std::string_view kernel() const override { return kernel_.name(); }
-  Backend backend() const override { return Backend::opencl; }
   std::vector<ArgDef> args() const override { return kernel_.args(); }
   std::vector<std::string> sources() const override { return {source_key}; }
 
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override { return device_space(inv, dev); }
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
-    return device_heuristic(inv, dev, (opencl::device_type(dev) & CL_DEVICE_TYPE_CPU) == 0);
+    return device_heuristic(inv, dev, !clc::is_cpu(dev));
   }
 
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
@@ -35,7 +34,7 @@ class OpenCLGroupedMatmul final : public Implementation {
     check_config(std::string(kernel()) + " on OpenCL", config);
     const bool gmm = p.mode == Mode::gmm;
     if (p.n == 0 || (gmm ? p.m == 0 : p.k == 0)) return;
-    auto& dev = opencl::opencl_device(device);
+    auto& dev = clc::clc_device(device);
     const std::int64_t tm = config.get("tile_m"), tn = config.get("tile_n"), wm = config.get("wpt_m"),
                        wn = config.get("wpt_n");
     std::string options;
@@ -53,12 +52,12 @@ class OpenCLGroupedMatmul final : public Implementation {
               groups = static_cast<int>(p.groups);
     if (gmm) {
       const auto slots = static_cast<std::size_t>(ceil_div(p.m, tm) + p.groups);
-      dev.launch(*dev.kernel(source_key, options, "gmm"), opencl::Range(col_tiles * rn, slots * rm), opencl::Range(rn, rm),
+      dev.launch(*dev.kernel(source_key, options, "gmm"), clc::Range(col_tiles * rn, slots * rm), clc::Range(rn, rm),
                  args[arg::lhs], args[arg::rhs], args[arg::group_sizes], args[arg::out], m, n, k, groups);
     } else {
       const auto row_tiles = static_cast<std::size_t>(ceil_div(p.k, tm));
       dev.launch(*dev.kernel(source_key, options, "tgmm"),
-                 opencl::Range(col_tiles * rn, row_tiles * rm, static_cast<std::size_t>(p.groups)), opencl::Range(rn, rm, 1),
+                 clc::Range(col_tiles * rn, row_tiles * rm, static_cast<std::size_t>(p.groups)), clc::Range(rn, rm, 1),
                  args[arg::lhs], args[arg::rhs], args[arg::group_sizes], args[arg::out], m, n, k, groups);
     }
   }
@@ -70,7 +69,7 @@ class OpenCLGroupedMatmul final : public Implementation {
 }  // namespace
 
 EJK_BUILTIN(implementations, "grouped_matmul/opencl") {
-  for (Mode mode : {Mode::gmm, Mode::tgmm}) r.add(std::make_shared<OpenCLGroupedMatmul>(mode));
+  for (Mode mode : {Mode::gmm, Mode::tgmm}) clc::add<OpenCLGroupedMatmul>(r, mode);
 }
 
 }  // namespace ejk::kernels::grouped_matmul

@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "backends/opencl/opencl_device.hpp"
+#include "backends/clc/clc_device.hpp"
 #include "common/builtin.hpp"
 #include "ejk/error.hpp"
 #include "linear_attention/linear_attention.hpp"
@@ -23,11 +23,11 @@ constexpr const char* source_key = "linear_attention/linear_attention.cl";
 
 int dtype_code(DType t) { return t == DType::f32 ? 0 : t == DType::f16 ? 1 : 2; }
 
-class OpenCLLinearAttention final : public Implementation {
+class OpenCLLinearAttention final : public clc::Implementation {
  public:
-  OpenCLLinearAttention(Variant v, bool backward) : variant_(v), backward_(backward) {}
+  OpenCLLinearAttention(Backend backend, Variant v, bool backward)
+      : clc::Implementation(backend), variant_(v), backward_(backward) {}
   std::string_view kernel() const override { return kernel_name(variant_, backward_); }
-  Backend backend() const override { return Backend::opencl; }
   std::vector<ArgDef> args() const override { return kernel_args(variant_, backward_); }
   std::vector<std::string> sources() const override { return {source_key}; }
 
@@ -35,13 +35,12 @@ class OpenCLLinearAttention final : public Implementation {
     return device_space(variant_, backward_, inv, dev);
   }
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
-    const bool cpu = (opencl::device_type(dev) & CL_DEVICE_TYPE_CPU) != 0;
-    return device_heuristic(variant_, backward_, inv, dev, !cpu);
+    return device_heuristic(variant_, backward_, inv, dev, !clc::is_cpu(dev));
   }
 
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
-    auto& dev = opencl::opencl_device(device);
+    auto& dev = clc::clc_device(device);
     const Tiles tiles = tiles_of(variant_, config);
     if (p.batch == 0 || p.num_seqs == 0) return;
     std::vector<const Tensor*> full(p.backward ? bwd::count : fwd::count, nullptr);
@@ -112,8 +111,8 @@ class OpenCLLinearAttention final : public Implementation {
       const std::size_t slices = static_cast<std::size_t>((ps.C + tiles.block_v - 1) / tiles.block_v);
       const auto t = static_cast<std::size_t>(threads);
       const int out_dtype = is_scratch(ps.out) ? 0 : dtype, fin_dtype = is_scratch(ps.final) ? 0 : dtype;
-      dev.launch(*k, opencl::Range(slices * t, static_cast<std::size_t>(p.heads), static_cast<std::size_t>(p.num_seqs)),
-                 opencl::Range(t, 1, 1), or_any(at(ps.query)), or_any(at(ps.key)), or_any(at(ps.value)),
+      dev.launch(*k, clc::Range(slices * t, static_cast<std::size_t>(p.heads), static_cast<std::size_t>(p.num_seqs)),
+                 clc::Range(t, 1, 1), or_any(at(ps.query)), or_any(at(ps.key)), or_any(at(ps.value)),
                  or_any(buf(fwd::g)), or_any(gamma), or_any(at(ps.row_gate)), or_any(at(ps.col_gate)),
                  or_any(at(ps.init)), cu, or_any(at(ps.out)), or_any(at(ps.final)), heads, seq, varlen, dtype, out_dtype,
                  fin_dtype, static_cast<int>(p.has_g), static_cast<int>(p.has_gamma),
@@ -125,8 +124,8 @@ class OpenCLLinearAttention final : public Implementation {
     std::string options = " -DGATES=1 -DR=" + std::to_string(p.K) + " -DC=" + std::to_string(p.V) +
                           " -DTHREADS=" + std::to_string(gate_threads);
     auto k = dev.kernel(source_key, options, "la_gates");
-    dev.launch(*k, opencl::Range(static_cast<std::size_t>(p.heads * gate_threads), static_cast<std::size_t>(p.num_seqs)),
-               opencl::Range(gate_threads, 1), or_any(at(Slot::q)), or_any(at(Slot::k)), or_any(at(Slot::v)),
+    dev.launch(*k, clc::Range(static_cast<std::size_t>(p.heads * gate_threads), static_cast<std::size_t>(p.num_seqs)),
+               clc::Range(gate_threads, 1), or_any(at(Slot::q)), or_any(at(Slot::k)), or_any(at(Slot::v)),
                or_any(at(Slot::dout)), or_any(buf(fwd::g)), or_any(gamma), or_any(at(Slot::gk)), or_any(at(Slot::gv)),
                or_any(at(Slot::ht)), cu, or_any(at(Slot::dq32)), or_any(at(Slot::dk32)), or_any(at(Slot::dv32)),
                or_any(at(Slot::o32)), or_any(at(Slot::st32)), or_any(at(Slot::ds032)), or_any(buf(bwd::dq)),
@@ -145,7 +144,7 @@ class OpenCLLinearAttention final : public Implementation {
 
 EJK_BUILTIN(implementations, "linear_attention/opencl") {
   for (Variant v : variants)
-    for (bool backward : {false, true}) r.add(std::make_shared<OpenCLLinearAttention>(v, backward));
+    for (bool backward : {false, true}) clc::add<OpenCLLinearAttention>(r, v, backward);
 }
 
 }  // namespace ejk::kernels::linear_attention

@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "backends/opencl/opencl_device.hpp"
+#include "backends/clc/clc_device.hpp"
 #include "common/builtin.hpp"
 #include "ejk/error.hpp"
 #include "matmul/matmul.hpp"
@@ -15,8 +15,6 @@ namespace ejk::kernels::matmul {
 namespace {
 
 constexpr const char* source_key = "matmul/matmul.cl";
-
-bool is_cpu(const DeviceInfo& dev) { return (opencl::device_type(dev) & CL_DEVICE_TYPE_CPU) != 0; }
 
 struct Geometry {
   std::int64_t mdimc, ndimc, mwi, nwi, kwg, kwi, sa, sb, pf, vwm, vwn, strm, strn, order;
@@ -50,18 +48,18 @@ struct Geometry {
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-class OpenCLMatmul final : public Implementation {
+class OpenCLMatmul final : public clc::Implementation {
  public:
+  using clc::Implementation::Implementation;
   std::string_view kernel() const override { return "matmul"; }
-  Backend backend() const override { return Backend::opencl; }
   std::vector<ArgDef> args() const override { return matmul_args(); }
   std::vector<std::string> sources() const override { return {source_key}; }
 
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
-    return opencl_space(inv, dev, is_cpu(dev));
+    return opencl_space(inv, dev, clc::is_cpu(dev));
   }
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
-    return opencl_heuristic(inv, dev, is_cpu(dev));
+    return opencl_heuristic(inv, dev, clc::is_cpu(dev));
   }
 
   void prepare(const Invocation& inv, const Config& config, Device& device) const override {
@@ -69,21 +67,21 @@ class OpenCLMatmul final : public Implementation {
     if (p.m == 0 || p.n == 0 || p.batch == 0) return;
     const Geometry g = Geometry::of(config);
     g.check(config, p);
-    (void)program(p, g, opencl::opencl_device(device));
+    (void)program(p, g, clc::clc_device(device));
   }
 
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     Problem p = Problem::of(inv);
-    auto& dev = opencl::opencl_device(device);
+    auto& dev = clc::clc_device(device);
     if (p.m == 0 || p.n == 0 || p.batch == 0) return;
     const Geometry g = Geometry::of(config);
     g.check(config, p);
     const std::int64_t lda = p.trans_a ? p.m : p.k, ldb = p.trans_b ? p.k : p.n, ldc = p.n;
     auto k = program(p, g, dev);
-    const opencl::Range global(static_cast<std::size_t>(ceil_div(p.n, g.nwg()) * g.ndimc),
+    const clc::Range global(static_cast<std::size_t>(ceil_div(p.n, g.nwg()) * g.ndimc),
                                static_cast<std::size_t>(ceil_div(p.m, g.mwg()) * g.mdimc),
                                static_cast<std::size_t>(p.batch));
-    const opencl::Range local(static_cast<std::size_t>(g.ndimc), static_cast<std::size_t>(g.mdimc), 1);
+    const clc::Range local(static_cast<std::size_t>(g.ndimc), static_cast<std::size_t>(g.mdimc), 1);
     dev.launch(*k, global, local, static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k),
                static_cast<float>(p.alpha), static_cast<float>(p.beta), args[0], static_cast<int>(lda),
                static_cast<std::int64_t>(p.batch_stride_a), args[1], static_cast<int>(ldb), static_cast<std::int64_t>(p.batch_stride_b),
@@ -92,7 +90,7 @@ class OpenCLMatmul final : public Implementation {
 
  private:
   // The xgemm kernel of this problem and geometry, built on first use.
-  static std::shared_ptr<opencl::ClKernel> program(const Problem& p, const Geometry& g, opencl::OpenCLDevice& dev) {
+  static std::shared_ptr<clc::Kernel> program(const Problem& p, const Geometry& g, clc::Device& dev) {
     const std::int64_t lda = p.trans_a ? p.m : p.k, ldb = p.trans_b ? p.k : p.n, ldc = p.n;
     for (std::int64_t v : {p.m, p.n, p.k})
       if (v > INT_MAX)
@@ -230,6 +228,6 @@ Config opencl_heuristic(const Invocation& inv, const DeviceInfo& dev, bool cpu_f
   return c;
 }
 
-EJK_BUILTIN(implementations, "matmul/opencl") { r.add(std::make_shared<OpenCLMatmul>()); }
+EJK_BUILTIN(implementations, "matmul/opencl") { clc::add<OpenCLMatmul>(r); }
 
 }  // namespace ejk::kernels::matmul

@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "backends/opencl/opencl_device.hpp"
+#include "backends/clc/clc_device.hpp"
 #include "common/builtin.hpp"
 #include "ejk/error.hpp"
 #include "mean_pooling/mean_pooling.hpp"
@@ -19,24 +19,23 @@ namespace {
 
 constexpr const char* source_key = "mean_pooling/mean_pooling.cl";
 
-class OpenCLMeanPooling final : public Implementation {
+class OpenCLMeanPooling final : public clc::Implementation {
  public:
-  explicit OpenCLMeanPooling(Direction dir) : kernel_(dir) {}
+  OpenCLMeanPooling(Backend backend, Direction dir) : clc::Implementation(backend), kernel_(dir) {}
   std::string_view kernel() const override { return kernel_.name(); }
-  Backend backend() const override { return Backend::opencl; }
   std::vector<ArgDef> args() const override { return kernel_.args(); }
   std::vector<std::string> sources() const override { return {source_key}; }
 
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override { return device_space(inv, dev); }
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
-    return device_heuristic(inv, dev, (opencl::device_type(dev) & CL_DEVICE_TYPE_CPU) == 0);
+    return device_heuristic(inv, dev, !clc::is_cpu(dev));
   }
 
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
     check_config(std::string(kernel()) + " on OpenCL", config);
     if (p.segs == 0 || p.dim == 0) return;
-    auto& dev = opencl::opencl_device(device);
+    auto& dev = clc::clc_device(device);
     const std::int64_t threads = config.get("threads"), vec = config.get("vec"), rows = config.get("rows");
     const std::int64_t splits = config.get("splits");
     const std::string options = " -DTHREADS=" + std::to_string(threads) + " -DVEC=" + std::to_string(vec) +
@@ -44,8 +43,8 @@ class OpenCLMeanPooling final : public Implementation {
                                 std::to_string(p.dtype == DType::f32 ? 0 : p.dtype == DType::f16 ? 1 : 2);
     const std::int64_t blocks = ceil_div(p.dim, threads / rows * vec);
     const auto t = static_cast<std::size_t>(threads);
-    const opencl::Range global(static_cast<std::size_t>(blocks * p.segs) * t, static_cast<std::size_t>(splits));
-    const opencl::Range local(t, 1);
+    const clc::Range global(static_cast<std::size_t>(blocks * p.segs) * t, static_cast<std::size_t>(splits));
+    const clc::Range local(t, 1);
     const int packed = p.packed, seq = static_cast<int>(p.seq), tokens = static_cast<int>(p.tokens), segs = static_cast<int>(p.segs),
               dim = static_cast<int>(p.dim), nb = static_cast<int>(blocks), ns = static_cast<int>(splits);
     if (p.dir == Direction::backward) {
@@ -58,7 +57,7 @@ class OpenCLMeanPooling final : public Implementation {
                args[arg::out], *partial, packed, seq, tokens, segs, dim, nb, ns);
     if (splits > 1)
       dev.launch(*dev.kernel(source_key, options, "mean_pool_finish"),
-                 opencl::Range(static_cast<std::size_t>(ceil_div(p.segs * p.dim, threads)) * t), opencl::Range(t),
+                 clc::Range(static_cast<std::size_t>(ceil_div(p.segs * p.dim, threads)) * t), clc::Range(t),
                  *partial, args[arg::cu_seqlens], args[arg::out], packed, seq, tokens, segs, dim, ns);
   }
 
@@ -69,7 +68,7 @@ class OpenCLMeanPooling final : public Implementation {
 }  // namespace
 
 EJK_BUILTIN(implementations, "mean_pooling/opencl") {
-  for (Direction dir : {Direction::forward, Direction::backward}) r.add(std::make_shared<OpenCLMeanPooling>(dir));
+  for (Direction dir : {Direction::forward, Direction::backward}) clc::add<OpenCLMeanPooling>(r, dir);
 }
 
 }  // namespace ejk::kernels::mean_pooling

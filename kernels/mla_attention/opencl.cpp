@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include "backends/opencl/opencl_device.hpp"
+#include "backends/clc/clc_device.hpp"
 #include "common/builtin.hpp"
 #include "ejk/error.hpp"
 #include "mla_attention/device_space.hpp"
@@ -24,8 +24,6 @@ namespace ejk::kernels::mla_attention {
 namespace {
 
 constexpr const char* source_key = "mla_attention/mla_decode.cl";
-
-bool is_cpu(const DeviceInfo& dev) { return (opencl::device_type(dev) & CL_DEVICE_TYPE_CPU) != 0; }
 
 int dtype_code(DType t) { return t == DType::f32 ? 0 : t == DType::f16 ? 1 : 2; }
 
@@ -39,10 +37,10 @@ std::int64_t pick_splits(const Problem& p, std::int64_t groups_per_part, std::in
   return splits;
 }
 
-class OpenCLMlaDecode final : public Implementation {
+class OpenCLMlaDecode final : public clc::Implementation {
  public:
+  using clc::Implementation::Implementation;
   std::string_view kernel() const override { return "mla_decode"; }
-  Backend backend() const override { return Backend::opencl; }
   std::vector<ArgDef> args() const override { return decode_args(); }
   std::vector<std::string> sources() const override { return {source_key}; }
 
@@ -61,7 +59,7 @@ class OpenCLMlaDecode final : public Implementation {
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
     const Problem p = Problem::of(inv);
     const ParamSpace s = space(inv, dev);
-    const bool cpu = is_cpu(dev);
+    const bool cpu = clc::is_cpu(dev);
     const std::int64_t cus = std::max<std::int64_t>(1, dev.compute_units);
     struct Try {
       std::int64_t threads, hg, bn;
@@ -84,7 +82,7 @@ class OpenCLMlaDecode final : public Implementation {
 
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
-    auto& dev = opencl::opencl_device(device);
+    auto& dev = clc::clc_device(device);
     const std::int64_t threads = config.get("threads"), hg = config.get("heads_per_group");
     const std::int64_t bn = config.get("block_n"), splits = config.get("splits");
     auto pow2 = [](std::int64_t v) { return v > 0 && (v & (v - 1)) == 0; };
@@ -112,16 +110,16 @@ class OpenCLMlaDecode final : public Implementation {
     auto part_ml = dev.allocate(static_cast<std::size_t>(bh * splits * 2) * 4);
     const int dtype = dtype_code(p.dtype);
     const auto t = static_cast<std::size_t>(threads);
-    dev.launch(*absorb, opencl::Range(static_cast<std::size_t>(bh) * t), opencl::Range(t), args[arg::q_nope],
+    dev.launch(*absorb, clc::Range(static_cast<std::size_t>(bh) * t), clc::Range(t), args[arg::q_nope],
                args[arg::q_pe], args[arg::w_kc], *qs, static_cast<int>(p.heads), static_cast<int>(p.nope_dim),
                static_cast<float>(p.scale), dtype);
     dev.launch(*attend,
-               opencl::Range(static_cast<std::size_t>(splits) * t, static_cast<std::size_t>(p.heads / hg),
+               clc::Range(static_cast<std::size_t>(splits) * t, static_cast<std::size_t>(p.heads / hg),
                              static_cast<std::size_t>(p.batch)),
-               opencl::Range(t, 1, 1), *qs, args[arg::kv_cache], args[arg::block_tables], args[arg::context_lens],
+               clc::Range(t, 1, 1), *qs, args[arg::kv_cache], args[arg::block_tables], args[arg::context_lens],
                *part_o, *part_ml, static_cast<int>(p.heads), static_cast<int>(p.block_size),
                static_cast<int>(p.max_blocks), static_cast<int>(splits), dtype);
-    dev.launch(*combine, opencl::Range(static_cast<std::size_t>(bh) * t), opencl::Range(t), *part_o, *part_ml,
+    dev.launch(*combine, clc::Range(static_cast<std::size_t>(bh) * t), clc::Range(t), *part_o, *part_ml,
                args[arg::w_vc], args[arg::out], static_cast<int>(p.heads), static_cast<int>(splits),
                static_cast<int>(p.v_dim), dtype);
   }
@@ -129,6 +127,6 @@ class OpenCLMlaDecode final : public Implementation {
 
 }  // namespace
 
-EJK_BUILTIN(implementations, "mla_attention/opencl") { r.add(std::make_shared<OpenCLMlaDecode>()); }
+EJK_BUILTIN(implementations, "mla_attention/opencl") { clc::add<OpenCLMlaDecode>(r); }
 
 }  // namespace ejk::kernels::mla_attention

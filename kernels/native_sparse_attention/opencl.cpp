@@ -16,7 +16,7 @@
 #include <memory>
 #include <string>
 
-#include "backends/opencl/opencl_device.hpp"
+#include "backends/clc/clc_device.hpp"
 #include "common/builtin.hpp"
 #include "ejk/error.hpp"
 #include "native_sparse_attention/nsa.hpp"
@@ -51,21 +51,21 @@ struct Pooled {
   std::shared_ptr<Buffer> kc, vc;
 };
 
-Pooled pool(opencl::OpenCLDevice& dev, const Problem& p, const std::string& options, std::span<const Tensor> args) {
+Pooled pool(clc::Device& dev, const Problem& p, const std::string& options, std::span<const Tensor> args) {
   Pooled r{dev.allocate(static_cast<std::size_t>(std::max<std::int64_t>(1, p.tokens() * p.kv_heads * p.dk)) * 4),
            dev.allocate(static_cast<std::size_t>(std::max<std::int64_t>(1, p.tokens() * p.kv_heads * p.dv)) * 4)};
   auto k = dev.kernel(source_key, options, "nsa_pool");
   const std::size_t items = static_cast<std::size_t>(p.tokens() * p.kv_heads * (p.dk + p.dv));
-  dev.launch(*k, opencl::Range((items + 63) / 64 * 64), opencl::Range(64), args[fwd::k], args[fwd::v],
+  dev.launch(*k, clc::Range((items + 63) / 64 * 64), clc::Range(64), args[fwd::k], args[fwd::v],
              args[fwd::cu_seqlens], *r.kc, *r.vc, static_cast<int>(p.tokens()), static_cast<int>(p.num_seqs),
              static_cast<int>(p.kv_heads), static_cast<int>(p.block_size), dtype_code(p.dtype));
   return r;
 }
 
-class OpenCLNsa final : public Implementation {
+class OpenCLNsa final : public clc::Implementation {
  public:
+  using clc::Implementation::Implementation;
   std::string_view kernel() const override { return "native_sparse_attention"; }
-  Backend backend() const override { return Backend::opencl; }
   std::vector<ArgDef> args() const override { return forward_args(); }
   std::vector<std::string> sources() const override { return {source_key}; }
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
@@ -77,15 +77,15 @@ class OpenCLNsa final : public Implementation {
 
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
-    auto& dev = opencl::opencl_device(device);
+    auto& dev = clc::clc_device(device);
     const Common c = checked(p, config, "native_sparse_attention");
     if (p.tokens() == 0) return;
     const std::string options = options_of(p, c);
     const Pooled pooled = pool(dev, p, options, args);
     auto k = dev.kernel(source_key, options, "nsa_fwd");
     const auto t = static_cast<std::size_t>(c.threads);
-    dev.launch(*k, opencl::Range(static_cast<std::size_t>(p.tokens()) * t, static_cast<std::size_t>(p.kv_heads * (p.group / c.hpg))),
-               opencl::Range(t, 1), args[fwd::q], args[fwd::k], args[fwd::v], args[fwd::g_cmp], args[fwd::g_slc],
+    dev.launch(*k, clc::Range(static_cast<std::size_t>(p.tokens()) * t, static_cast<std::size_t>(p.kv_heads * (p.group / c.hpg))),
+               clc::Range(t, 1), args[fwd::q], args[fwd::k], args[fwd::v], args[fwd::g_cmp], args[fwd::g_slc],
                args[fwd::block_indices], args[fwd::block_counts], args[fwd::cu_seqlens], *pooled.kc, *pooled.vc,
                args[fwd::o], args[fwd::o_cmp], args[fwd::o_slc], args[fwd::lse], static_cast<int>(p.num_seqs),
                static_cast<int>(p.kv_heads), static_cast<int>(p.group), static_cast<int>(p.selected),
@@ -93,10 +93,10 @@ class OpenCLNsa final : public Implementation {
   }
 };
 
-class OpenCLNsaBwd final : public Implementation {
+class OpenCLNsaBwd final : public clc::Implementation {
  public:
+  using clc::Implementation::Implementation;
   std::string_view kernel() const override { return "native_sparse_attention_bwd"; }
-  Backend backend() const override { return Backend::opencl; }
   std::vector<ArgDef> args() const override { return backward_args(); }
   std::vector<std::string> sources() const override { return {source_key}; }
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
@@ -108,7 +108,7 @@ class OpenCLNsaBwd final : public Implementation {
 
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
-    auto& dev = opencl::opencl_device(device);
+    auto& dev = clc::clc_device(device);
     const Common c = checked(p, config, "native_sparse_attention_bwd");
     if (p.tokens() == 0) return;
     const std::string options = options_of(p, c);
@@ -122,17 +122,17 @@ class OpenCLNsaBwd final : public Implementation {
     const int S = static_cast<int>(p.selected), BS = static_cast<int>(p.block_size), dt = dtype_code(p.dtype);
     const float scale = static_cast<float>(p.scale);
     auto dq = dev.kernel(source_key, options, "nsa_bwd_dq");
-    dev.launch(*dq, opencl::Range(static_cast<std::size_t>(N) * t, static_cast<std::size_t>(H * (p.group / c.hpg))),
-               opencl::Range(t, 1), args[bwd::q], args[bwd::k], args[bwd::v], args[bwd::g_cmp], args[bwd::g_slc],
+    dev.launch(*dq, clc::Range(static_cast<std::size_t>(N) * t, static_cast<std::size_t>(H * (p.group / c.hpg))),
+               clc::Range(t, 1), args[bwd::q], args[bwd::k], args[bwd::v], args[bwd::g_cmp], args[bwd::g_slc],
                args[bwd::block_indices], args[bwd::block_counts], args[bwd::cu_seqlens], *pooled.kc, *pooled.vc,
                args[bwd::o_cmp], args[bwd::o_slc], args[bwd::lse], args[bwd::dout], args[bwd::dq], args[bwd::dg_cmp],
                args[bwd::dg_slc], *delta, nseq, iH, G, S, BS, scale, dt);
-    const opencl::Range grid(static_cast<std::size_t>(N) * t, static_cast<std::size_t>(H));
+    const clc::Range grid(static_cast<std::size_t>(N) * t, static_cast<std::size_t>(H));
     auto dcmp = dev.kernel(source_key, options, "nsa_bwd_dcmp");
-    dev.launch(*dcmp, grid, opencl::Range(t, 1), args[bwd::q], args[bwd::g_cmp], args[bwd::cu_seqlens], *pooled.kc,
+    dev.launch(*dcmp, grid, clc::Range(t, 1), args[bwd::q], args[bwd::g_cmp], args[bwd::cu_seqlens], *pooled.kc,
                *pooled.vc, args[bwd::lse], args[bwd::dout], *delta, *dkc, *dvc, nseq, iH, G, BS, scale, dt);
     auto dkv = dev.kernel(source_key, options, "nsa_bwd_dkv");
-    dev.launch(*dkv, grid, opencl::Range(t, 1), args[bwd::q], args[bwd::k], args[bwd::v], args[bwd::g_slc],
+    dev.launch(*dkv, grid, clc::Range(t, 1), args[bwd::q], args[bwd::k], args[bwd::v], args[bwd::g_slc],
                args[bwd::block_indices], args[bwd::block_counts], args[bwd::cu_seqlens], args[bwd::lse], args[bwd::dout],
                *delta, *dkc, *dvc, args[bwd::dk], args[bwd::dv], nseq, iH, G, S, BS, scale, dt);
   }
@@ -141,8 +141,8 @@ class OpenCLNsaBwd final : public Implementation {
 }  // namespace
 
 EJK_BUILTIN(implementations, "native_sparse_attention/opencl") {
-  r.add(std::make_shared<OpenCLNsa>());
-  r.add(std::make_shared<OpenCLNsaBwd>());
+  clc::add<OpenCLNsa>(r);
+  clc::add<OpenCLNsaBwd>(r);
 }
 
 }  // namespace ejk::kernels::native_sparse_attention

@@ -1,5 +1,5 @@
 #pragma once
-// Devices of the three backends, their capabilities, buffers and device-clock timing.
+// Devices of the backends, their capabilities, buffers and device-clock timing.
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -16,7 +16,7 @@
 
 namespace ejk {
 
-enum class Backend : std::uint8_t { cpu, opencl, vulkan };
+enum class Backend : std::uint8_t { cpu, opencl, vulkan, cuda };
 
 std::string_view to_string(Backend b);
 Backend parse_backend(std::string_view name);  // throws InvalidArgument
@@ -38,6 +38,7 @@ struct DeviceInfo {
   std::string api_version;   // "OpenCL 3.0", "Vulkan 1.3.230", "C++20"
   std::string architecture;  // vendor-specific family, for profile fallbacks
   bool discrete = false;     // a discrete GPU
+  bool cpu = false;          // runs on the host's CPU cores (the cpu backend, an OpenCL CPU driver)
   std::uint32_t compute_units = 0;
   std::uint64_t global_mem = 0;
   std::uint64_t max_buffer = 0;
@@ -127,7 +128,7 @@ class Device {
 // Every device of every backend compiled in, in a stable order.
 std::vector<DeviceInfo> list_devices();
 
-// Opens a device by name: "cpu", "opencl:N", "vulkan:N" or "auto" (a discrete GPU first,
+// Opens a device by name: "cpu", "opencl:N", "vulkan:N", "cuda:N" or "auto" (a discrete GPU first,
 // else the native CPU backend). Devices are shared: the same name gives the same device.
 // Throws InvalidArgument naming the device argument when there is no such device.
 std::shared_ptr<Device> open_device(std::string_view name);

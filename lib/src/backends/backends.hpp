@@ -18,6 +18,8 @@ struct BackendEntry {
   int auto_rank = 0;
   // How build_info() names it: "vulkan", "vulkan +coopmat".
   std::string build_name;
+  // Its devices are clc::Devices: they run the kernels' OpenCL C (backends/clc/clc_device.hpp).
+  bool opencl_c = false;
 };
 
 class BackendRegistration {

@@ -18,14 +18,15 @@ std::string_view to_string(Backend b) {
     case Backend::cpu: return "cpu";
     case Backend::opencl: return "opencl";
     case Backend::vulkan: return "vulkan";
+    case Backend::cuda: return "cuda";
   }
   return "?";
 }
 
 Backend parse_backend(std::string_view name) {
-  for (Backend b : {Backend::cpu, Backend::opencl, Backend::vulkan})
+  for (Backend b : {Backend::cpu, Backend::opencl, Backend::vulkan, Backend::cuda})
     if (to_string(b) == name) return b;
-  throw InvalidArgument("unknown backend '" + std::string(name) + "' (expected cpu, opencl or vulkan)");
+  throw InvalidArgument("unknown backend '" + std::string(name) + "' (expected cpu, opencl, vulkan or cuda)");
 }
 
 void Device::read_ranges(std::span<const ReadRange> ranges) {
@@ -62,6 +63,7 @@ nlohmann::json DeviceInfo::to_json() const {
           {"api_version", api_version},
           {"architecture", architecture},
           {"discrete", discrete},
+          {"cpu", cpu},
           {"compute_units", compute_units},
           {"global_mem", global_mem},
           {"max_buffer", max_buffer},

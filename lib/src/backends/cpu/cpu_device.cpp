@@ -60,6 +60,7 @@ DeviceInfo cpu_info() {
   DeviceInfo info;
   unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   info.backend = Backend::cpu;
+  info.cpu = true;
   info.index = 0;
   info.vendor = cpu_vendor();
   info.name = cpu_model();

@@ -5,54 +5,11 @@
 #include <limits>
 #include <string>
 
-#include "core/difference.hpp"
-#include "core/fill.hpp"
 #include "core/sha256.hpp"
 #include "ejk/detail/embedded.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::opencl {
-namespace {
-
-// `text` (embedded as `key`) with each line `#include "name"` that names an embedded file of
-// key's folder, or one below kernels/ ("common/philox.h"), replaced by that file's text (itself expanded), followed by a #line directive so
-// build logs keep the including file's line numbers. Other includes stay for the driver.
-std::string with_includes(std::string_view key, std::string_view text, int depth) {
-  if (depth > 8) throw InvalidArgument("OpenCL source " + std::string(key) + ": includes nested more than 8 deep");
-  const std::size_t slash = key.rfind('/');
-  const std::string folder(slash == std::string_view::npos ? std::string_view() : key.substr(0, slash + 1));
-  std::string out;
-  out.reserve(text.size());
-  std::size_t line_no = 0;
-  for (std::size_t pos = 0; pos < text.size();) {
-    std::size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    const std::string_view line = text.substr(pos, end - pos);
-    pos = end + 1;
-    ++line_no;
-    constexpr std::string_view directive = "#include \"";
-    const std::size_t close = line.rfind('"');
-    if (line.starts_with(directive) && close > directive.size()) {
-      const std::string name(line.substr(directive.size(), close - directive.size()));
-      const auto& files = detail::embedded_files();
-      auto find = [&](const std::string& wanted) {
-        return std::find_if(files.begin(), files.end(), [&](const detail::EmbeddedFile* f) { return f->key == wanted; });
-      };
-      auto it = find(folder + name);
-      if (it == files.end()) it = find(name);  // "common/philox.h": a path below kernels/
-      if (it != files.end()) {
-        out += with_includes((*it)->key, (*it)->text(), depth + 1);
-        out += "\n#line " + std::to_string(line_no + 1) + "\n";
-        continue;
-      }
-    }
-    out += line;
-    out += '\n';
-  }
-  return out;
-}
-
-}  // namespace
 
 // One cache slot per (source hash, options). Its own mutex lets different programs build
 // concurrently while a second request for the same one waits for the first build.
@@ -131,31 +88,6 @@ void OpenCLDevice::copy(const Buffer& src, std::size_t src_offset, Buffer& dst, 
                             recording() ? event.out() : nullptr),
         "clEnqueueCopyBuffer");
   if (event) add_event(event.get());
-}
-
-void OpenCLDevice::fill_blocks(Buffer& dst, DType t, std::int64_t first, std::int64_t count, std::uint64_t seed,
-                               float lo, float hi) {
-  auto k = kernel("common/fill.cl", "", "ejk_fill");
-  const auto n = static_cast<std::uint64_t>(count / 4);
-  // A grid-stride loop: enough groups to fill the device, whatever the tensor's size.
-  constexpr std::size_t local = 256;
-  const std::size_t groups = static_cast<std::size_t>(std::min<std::uint64_t>((n + local - 1) / local, 1u << 16));
-  const auto word0 = static_cast<std::uint64_t>(first) * dtype_size(t) / 4;
-  launch(*k, Range(groups * local), Range(local), dst, word0, static_cast<std::uint64_t>(first / 4), n,
-         static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32), lo, hi - lo, fill_code(t));
-}
-
-Difference OpenCLDevice::difference(const Buffer& got, const Buffer* want, DType t, std::int64_t n) {
-  if (n <= 0) return {};
-  auto k = kernel("common/difference.cl", "", "ejk_difference");
-  constexpr std::size_t local = 256;
-  const std::size_t groups = std::min<std::size_t>((static_cast<std::size_t>(n) + local - 1) / local, 1024);
-  const auto part = allocate(groups * 4 * sizeof(std::uint32_t));
-  launch(*k, Range(groups * local), Range(local), got, want ? *want : got, static_cast<std::uint64_t>(n), fill_code(t),
-         static_cast<std::uint32_t>(want != nullptr), *part);
-  std::vector<std::uint32_t> words(groups * 4);
-  read(*part, 0, words.data(), words.size() * sizeof(std::uint32_t));
-  return fold_groups(words, n);
 }
 
 void OpenCLDevice::synchronize() { check(clFinish(queue_.get()), "clFinish(" + info_.id() + ")"); }
@@ -328,7 +260,7 @@ std::shared_ptr<ClKernel> OpenCLDevice::kernel_for(const std::string& source_has
   return kernels_.emplace(std::move(key), std::move(made)).first->second;
 }
 
-std::shared_ptr<ClKernel> OpenCLDevice::kernel(std::string_view source_key, std::string_view options,
+std::shared_ptr<clc::Kernel> OpenCLDevice::kernel(std::string_view source_key, std::string_view options,
                                                std::string_view name) {
   std::shared_ptr<const Source> source;
   {
@@ -337,7 +269,7 @@ std::shared_ptr<ClKernel> OpenCLDevice::kernel(std::string_view source_key, std:
     if (it != sources_.end()) source = it->second;
   }
   if (!source) {
-    std::string text = with_includes(source_key, detail::embedded(source_key).text(), 0);
+    std::string text = clc::with_includes(source_key, detail::embedded(source_key).text());
     auto made = std::make_shared<const Source>(Source{detail::sha256_hex(text), std::move(text)});
     std::lock_guard lock(cache_mutex_);
     source = sources_.emplace(std::string(source_key), std::move(made)).first->second;
@@ -355,12 +287,6 @@ ProgramCacheStats OpenCLDevice::program_cache_stats() const {
   return stats_;
 }
 
-void OpenCLDevice::check_arg_count(const ClKernel& k, std::size_t given) const {
-  if (given != k.num_args())
-    throw InvalidArgument("kernel " + k.name() + " takes " + std::to_string(k.num_args()) + " arguments, launched with " +
-                          std::to_string(given));
-}
-
 void OpenCLDevice::set_raw(const ClKernel& k, cl_uint index, std::size_t size, const void* value) const {
   cl_int err = clSetKernelArg(k.get(), index, size, value);
   if (err != CL_SUCCESS)
@@ -368,28 +294,26 @@ void OpenCLDevice::set_raw(const ClKernel& k, cl_uint index, std::size_t size, c
                   " bytes)");
 }
 
-void OpenCLDevice::set_arg(const ClKernel& k, cl_uint index, const Buffer& b) const {
-  cl_mem m = mem_of(b);
-  set_raw(k, index, sizeof m, &m);
-}
-
-void OpenCLDevice::enqueue(ClKernel& k, const Range& global, const Range& local) {
-  if (global.dims != local.dims)
-    throw InvalidArgument("launch of " + k.name() + ": global and local ranges have different dimensions");
-  if (local.count() > k.max_workgroup_size())
-    throw ResourceError("launch of " + k.name() + " on " + info_.id() + ": a workgroup of " +
-                        std::to_string(local.count()) + " work-items exceeds the kernel's limit of " +
-                        std::to_string(k.max_workgroup_size()));
-  for (cl_uint d = 0; d < global.dims; ++d) {
-    if (local.size[d] > info_.max_workgroup_dims[d])
-      throw ResourceError("launch of " + k.name() + " on " + info_.id() + ": local size " +
-                          std::to_string(local.size[d]) + " in dimension " + std::to_string(d) +
-                          " exceeds the device's limit of " + std::to_string(info_.max_workgroup_dims[d]));
-    if (local.size[d] == 0 || global.size[d] % local.size[d] != 0)
-      throw InvalidArgument("launch of " + k.name() + ": global size " + std::to_string(global.size[d]) +
-                            " is not a multiple of local size " + std::to_string(local.size[d]) + " in dimension " +
-                            std::to_string(d));
+void OpenCLDevice::launch_args(clc::Kernel& kernel, const Range& global, const Range& local,
+                               std::span<const clc::Arg> args) {
+  auto& k = static_cast<ClKernel&>(kernel);
+  std::lock_guard lock(k.mutex_);
+  if (args.size() != k.num_args())
+    throw InvalidArgument("kernel " + k.name() + " takes " + std::to_string(k.num_args()) + " arguments, launched with " +
+                          std::to_string(args.size()));
+  for (cl_uint i = 0; i < args.size(); ++i) {
+    const clc::Arg& a = args[i];
+    switch (a.kind) {
+      case clc::Arg::Kind::buffer: {
+        cl_mem m = mem_of(*a.buffer);
+        set_raw(k, i, sizeof m, &m);
+        break;
+      }
+      case clc::Arg::Kind::local: set_raw(k, i, a.bytes, nullptr); break;
+      case clc::Arg::Kind::value: set_raw(k, i, a.bytes, a.data); break;
+    }
   }
+  check_ranges(k, global, local);
   if (global.count() == 0) return;
   EventHandle event;
   cl_int err = clEnqueueNDRangeKernel(queue_.get(), k.get(), global.dims, nullptr, global.size.data(),

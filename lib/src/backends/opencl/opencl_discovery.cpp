@@ -110,6 +110,7 @@ DeviceInfo describe(cl_device_id dev, int index) {
   // Deprecated since OpenCL 2.0 but still answered, and the only portable "is it integrated".
   bool unified = optional_value<cl_bool>(dev, CL_DEVICE_HOST_UNIFIED_MEMORY) != CL_FALSE;
   info.discrete = (type & CL_DEVICE_TYPE_GPU) && !unified;
+  info.cpu = (type & CL_DEVICE_TYPE_CPU) != 0;
   info.compute_units = value<cl_uint>(dev, CL_DEVICE_MAX_COMPUTE_UNITS, "CL_DEVICE_MAX_COMPUTE_UNITS");
   info.global_mem = value<cl_ulong>(dev, CL_DEVICE_GLOBAL_MEM_SIZE, "CL_DEVICE_GLOBAL_MEM_SIZE");
   info.max_buffer = value<cl_ulong>(dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, "CL_DEVICE_MAX_MEM_ALLOC_SIZE");
@@ -209,7 +210,7 @@ std::shared_ptr<Device> open_opencl(int index) {
   return std::make_shared<opencl::OpenCLDevice>(f.platform, f.device, opencl::describe(f.device, index));
 }
 
-const BackendRegistration opencl_registration{{Backend::opencl, &opencl_devices, &open_opencl, 1, "opencl"}};
+const BackendRegistration opencl_registration{{Backend::opencl, &opencl_devices, &open_opencl, 1, "opencl", true}};
 
 }  // namespace
 

@@ -1,0 +1,53 @@
+#pragma once
+// A CUDA device that only compiles: kernel() runs NVRTC for a chosen architecture, launches check
+// their ranges and do nothing, buffers hold no memory and read as zeros. It needs NVRTC but no
+// GPU or driver, so a machine without either can check that every program an implementation's
+// configs build compiles for sm_80 and sm_90a (tests/cuda_test.cpp).
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "backends/clc/clc_device.hpp"
+
+namespace ejk::cuda {
+
+class CompileOnlyDevice final : public clc::Device {
+ public:
+  // A device like `info` (backend cuda) whose programs are compiled for `arch` ("sm_90a").
+  CompileOnlyDevice(DeviceInfo info, std::string arch);
+
+  const DeviceInfo& info() const override { return info_; }
+  std::shared_ptr<Buffer> allocate(std::size_t bytes) override;
+  void write(Buffer& dst, std::size_t offset, const void* src, std::size_t bytes) override;
+  void read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) override;
+  using Device::copy;
+  void copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset, std::size_t bytes) override;
+  void synchronize() override {}
+  double time_ns(const std::function<void()>& work) override;
+  std::shared_ptr<clc::Kernel> kernel(std::string_view source_key, std::string_view options,
+                                      std::string_view name) override;
+  bool hardware_fma() const override { return true; }
+  Difference difference(const Buffer& got, const Buffer* want, DType t, std::int64_t n) override;
+
+  // Distinct programs compiled so far.
+  std::size_t compiled() const;
+
+ protected:
+  void fill_blocks(Buffer&, DType, std::int64_t, std::int64_t, std::uint64_t, float, float) override {}
+  void launch_args(clc::Kernel& k, const clc::Range& global, const clc::Range& local,
+                   std::span<const clc::Arg> args) override;
+
+ private:
+  DeviceInfo info_;
+  std::string arch_;
+  mutable std::mutex mutex_;
+  std::map<std::string, std::string, std::less<>> translated_;  // source key -> CUDA C++ text
+  std::map<std::string, std::shared_ptr<clc::Kernel>, std::less<>> kernels_;  // options + name
+  std::map<std::string, std::string, std::less<>> failed_;                   // program -> log
+  std::set<std::string> built_;                                               // source key + options
+};
+
+}  // namespace ejk::cuda

@@ -1,0 +1,164 @@
+#pragma once
+// The CUDA backend: one primary context and one stream per device, buffers, device-clock
+// timing with events, and kernels compiled at run time by NVRTC for the device's architecture
+// (sm_90a on Hopper), kept in memory per (source, options) and across processes as cubins
+// (ProgramStore). It runs the kernels' OpenCL C through a prelude (opencl_c.hpp) and CUDA C++
+// sources of its own (cuda_kernel).
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backends/clc/clc_device.hpp"
+#include "backends/cuda/cuda_api.hpp"
+#include "backends/program_store.hpp"
+#include "ejk/device.hpp"
+
+namespace ejk::cuda {
+
+class CudaBuffer final : public Buffer {
+ public:
+  CudaBuffer(const Driver& d, CUcontext ctx, CUdeviceptr ptr, std::size_t bytes)
+      : Buffer(bytes), driver_(d), ctx_(ctx), ptr_(ptr) {}
+  ~CudaBuffer() override;
+  CUdeviceptr ptr() const { return ptr_; }
+
+ private:
+  const Driver& driver_;
+  CUcontext ctx_;
+  CUdeviceptr ptr_;
+};
+
+// A compiled kernel: its function, what the module reports of it, and its parameters' sizes.
+class CudaKernel final : public clc::Kernel {
+ public:
+  CudaKernel(std::shared_ptr<void> module, CUfunction fn, std::string name, std::size_t max_threads,
+             std::uint64_t static_shared, std::vector<std::size_t> param_sizes)
+      : module_(std::move(module)), fn_(fn), name_(std::move(name)), max_threads_(max_threads),
+        static_shared_(static_shared), param_sizes_(std::move(param_sizes)) {}
+  const std::string& name() const override { return name_; }
+  std::size_t max_workgroup_size() const override { return max_threads_; }
+  std::uint64_t local_mem() const override { return static_shared_; }
+  CUfunction function() const { return fn_; }
+  const std::vector<std::size_t>& param_sizes() const { return param_sizes_; }
+
+ private:
+  friend class CudaDevice;
+  std::shared_ptr<void> module_;  // keeps the module loaded
+  CUfunction fn_;
+  std::string name_;
+  std::size_t max_threads_;
+  std::uint64_t static_shared_;
+  std::vector<std::size_t> param_sizes_;
+  std::size_t dynamic_limit_ = 48 * 1024;  // the dynamic shared memory the function is allowed
+  std::mutex mutex_;
+};
+
+struct ModuleCacheStats {
+  std::size_t builds = 0;    // NVRTC compilations (successful or not)
+  std::size_t hits = 0;      // requests answered from memory
+  std::size_t failures = 0;  // compilations that failed
+  std::size_t loaded = 0;    // answered by a cubin another process kept (ProgramStore)
+};
+
+// NVRTC's architecture option for a compute capability: the arch-specific target ("sm_90a",
+// with wgmma and setmaxnreg) where there is one, else "sm_86".
+std::string nvrtc_arch(int major, int minor);
+
+// Compiles CUDA C++ `source` for `arch` ("sm_90a") with NVRTC; the cubin, or CompileError with
+// the log. `origin` names the source in the message.
+std::vector<unsigned char> compile(std::string_view source, const std::vector<std::string>& options,
+                                   std::string_view arch, std::string_view origin);
+
+class CudaDevice final : public clc::Device {
+ public:
+  CudaDevice(CUdevice device, DeviceInfo info);
+  ~CudaDevice() override;
+
+  const DeviceInfo& info() const override { return info_; }
+  std::shared_ptr<Buffer> allocate(std::size_t bytes) override;
+  void write(Buffer& dst, std::size_t offset, const void* src, std::size_t bytes) override;
+  void read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) override;
+  void read_ranges(std::span<const ReadRange> ranges) override;
+  using Device::copy;
+  void copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset, std::size_t bytes) override;
+  void synchronize() override;
+  // Events recorded on the device's stream before and after `work`; 0 when `work` submitted
+  // nothing.
+  double time_ns(const std::function<void()>& work) override;
+
+  // OpenCL C (translated, opencl_c.hpp).
+  std::shared_ptr<clc::Kernel> kernel(std::string_view source_key, std::string_view options,
+                                      std::string_view name) override;
+  // CUDA C++: kernel `name` (extern "C") of the embedded source `source_key` ("matmul/matmul.cu"),
+  // compiled with `options` (NVRTC's: "-DBM=128").
+  std::shared_ptr<CudaKernel> cuda_kernel(std::string_view source_key, const std::vector<std::string>& options,
+                                          std::string_view name);
+  bool hardware_fma() const override { return true; }
+  ModuleCacheStats module_cache_stats() const;
+
+  CUcontext context() const { return ctx_; }
+  CUstream stream() const { return stream_; }
+  const std::string& arch() const { return arch_; }
+  int compute_capability() const { return cc_; }  // 90 for sm_90
+  std::uint64_t shared_optin() const { return shared_optin_; }
+
+  // Launches a CUDA kernel: grid and block in blocks and threads, `params` as cuLaunchKernel
+  // takes them; sizes are checked against the kernel's parameters.
+  void launch_cuda(CudaKernel& k, std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
+                   std::size_t dynamic_shared, std::span<void* const> params);
+
+ protected:
+  void launch_args(clc::Kernel& k, const clc::Range& global, const clc::Range& local,
+                   std::span<const clc::Arg> args) override;
+
+ private:
+  struct ModuleEntry;
+  struct Source {
+    std::string hash, text;            // of the translated text
+    std::vector<std::string> options;  // what the translation needs
+  };
+  std::shared_ptr<const Source> source(std::string_view key, bool opencl_c);
+  // The module of `src` built with `options`: the cubin the store keeps, else compiled (and kept).
+  std::shared_ptr<void> load_module(const Source& src, const std::vector<std::string>& options, std::string_view origin,
+                                    const std::string& stored_key);
+  std::shared_ptr<CudaKernel> kernel_for(const Source& source, const std::vector<std::string>& options,
+                                         std::string_view origin, std::string_view name);
+  void current() const;
+  void submitted() { submissions_.fetch_add(1, std::memory_order_relaxed); }
+
+  const Driver& driver_;
+  CUdevice device_;
+  DeviceInfo info_;
+  CUcontext ctx_ = nullptr;
+  CUstream stream_ = nullptr;
+  std::string arch_;
+  int cc_ = 0;
+  std::uint64_t shared_optin_ = 0;
+  std::optional<ProgramStore> store_;
+  std::atomic<std::uint64_t> submissions_{0};
+  std::mutex stream_mutex_;  // host-side order of a launch's checks and its submission
+
+  mutable std::mutex cache_mutex_;
+  std::map<std::string, std::shared_ptr<const Source>, std::less<>> sources_;  // source key
+  std::map<std::string, std::shared_ptr<ModuleEntry>, std::less<>> modules_;     // hash + options
+  std::map<std::string, std::shared_ptr<CudaKernel>, std::less<>> kernels_;      // hash + options + name
+  ModuleCacheStats stats_;
+};
+
+// The CUDA device behind a Device reference; throws DeviceError naming the device when it
+// belongs to another backend.
+CudaDevice& cuda_device(ejk::Device& d);
+// The device pointer of a CUDA buffer; throws DeviceError when it is another backend's.
+CUdeviceptr ptr_of(const Buffer& b);
+
+}  // namespace ejk::cuda

@@ -1,0 +1,184 @@
+// The CUDA backend. Everywhere: the OpenCL C translation and every kernel's programs compiled by
+// NVRTC for sm_80 and sm_90a on a compile-only device (NVRTC needs no GPU). On a machine with an
+// NVIDIA driver, the device itself (the suite's other tests run every kernel on cuda:N through
+// test::devices(), Conformance included).
+#ifdef EJK_HAVE_CUDA
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "backends/cuda/compile_only.hpp"
+#include "backends/cuda/cuda_api.hpp"
+#include "backends/cuda/cuda_device.hpp"
+#include "backends/cuda/opencl_c.hpp"
+#include "support.hpp"
+
+namespace ejk {
+namespace {
+
+TEST(CudaOpenCLC, QualifiersAndVectorLiteralsAreRewritten) {
+  const auto t = cuda::translate_opencl_c(
+      "// (a comment with __local and (float4)(1, 2))\n"
+      "__kernel void f(__global float* x, __local float* tmp) {\n"
+      "  __local float tile[64];\n"
+      "  __local float* p = (__local float*)tile;\n"
+      "  float4 v = (float4)(1.0f, 2.0f, 3.0f, 4.0f);\n"
+      "}\n");
+  const std::string code = t.source.substr(cuda::opencl_c_prelude().size());
+  EXPECT_EQ(code.find("__global"), std::string::npos) << code;
+  EXPECT_EQ(code.find("__local"), std::string::npos) << code;
+  EXPECT_NE(code.find("__shared__ float tile[64]"), std::string::npos) << code;
+  EXPECT_NE(code.find(" float* p = ( float*)tile"), std::string::npos) << code;
+  EXPECT_NE(code.find("ejk_make_float4(1.0f, 2.0f, 3.0f, 4.0f)"), std::string::npos) << code;
+  EXPECT_EQ(std::count(t.options.begin(), t.options.end(), "-fmad=false"), 0);
+  EXPECT_EQ(cuda::translate_opencl_c("#pragma OPENCL FP_CONTRACT OFF\n").options.back(), "-fmad=false");
+  EXPECT_EQ(cuda::translate_options(" -DA=1  -cl-mad-enable -DB=x"), (std::vector<std::string>{"-DA=1", "-DB=x"}));
+  EXPECT_THROW(cuda::translate_options("-cl-kernel-arg-info -Ifoo"), InvalidArgument);
+}
+
+// A device like an H100 (or an A100 for sm_80): what the spaces read.
+DeviceInfo like_nvidia(int cc) {
+  DeviceInfo info;
+  info.backend = Backend::cuda;
+  info.vendor = "NVIDIA";
+  info.name = cc >= 90 ? "compile-only sm_90a" : "compile-only sm_80";
+  info.architecture = "sm_" + std::to_string(cc);
+  info.discrete = true;
+  info.compute_units = cc >= 90 ? 132 : 108;
+  info.global_mem = info.max_buffer = 80ull << 30;
+  info.local_mem = 48 * 1024;
+  info.max_workgroup_size = 1024;
+  info.max_workgroup_dims = {1024, 1024, 64};
+  info.subgroup_size = 32;
+  info.subgroups = info.fp16 = info.bf16 = true;
+  for (DType t : {DType::f16, DType::bf16}) info.coopmat.push_back(CoopMatShape{16, 8, 16, t, DType::f32});
+  return info;
+}
+
+// The configs a compile check covers: the heuristic's and the first and last of the space (as
+// Conformance runs), or every config under EJK_CUDA_COMPILE_ALL=1.
+std::vector<Config> configs_to_compile(const Implementation& impl, const Invocation& inv, const DeviceInfo& info) {
+  std::vector<Config> out{impl.heuristic(inv, info)};
+  const auto all = impl.space(inv, info).enumerate();
+  const char* every = std::getenv("EJK_CUDA_COMPILE_ALL");
+  std::vector<Config> chosen = every && std::string(every) == "1" ? all : std::vector<Config>{};
+  if (chosen.empty() && !all.empty()) chosen = {all.front(), all.back()};
+  for (const Config& c : chosen)
+    if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+  return out;
+}
+
+class CudaCompile : public ::testing::TestWithParam<int> {};
+
+// Every implementation on cuda, on its kernel's smallest workload in f32, f16 and bf16: the
+// programs its configs build compile for the architecture, and launch with ranges the device
+// takes. Programs compile on every core.
+TEST_P(CudaCompile, EveryProgramOfTheSpacesCompiles) {
+  if (!cuda::nvrtc_available()) {
+    if (const char* ci = std::getenv("CI"); ci && std::string(ci) == "true") FAIL() << "NVRTC is missing under CI";
+    GTEST_SKIP() << "no NVRTC (scripts/setup installs it)";
+  }
+  const int cc = GetParam();
+  auto dev = std::make_shared<cuda::CompileOnlyDevice>(like_nvidia(cc), cuda::nvrtc_arch(cc / 10, cc % 10));
+  const DeviceInfo& info = dev->info();
+  struct Task {
+    const Implementation* impl;
+    Invocation inv;
+    Config config;
+  };
+  std::vector<Task> tasks;
+  std::set<std::string> kernels_run;
+  for (const auto& name : Registry::global().kernels()) {
+    const Kernel& kernel = Registry::global().kernel(name);
+    for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+      Invocation inv;
+      try {
+        inv = kernel.from_sizes(kernel.smallest_sizes(), t, kernel.smallest_options());
+      } catch (const InvalidArgument&) {
+        continue;  // the kernel does not take this dtype
+      }
+      for (const Implementation* impl : Registry::global().implementations(name)) {
+        if (impl->backend() != Backend::cuda || !impl->supports(inv, info)) continue;
+        for (const Config& c : configs_to_compile(*impl, inv, info)) tasks.push_back({impl, inv, c});
+        kernels_run.insert(name);
+      }
+    }
+  }
+  std::atomic<std::size_t> next{0};
+  std::mutex failures_mutex;
+  std::vector<std::string> failures;
+  auto work = [&] {
+    for (std::size_t i; (i = next.fetch_add(1)) < tasks.size();) {
+      const Task& task = tasks[i];
+      std::vector<Tensor> args;
+      for (const auto& a : task.inv.args) args.emplace_back(dev, a.shape, a.dtype);
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        task.impl->run(task.inv, task.config, args, *dev);
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (secs > 5) std::printf("slow: %.1f s %s %s %s\n", secs, task.inv.kernel.c_str(), std::string(to_string(task.inv.args[0].dtype)).c_str(), task.config.canonical().c_str());
+      } catch (const std::exception& e) {
+        std::lock_guard lock(failures_mutex);
+        failures.push_back(task.inv.kernel + " " + std::string(to_string(task.inv.args[0].dtype)) + " " +
+                           task.config.canonical() + ": " + e.what());
+      }
+    }
+  };
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (unsigned i = 0; i < std::max(2u, std::thread::hardware_concurrency()); ++i) threads.emplace_back(work);
+  for (auto& t : threads) t.join();
+  for (const auto& f : failures) ADD_FAILURE() << f;
+  std::printf("%s: %zu configs, %zu programs compiled in %.0f s\n", dev->info().name.c_str(), tasks.size(),
+              dev->compiled(), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  EXPECT_EQ(kernels_run.size(), Registry::global().kernels().size()) << "kernels without a cuda implementation";
+  EXPECT_GT(dev->compiled(), 20u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Arch, CudaCompile, ::testing::Values(80, 90),
+                         [](const auto& i) { return "sm_" + std::to_string(i.param); });
+
+TEST(CudaDevices, ListedOnlyWithADriver) {
+  bool listed = false;
+  for (const auto& d : list_devices()) listed |= d.backend == Backend::cuda;
+  EXPECT_EQ(listed, cuda::driver() != nullptr) << cuda::driver_absent_reason();
+  if (!cuda::driver()) {
+    test::expect_error([] { (void)open_device("cuda:0"); }, "cuda:0");
+  }
+}
+
+class Cuda : public ::testing::TestWithParam<std::string> {
+ protected:
+  cuda::CudaDevice& dev() { return cuda::cuda_device(*open_device(GetParam())); }
+};
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Cuda);
+
+TEST_P(Cuda, LaunchChecksArgumentsAndTimesOnTheDevice) {
+  const char* src = "common/fill.cl";
+  auto k = dev().kernel(src, "", "ejk_fill");
+  Context ctx(GetParam());
+  Tensor x = ctx.empty({64}, DType::f32);
+  // Nine arguments: one given, and a double where the kernel takes a float.
+  EXPECT_THROW(dev().launch(*k, clc::Range(64), clc::Range(64), x), InvalidArgument);
+  EXPECT_THROW(dev().launch(*k, clc::Range(64), clc::Range(64), x, std::uint64_t{0}, std::uint64_t{0}, std::uint64_t{16},
+                            0u, 0u, 0.0, 1.0f, 0u),
+               DeviceError);
+  double ns = dev().time_ns([&] { fill_uniform(x, 3, -1.0f, 1.0f); });
+  EXPECT_GT(ns, 0.0);
+  EXPECT_EQ(dev().time_ns([] {}), 0.0);
+  auto before = dev().module_cache_stats();
+  (void)dev().kernel(src, "", "ejk_fill");
+  EXPECT_EQ(dev().module_cache_stats().builds, before.builds);
+  EXPECT_THROW(dev().kernel(src, "", "no_such_kernel"), NotFound);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, Cuda, ::testing::ValuesIn(test::devices(Backend::cuda)),
+                         [](const auto& i) { return std::string("cuda_") + i.param.substr(5); });
+
+}  // namespace
+}  // namespace ejk
+#endif
