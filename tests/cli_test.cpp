@@ -276,7 +276,7 @@ TEST_F(Cli, RecipeMistakesFoundLateStillNameTheirPlace) {
       {"name: x\ndevice: cpu\n" + wl + "tune: {constraints: [\"mc >= 96 && sizee > 1\"]}\n",
        "bad.yaml:6:22: constraint 'mc >= 96 && sizee > 1' reads 'sizee', which matmul on cpu has neither as a parameter"},
       {"name: x\ndevice: vulkan:99\n" + wl, "bad.yaml:2:9: device 'vulkan:99' not found"},
-      {"name: x\ndevice: gpu\n" + wl, "bad.yaml:2:9: unknown device 'gpu' (allowed: auto, cpu, opencl:N, vulkan:N)"},
+      {"name: x\ndevice: gpu\n" + wl, "bad.yaml:2:9: unknown device 'gpu' (allowed: auto, cpu, opencl:N, vulkan:N, cuda:N)"},
       {"name: x\n" + wl + "    options: {trans_b: maybe}\n", "bad.yaml:3:5: matmul option 'trans_b' must be a boolean"},
   };
   for (const auto& [yaml, expected] : cases) {

@@ -15,6 +15,7 @@
 #include "backends/cuda/cuda_api.hpp"
 #include "backends/cuda/cuda_device.hpp"
 #include "backends/cuda/opencl_c.hpp"
+#include "matmul/matmul.hpp"
 #include "support.hpp"
 
 namespace ejk {
@@ -60,16 +61,38 @@ DeviceInfo like_nvidia(int cc) {
 }
 
 // The configs a compile check covers: the heuristic's and the first and last of the space (as
-// Conformance runs), or every config under EJK_CUDA_COMPILE_ALL=1.
-std::vector<Config> configs_to_compile(const Implementation& impl, const Invocation& inv, const DeviceInfo& info) {
-  std::vector<Config> out{impl.heuristic(inv, info)};
-  const auto all = impl.space(inv, info).enumerate();
+// Conformance runs), or every config under EJK_CUDA_COMPILE_ALL=1. Flash attention's OpenCL C
+// tensor-core programs (variant mma) are left to that setting and to the GPU machine's runs:
+// NVRTC takes minutes over each (docs/backends/cuda.md).
+bool compile_all() {
   const char* every = std::getenv("EJK_CUDA_COMPILE_ALL");
-  std::vector<Config> chosen = every && std::string(every) == "1" ? all : std::vector<Config>{};
-  if (chosen.empty() && !all.empty()) chosen = {all.front(), all.back()};
-  for (const Config& c : chosen)
-    if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+  return every && std::string(every) == "1";
+}
+
+std::vector<Config> configs_to_compile(const Implementation& impl, const Invocation& inv, const DeviceInfo& info) {
+  std::vector<Config> out;
+  auto add = [&](const Config& c) {
+    const bool slow = c.has("variant") && c.text("variant") == "mma" && impl.sources().front().ends_with(".cl");
+    if ((!slow || compile_all()) && std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+  };
+  add(impl.heuristic(inv, info));
+  const auto all = impl.space(inv, info).enumerate();
+  if (compile_all()) {
+    for (const Config& c : all) add(c);
+  } else if (!all.empty()) {
+    add(all.front());
+    add(all.back());
+  }
   return out;
+}
+
+Invocation tc_matmul(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb, DType t,
+                     double alpha, double beta) {
+  auto spec = [&](std::int64_t r, std::int64_t c) {
+    return batch > 1 ? TensorSpec{{batch, r, c}, t} : TensorSpec{{r, c}, t};
+  };
+  return kernels::matmul::invocation(ta ? spec(k, m) : spec(m, k), tb ? spec(n, k) : spec(k, n), spec(m, n), ta, tb,
+                                     alpha, beta);
 }
 
 class CudaCompile : public ::testing::TestWithParam<int> {};
@@ -108,6 +131,15 @@ TEST_P(CudaCompile, EveryProgramOfTheSpacesCompiles) {
       }
     }
   }
+  // The tensor-core matmul takes no smallest workload (rows of 16-byte multiples only).
+  for (DType t : {DType::f16, DType::bf16})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        const Invocation inv = tc_matmul(1, 64, 64, 64, ta, tb, t, 1, 0);
+        const Implementation& impl = Registry::global().implementation(inv, info);
+        EXPECT_EQ(impl.priority(), 1) << "the tensor-core matmul does not take " << inv.signature();
+        for (const Config& c : configs_to_compile(impl, inv, info)) tasks.push_back({&impl, inv, c});
+      }
   std::atomic<std::size_t> next{0};
   std::mutex failures_mutex;
   std::vector<std::string> failures;
@@ -120,7 +152,9 @@ TEST_P(CudaCompile, EveryProgramOfTheSpacesCompiles) {
       try {
         task.impl->run(task.inv, task.config, args, *dev);
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (secs > 5) std::printf("slow: %.1f s %s %s %s\n", secs, task.inv.kernel.c_str(), std::string(to_string(task.inv.args[0].dtype)).c_str(), task.config.canonical().c_str());
+        if (secs > 30)
+          std::printf("slow: %.0f s for %s %s %s\n", secs, task.inv.kernel.c_str(),
+                      std::string(to_string(task.inv.args[0].dtype)).c_str(), task.config.canonical().c_str());
       } catch (const std::exception& e) {
         std::lock_guard lock(failures_mutex);
         failures.push_back(task.inv.kernel + " " + std::string(to_string(task.inv.args[0].dtype)) + " " +
@@ -174,6 +208,43 @@ TEST_P(Cuda, LaunchChecksArgumentsAndTimesOnTheDevice) {
   (void)dev().kernel(src, "", "ejk_fill");
   EXPECT_EQ(dev().module_cache_stats().builds, before.builds);
   EXPECT_THROW(dev().kernel(src, "", "no_such_kernel"), NotFound);
+}
+
+// The tensor-core matmul against the double reference: every transpose, both dtypes, edges of
+// every tile size, a batch, alpha and beta, under the heuristic's config and configs spread over
+// its space.
+TEST_P(Cuda, TensorCoreMatmulMatchesTheReference) {
+  Context ctx(GetParam());
+  const DeviceInfo& info = ctx.device().info();
+  if (info.coopmat.empty()) GTEST_SKIP() << info.name << " has no mma.sync (sm_80 and later)";
+  struct Shape3 {
+    std::int64_t batch, m, n, k;
+    double alpha, beta;
+  };
+  const Shape3 shapes[] = {{1, 64, 64, 64, 1, 0}, {2, 200, 136, 72, 0.5, 0.75}, {1, 8, 264, 1000, 1, 0}, {1, 520, 24, 8, -1, 1}};
+  const kernels::matmul::MatmulKernel mk;
+  std::size_t runs = 0;
+  for (DType t : {DType::f16, DType::bf16})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (const auto& sh : shapes) {
+          const Invocation inv = tc_matmul(sh.batch, sh.m, sh.n, sh.k, ta, tb, t, sh.alpha, sh.beta);
+          const Implementation& impl = Registry::global().implementation(inv, info);
+          ASSERT_EQ(impl.priority(), 1) << inv.signature();
+          const HostArrays in = mk.inputs(inv, 7);
+          const std::vector<double> want = mk.reference(inv, in)[0];
+          std::vector<Config> configs{impl.heuristic(inv, info)};
+          const auto all = impl.space(inv, info).enumerate();
+          for (std::size_t i = 0; i < 6 && !all.empty(); ++i) configs.push_back(all[(i * 7919 + runs) % all.size()]);
+          for (const Config& c : configs) {
+            std::vector<Tensor> args;
+            for (std::size_t i = 0; i < 3; ++i) args.push_back(ctx.from(inv.args[i].shape, t, in[i]));
+            impl.run(inv, c, args, ctx.device());
+            EXPECT_LE(test::relative_error(args[2].read(), want), mk.tolerance(inv)) << inv.signature() << " " << c.canonical();
+            ++runs;
+          }
+        }
+  EXPECT_GT(runs, 100u);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, Cuda, ::testing::ValuesIn(test::devices(Backend::cuda)),

@@ -180,7 +180,7 @@ workloads:
 
 TEST(Recipe, DevicesAndConstraintsAreCheckedWhereTheyAre) {
   const std::string wl = "workloads:\n  - kernel: matmul\n    shape: {m: 1, n: 1, k: 1}\n";
-  EXPECT_EQ(error_of("name: x\ndevice: gpu\n" + wl), "r.yaml:2:9: unknown device 'gpu' (allowed: auto, cpu, opencl:N, vulkan:N)");
+  EXPECT_EQ(error_of("name: x\ndevice: gpu\n" + wl), "r.yaml:2:9: unknown device 'gpu' (allowed: auto, cpu, opencl:N, vulkan:N, cuda:N)");
   EXPECT_EQ(app::parse_recipe("name: x\ndevice: vulkan:3\n" + wl, "r.yaml").device_where, "r.yaml:2:9");
   const std::string deep = std::string(10000, '(') + "mc" + std::string(10000, ')') + " > 1";
   const std::string e = error_of("name: x\n" + wl + "tune: {constraints: [\"" + deep + "\"]}\n");

@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   app.fallthrough();  // global options may follow the subcommand
   app.set_version_flag("--version", std::string(ejk::build_info()));
   ejk::app::Globals g;
-  app.add_option("--device", g.device, "device: cpu, opencl:N, vulkan:N or auto (default: the recipe's, $EJK_DEVICE, auto)");
+  app.add_option("--device", g.device, "device: cpu, opencl:N, vulkan:N, cuda:N or auto (default: the recipe's, $EJK_DEVICE, auto)");
   app.add_option("--cache-dir", g.cache_dir, "persistent cache folder (default: $EJK_CACHE_DIR, else $XDG_CACHE_HOME/ejk)");
   app.add_option("--json", g.json_path, "also write the results as JSON (Google Benchmark's shape) to FILE");
   app.add_flag("-v,--verbose", g.verbose, "say more");

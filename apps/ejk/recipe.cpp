@@ -229,10 +229,10 @@ struct DocumentStarts : YAML::EventHandler {
   void OnMapEnd() override {}
 };
 
-// auto, cpu, cpu:0, opencl:N or vulkan:N (N up to 9 digits).
+// auto, cpu, cpu:0, opencl:N, vulkan:N or cuda:N (N up to 9 digits).
 bool device_syntax(std::string_view d) {
   if (d == "auto" || d == "cpu" || d == "cpu:0") return true;
-  for (std::string_view backend : {"opencl:", "vulkan:"})
+  for (std::string_view backend : {"opencl:", "vulkan:", "cuda:"})
     if (d.starts_with(backend)) {
       const auto n = d.substr(backend.size());
       return !n.empty() && n.size() <= 9 && std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; });
@@ -276,7 +276,7 @@ Recipe parse_recipe(const std::string& text, const std::string& path) {
   if (const auto d = root["device"]) {
     recipe.device = r.text(d, "device");
     if (!device_syntax(recipe.device))
-      r.fail(d, "unknown device '" + recipe.device + "' (allowed: auto, cpu, opencl:N, vulkan:N)");
+      r.fail(d, "unknown device '" + recipe.device + "' (allowed: auto, cpu, opencl:N, vulkan:N, cuda:N)");
     recipe.device_where = r.where(d);
   }
 

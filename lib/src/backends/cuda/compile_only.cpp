@@ -55,51 +55,64 @@ Difference CompileOnlyDevice::difference(const Buffer&, const Buffer*, DType, st
 
 std::shared_ptr<clc::Kernel> CompileOnlyDevice::kernel(std::string_view source_key, std::string_view options,
                                                        std::string_view name) {
-  std::string text;
+  std::shared_ptr<const Translated> t;
   {
     std::lock_guard lock(mutex_);
     auto it = translated_.find(source_key);
-    if (it == translated_.end()) {
-      Translated t = translate_opencl_c(clc::with_includes(source_key, detail::embedded(source_key).text()));
-      std::string joined;
-      for (const auto& o : t.options) joined += o + '\n';
-      it = translated_.emplace(std::string(source_key), joined + '\0' + t.source).first;
-    }
-    text = it->second;
+    if (it == translated_.end())
+      it = translated_
+               .emplace(std::string(source_key), std::make_shared<const Translated>(translate_opencl_c(
+                                                     clc::with_includes(source_key, detail::embedded(source_key).text()))))
+               .first;
+    t = it->second;
   }
-  const std::size_t split = text.find('\0');
-  std::vector<std::string> opts;
-  for (std::size_t pos = 0; pos < split;) {
-    const std::size_t end = text.find('\n', pos);
-    opts.push_back(text.substr(pos, end - pos));
-    pos = end + 1;
-  }
+  std::vector<std::string> opts = t->options;
   for (auto& o : translate_options(options)) opts.push_back(std::move(o));
   const std::string key = std::string(source_key) + '\n' + std::string(options);
   {
     std::lock_guard lock(mutex_);
-    if (auto f = failed_.find(key); f != failed_.end()) throw CompileError(f->second);
     if (auto k = kernels_.find(key + '\n' + std::string(name)); k != kernels_.end()) return k->second;
   }
-  bool built = false;
-  {
-    std::lock_guard lock(mutex_);
-    built = built_.count(key) > 0;
-  }
-  if (!built) {
-    try {
-      (void)compile(std::string_view(text).substr(split + 1), opts, arch_, source_key);
-    } catch (const CompileError& e) {
-      std::lock_guard lock(mutex_);
-      failed_.emplace(key, e.what());
-      throw;
-    }
-    std::lock_guard lock(mutex_);
-    built_.insert(key);
-  }
+  build(key, t->source, opts, source_key);
   auto k = std::make_shared<CompiledKernel>(std::string(name));
   std::lock_guard lock(mutex_);
   return kernels_.emplace(key + '\n' + std::string(name), std::move(k)).first->second;
+}
+
+void CompileOnlyDevice::build(const std::string& key, std::string_view text, const std::vector<std::string>& options,
+                              std::string_view origin) {
+  {
+    std::lock_guard lock(mutex_);
+    if (auto f = failed_.find(key); f != failed_.end()) throw CompileError(f->second);
+    if (built_.count(key)) return;
+  }
+  try {
+    (void)compile(text, options, arch_, origin);
+  } catch (const CompileError& e) {
+    std::lock_guard lock(mutex_);
+    failed_.emplace(key, e.what());
+    throw;
+  }
+  std::lock_guard lock(mutex_);
+  built_.insert(key);
+}
+
+std::shared_ptr<CudaKernel> CompileOnlyDevice::cuda_kernel(std::string_view source_key,
+                                                           const std::vector<std::string>& options,
+                                                           std::string_view name) {
+  std::vector<std::string> opts{"-std=c++17"};
+  opts.insert(opts.end(), options.begin(), options.end());
+  std::string key(source_key);
+  for (const auto& o : options) key += '\n' + o;
+  build(key, clc::with_includes(source_key, detail::embedded(source_key).text()), opts, source_key);
+  return std::make_shared<CudaKernel>(nullptr, nullptr, std::string(name), 1024, 0, std::vector<std::size_t>{});
+}
+
+void CompileOnlyDevice::launch_cuda(CudaKernel& k, std::array<unsigned, 3>, std::array<unsigned, 3> block,
+                                    std::size_t dynamic_shared, std::span<void* const>) {
+  if (static_cast<std::uint64_t>(block[0]) * block[1] * block[2] > k.max_workgroup_size())
+    throw ResourceError("launch of " + k.name() + ": a block larger than 1024 threads");
+  if (dynamic_shared > 227 * 1024) throw ResourceError("launch of " + k.name() + ": more than 227 KiB of shared memory");
 }
 
 std::size_t CompileOnlyDevice::compiled() const {

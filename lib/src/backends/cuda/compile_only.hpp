@@ -10,11 +10,12 @@
 #include <set>
 #include <string>
 
-#include "backends/clc/clc_device.hpp"
+#include "backends/cuda/cuda_device.hpp"
+#include "backends/cuda/opencl_c.hpp"
 
 namespace ejk::cuda {
 
-class CompileOnlyDevice final : public clc::Device {
+class CompileOnlyDevice final : public CudaTarget {
  public:
   // A device like `info` (backend cuda) whose programs are compiled for `arch` ("sm_90a").
   CompileOnlyDevice(DeviceInfo info, std::string arch);
@@ -29,6 +30,11 @@ class CompileOnlyDevice final : public clc::Device {
   double time_ns(const std::function<void()>& work) override;
   std::shared_ptr<clc::Kernel> kernel(std::string_view source_key, std::string_view options,
                                       std::string_view name) override;
+  std::shared_ptr<CudaKernel> cuda_kernel(std::string_view source_key, const std::vector<std::string>& options,
+                                          std::string_view name) override;
+  void launch_cuda(CudaKernel& k, std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
+                   std::size_t dynamic_shared, std::span<void* const> params) override;
+  CUdeviceptr pointer(const Buffer&) const override { return 0; }
   bool hardware_fma() const override { return true; }
   Difference difference(const Buffer& got, const Buffer* want, DType t, std::int64_t n) override;
 
@@ -44,7 +50,10 @@ class CompileOnlyDevice final : public clc::Device {
   DeviceInfo info_;
   std::string arch_;
   mutable std::mutex mutex_;
-  std::map<std::string, std::string, std::less<>> translated_;  // source key -> CUDA C++ text
+  // Compiles `text` with `options` once (a failure is remembered).
+  void build(const std::string& key, std::string_view text, const std::vector<std::string>& options,
+             std::string_view origin);
+  std::map<std::string, std::shared_ptr<const Translated>, std::less<>> translated_;  // source key
   std::map<std::string, std::shared_ptr<clc::Kernel>, std::less<>> kernels_;  // options + name
   std::map<std::string, std::string, std::less<>> failed_;                   // program -> log
   std::set<std::string> built_;                                               // source key + options

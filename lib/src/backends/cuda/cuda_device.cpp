@@ -412,6 +412,12 @@ void CudaDevice::launch_args(clc::Kernel& kernel, const clc::Range& global, cons
   launch_cuda(k, grid, block, dynamic, params);
 }
 
+CudaTarget& cuda_target(ejk::Device& d) {
+  auto* t = dynamic_cast<CudaTarget*>(&d);
+  if (!t) throw DeviceError("expected a CUDA device, got " + d.info().id());
+  return *t;
+}
+
 CudaDevice& cuda_device(ejk::Device& d) {
   auto* dev = dynamic_cast<CudaDevice*>(&d);
   if (!dev) throw DeviceError("expected a CUDA device, got " + d.info().id());

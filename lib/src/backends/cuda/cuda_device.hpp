@@ -25,6 +25,9 @@
 
 namespace ejk::cuda {
 
+// The device pointer of a CUDA buffer; throws DeviceError when it is another backend's.
+CUdeviceptr ptr_of(const Buffer& b);
+
 class CudaBuffer final : public Buffer {
  public:
   CudaBuffer(const Driver& d, CUcontext ctx, CUdeviceptr ptr, std::size_t bytes)
@@ -38,7 +41,8 @@ class CudaBuffer final : public Buffer {
   CUdeviceptr ptr_;
 };
 
-// A compiled kernel: its function, what the module reports of it, and its parameters' sizes.
+// A compiled kernel: its function, what the module reports of it, and its parameters' sizes
+// (a compile-only device's has no module: a null function and no sizes).
 class CudaKernel final : public clc::Kernel {
  public:
   CudaKernel(std::shared_ptr<void> module, CUfunction fn, std::string name, std::size_t max_threads,
@@ -79,7 +83,26 @@ std::string nvrtc_arch(int major, int minor);
 std::vector<unsigned char> compile(std::string_view source, const std::vector<std::string>& options,
                                    std::string_view arch, std::string_view origin);
 
-class CudaDevice final : public clc::Device {
+// What CUDA C++ implementations run on: a CudaDevice, or a CompileOnlyDevice (compile_only.hpp)
+// that compiles and launches nothing.
+class CudaTarget : public clc::Device {
+ public:
+  // CUDA C++: kernel `name` (extern "C") of the embedded source `source_key` ("matmul/matmul.cu"),
+  // compiled with `options` (NVRTC's: "-DBM=128").
+  virtual std::shared_ptr<CudaKernel> cuda_kernel(std::string_view source_key, const std::vector<std::string>& options,
+                                                  std::string_view name) = 0;
+  // Launches a CUDA kernel: grid and block in blocks and threads, `params` as cuLaunchKernel
+  // takes them. Throws ResourceError for a block or shared memory the kernel cannot have.
+  virtual void launch_cuda(CudaKernel& k, std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
+                           std::size_t dynamic_shared, std::span<void* const> params) = 0;
+  // The device address of one of its buffers.
+  virtual CUdeviceptr pointer(const Buffer& b) const = 0;
+};
+
+// The CUDA target behind a Device reference; throws DeviceError naming the device otherwise.
+CudaTarget& cuda_target(ejk::Device& d);
+
+class CudaDevice final : public CudaTarget {
  public:
   CudaDevice(CUdevice device, DeviceInfo info);
   ~CudaDevice() override;
@@ -99,10 +122,9 @@ class CudaDevice final : public clc::Device {
   // OpenCL C (translated, opencl_c.hpp).
   std::shared_ptr<clc::Kernel> kernel(std::string_view source_key, std::string_view options,
                                       std::string_view name) override;
-  // CUDA C++: kernel `name` (extern "C") of the embedded source `source_key` ("matmul/matmul.cu"),
-  // compiled with `options` (NVRTC's: "-DBM=128").
   std::shared_ptr<CudaKernel> cuda_kernel(std::string_view source_key, const std::vector<std::string>& options,
-                                          std::string_view name);
+                                          std::string_view name) override;
+  CUdeviceptr pointer(const Buffer& b) const override { return ptr_of(b); }
   bool hardware_fma() const override { return true; }
   ModuleCacheStats module_cache_stats() const;
 
@@ -112,10 +134,8 @@ class CudaDevice final : public clc::Device {
   int compute_capability() const { return cc_; }  // 90 for sm_90
   std::uint64_t shared_optin() const { return shared_optin_; }
 
-  // Launches a CUDA kernel: grid and block in blocks and threads, `params` as cuLaunchKernel
-  // takes them; sizes are checked against the kernel's parameters.
   void launch_cuda(CudaKernel& k, std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
-                   std::size_t dynamic_shared, std::span<void* const> params);
+                   std::size_t dynamic_shared, std::span<void* const> params) override;
 
  protected:
   void launch_args(clc::Kernel& k, const clc::Range& global, const clc::Range& local,
@@ -158,7 +178,5 @@ class CudaDevice final : public clc::Device {
 // The CUDA device behind a Device reference; throws DeviceError naming the device when it
 // belongs to another backend.
 CudaDevice& cuda_device(ejk::Device& d);
-// The device pointer of a CUDA buffer; throws DeviceError when it is another backend's.
-CUdeviceptr ptr_of(const Buffer& b);
 
 }  // namespace ejk::cuda

@@ -1,0 +1,150 @@
+// matmul on CUDA tensor cores (matmul.cu): f16 and bf16 with f32 accumulation, from sm_80. Other
+// dtypes, and operands whose rows are not 16-byte multiples (cp.async moves 16 bytes), fall to
+// the OpenCL C implementation on the same device.
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backends/cuda/cuda_device.hpp"
+#include "common/builtin.hpp"
+#include "ejk/error.hpp"
+#include "matmul/matmul.hpp"
+
+namespace ejk::kernels::matmul {
+namespace {
+
+constexpr const char* source_key = "matmul/matmul.cu";
+
+// The shared memory a block may have on the device's architecture (its opt-in limit).
+std::int64_t shared_max(const DeviceInfo& dev) {
+  const std::string& a = dev.architecture;
+  if (a == "sm_80" || a == "sm_87") return 163 * 1024;
+  if (a.starts_with("sm_8") || a.starts_with("sm_12")) return 99 * 1024;
+  return 227 * 1024;  // sm_90, sm_100
+}
+
+struct Tiles {
+  std::int64_t bm, bn, bk, wm, wn, stages, group_m;
+  static Tiles of(const Config& c) {
+    return {c.get("bm"), c.get("bn"), c.get("bk"), c.get("wm"), c.get("wn"), c.get("stages"), c.get("group_m", 8)};
+  }
+  std::int64_t threads() const { return wm * wn * 32; }
+  std::int64_t shared_bytes(const Problem& p) const {
+    const std::int64_t a = p.trans_a ? bk * (bm + 8) : bm * (bk + 8);
+    const std::int64_t b = p.trans_b ? bn * (bk + 8) : bk * (bn + 8);
+    return stages * (a + b) * 2;
+  }
+  void check(const Config& c, const Problem& p, const DeviceInfo& dev) const {
+    const bool ok = bm > 0 && bn > 0 && (bk == 32 || bk == 64) && wm > 0 && wn > 0 && (bm / wm) % 16 == 0 &&
+                    bm % wm == 0 && bn % wn == 0 && (bn / wn) % 16 == 0 && stages >= 2 && stages <= 8 &&
+                    group_m >= 1 && threads() <= 1024 && shared_bytes(p) <= shared_max(dev);
+    if (!ok) throw InvalidArgument("matmul on CUDA: inconsistent config " + c.canonical());
+  }
+};
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+class CudaMatmul final : public Implementation {
+ public:
+  std::string_view kernel() const override { return "matmul"; }
+  Backend backend() const override { return Backend::cuda; }
+  // Before the OpenCL C implementation wherever it applies.
+  int priority() const override { return 1; }
+  std::vector<ArgDef> args() const override { return matmul_args(); }
+  std::vector<std::string> sources() const override { return {source_key}; }
+
+  bool supports(const Invocation& inv, const DeviceInfo& dev) const override {
+    const Problem p = Problem::of(inv);
+    if (p.dtype != DType::f16 && p.dtype != DType::bf16) return false;
+    if (!std::any_of(dev.coopmat.begin(), dev.coopmat.end(), [&](const CoopMatShape& c) { return c.a == p.dtype; }))
+      return false;
+    const std::int64_t lda = p.trans_a ? p.m : p.k, ldb = p.trans_b ? p.k : p.n;
+    return lda % 8 == 0 && ldb % 8 == 0 && p.batch_stride_a % 8 == 0 && p.batch_stride_b % 8 == 0 &&
+           std::max({p.m, p.n, p.k, p.m * p.n}) < INT_MAX;
+  }
+
+  ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
+    ParamSpace s;
+    s.param("bm", {64, 128, 256})
+        .param("bn", {64, 128, 256})
+        .param("bk", {32, 64})
+        .param("wm", {1, 2, 4})
+        .param("wn", {1, 2, 4})
+        .param("stages", {2, 3, 4, 5})
+        .param("group_m", {1, 8})
+        // 4 or 8 warps, each a tile of 16-row by 16-column multiples, at most 64 x 64 of
+        // accumulators (128 registers a thread).
+        .constraint("wm * wn == 4 || wm * wn == 8")
+        .constraint("(bm / wm) % 16 == 0 && (bn / wn) % 16 == 0")
+        .constraint("(bm / wm) * (bn / wn) <= 4096")
+        // The stages' tiles (Tiles::shared_bytes) within the device's shared memory.
+        .constraint("stages * (bm * bk + bn * bk + 8 * (trans_a * bk + (1 - trans_a) * bm) + 8 * (trans_b * bn + (1 - trans_b) * bk)) * 2 <= " +
+                    std::to_string(shared_max(dev)))
+        // Tiles no larger than the product needs.
+        .constraint("bm <= 64 || m > 64")
+        .constraint("bn <= 64 || n > 64")
+        .bind(MatmulKernel().vars(inv))
+        .bind(device_vars(dev));
+    return s;
+  }
+
+  Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
+    const Problem p = Problem::of(inv);
+    const std::int64_t sms = std::max<std::int64_t>(dev.compute_units, 1);
+    auto tiles = [&](std::int64_t bm, std::int64_t bn) { return p.batch * ceil_div(p.m, bm) * ceil_div(p.n, bn); };
+    // 128 x 128 x 64 tiles of 4 warps (32 x 128 each), 3 stages: the best of a 40-candidate tune
+    // at 4096^3 f16 and 4096 x 14336 x 4096 bf16 on an H100 (bench/results/h100-2026-11-26/cuda),
+    // where the tiles still fill the device; else 64 x 64 tiles of 4 warps.
+    Config c{{"group_m", 1}};
+    if (p.m > 64 && p.n > 64 && tiles(128, 128) >= sms)
+      c.set("bm", 128), c.set("bn", 128), c.set("bk", 64), c.set("stages", shared_max(dev) >= 105 * 1024 ? 3 : 2),
+          c.set("wm", 4), c.set("wn", 1);
+    else
+      c.set("bm", 64), c.set("bn", 64), c.set("bk", 32), c.set("stages", 4), c.set("wm", 2), c.set("wn", 2);
+    return c;
+  }
+
+  void prepare(const Invocation& inv, const Config& config, Device& device) const override {
+    const Problem p = Problem::of(inv);
+    auto& dev = cuda::cuda_target(device);
+    const Tiles t = Tiles::of(config);
+    t.check(config, p, dev.info());
+    (void)program(p, t, dev);
+  }
+
+  void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
+    const Problem p = Problem::of(inv);
+    auto& dev = cuda::cuda_target(device);
+    const Tiles t = Tiles::of(config);
+    t.check(config, p, dev.info());
+    if (p.m == 0 || p.n == 0 || p.batch == 0) return;
+    auto k = program(p, t, dev);
+    int m = static_cast<int>(p.m), n = static_cast<int>(p.n), kk = static_cast<int>(p.k);
+    float alpha = static_cast<float>(p.alpha), beta = static_cast<float>(p.beta);
+    int lda = static_cast<int>(p.trans_a ? p.m : p.k), ldb = static_cast<int>(p.trans_b ? p.k : p.n), ldc = n;
+    long long sa = p.batch_stride_a, sb = p.batch_stride_b, sc = p.batch_stride_c;
+    CUdeviceptr a = dev.pointer(args[0].buffer()), b = dev.pointer(args[1].buffer()), c = dev.pointer(args[2].buffer());
+    void* params[] = {&m, &n, &kk, &alpha, &beta, &a, &lda, &sa, &b, &ldb, &sb, &c, &ldc, &sc};
+    const auto blocks = static_cast<unsigned>(ceil_div(p.m, t.bm) * ceil_div(p.n, t.bn));
+    dev.launch_cuda(*k, {blocks, 1, static_cast<unsigned>(p.batch)}, {static_cast<unsigned>(t.threads()), 1, 1},
+                    static_cast<std::size_t>(t.shared_bytes(p)), params);
+  }
+
+ private:
+  static std::shared_ptr<cuda::CudaKernel> program(const Problem& p, const Tiles& t, cuda::CudaTarget& dev) {
+    auto def = [](const char* name, std::int64_t v) { return std::string("-D") + name + "=" + std::to_string(v); };
+    return dev.cuda_kernel(source_key,
+                           {def("BM", t.bm), def("BN", t.bn), def("BK", t.bk), def("WM", t.wm), def("WN", t.wn),
+                            def("STAGES", t.stages), def("GROUP_M", t.group_m), def("TRANS_A", p.trans_a),
+                            def("TRANS_B", p.trans_b), def("BF16", p.dtype == DType::bf16)},
+                           "ejk_gemm_mma");
+  }
+};
+
+}  // namespace
+
+EJK_BUILTIN(implementations, "matmul/cuda") { r.add(std::make_shared<CudaMatmul>()); }
+
+}  // namespace ejk::kernels::matmul

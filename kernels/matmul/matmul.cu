@@ -1,0 +1,230 @@
+// matmul on NVIDIA tensor cores (sm_80 and later): C = alpha * op(A) op(B) + beta * C in f16 or
+// bf16 with f32 accumulation. A block computes a BM x BN tile of C with WM x WN warps; K is
+// walked in BK slices through a STAGES-deep ring of shared-memory tiles filled by cp.async (16
+// bytes a thread, zero-filled past the edges), read into registers by ldmatrix (.trans where the
+// operand's contiguous dimension is not K) and multiplied by mma.sync m16n8k16. Shared rows are
+// padded by 16 bytes, so the eight rows an ldmatrix reads fall in distinct banks. Blocks run in
+// groups of GROUP_M rows of tiles, so the B panels a group shares stay in L2.
+//
+// Build options (kernels/matmul/cuda.cpp): BM BN BK WM WN STAGES GROUP_M TRANS_A TRANS_B BF16.
+
+#define THREADS (WM * WN * 32)
+#define WTM (BM / WM)  // warp tile rows
+#define WTN (BN / WN)  // warp tile columns
+#define MI (WTM / 16)  // m16 tiles a warp
+#define NI (WTN / 8)   // n8 tiles a warp (even: B is read two n8 tiles at a time)
+// Shared row strides in elements (16 bytes of padding).
+#define A_ROW ((TRANS_A ? BM : BK) + 8)
+#define B_ROW ((TRANS_B ? BK : BN) + 8)
+#define A_TILE ((TRANS_A ? BK : BM) * A_ROW)
+#define B_TILE ((TRANS_B ? BN : BK) * B_ROW)
+
+typedef unsigned short elem_t;  // f16 or bf16 bits
+
+#if BF16
+#define MMA_TYPE "bf16"
+#else
+#define MMA_TYPE "f16"
+#endif
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes from global to shared; `bytes` (0..16) of them read, the rest zeros.
+__device__ __forceinline__ void cp16(void* dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." MMA_TYPE "." MMA_TYPE
+               ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ float to_f32(elem_t x) {
+#if BF16
+  return __uint_as_float(static_cast<unsigned>(x) << 16);
+#else
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
+  return f;
+#endif
+}
+// Two values as a pair of 16-bit words, rounded to nearest even.
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn." MMA_TYPE "x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ elem_t to_elem(float x) { return static_cast<elem_t>(pack2(x, 0.0f) & 0xffffu); }
+
+// One BK slice of A and B into stage buffers: rows of the operand's contiguous dimension in
+// 16-byte chunks, zero past the matrix.
+__device__ __forceinline__ void load_slice(elem_t* as, elem_t* bs, const elem_t* A, const elem_t* B, int M, int N,
+                                           int K, int lda, int ldb, int m0, int n0, int k0, int tid) {
+  // A: TRANS_A ? BK rows of BM (rows k, contiguous m) : BM rows of BK (rows m, contiguous k)
+  constexpr int a_rows = TRANS_A ? BK : BM, a_cols = TRANS_A ? BM : BK, a_chunks = a_rows * a_cols / 8;
+#pragma unroll
+  for (int c = tid; c < a_chunks; c += THREADS) {
+    const int r = c / (a_cols / 8), col = (c % (a_cols / 8)) * 8;
+    const int gr = (TRANS_A ? k0 : m0) + r, gc = (TRANS_A ? m0 : k0) + col;
+    const int rows = TRANS_A ? K : M, cols = TRANS_A ? M : K;
+    const int left = cols - gc;
+    const int bytes = gr < rows && left > 0 ? (left >= 8 ? 16 : 2 * left) : 0;
+    const elem_t* src = bytes ? A + static_cast<long long>(gr) * lda + gc : A;
+    cp16(as + r * A_ROW + col, src, bytes);
+  }
+  // B: TRANS_B ? BN rows of BK (rows n, contiguous k) : BK rows of BN (rows k, contiguous n)
+  constexpr int b_rows = TRANS_B ? BN : BK, b_cols = TRANS_B ? BK : BN, b_chunks = b_rows * b_cols / 8;
+#pragma unroll
+  for (int c = tid; c < b_chunks; c += THREADS) {
+    const int r = c / (b_cols / 8), col = (c % (b_cols / 8)) * 8;
+    const int gr = (TRANS_B ? n0 : k0) + r, gc = (TRANS_B ? k0 : n0) + col;
+    const int rows = TRANS_B ? N : K, cols = TRANS_B ? K : N;
+    const int left = cols - gc;
+    const int bytes = gr < rows && left > 0 ? (left >= 8 ? 16 : 2 * left) : 0;
+    const elem_t* src = bytes ? B + static_cast<long long>(gr) * ldb + gc : B;
+    cp16(bs + r * B_ROW + col, src, bytes);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS) ejk_gemm_mma(int M, int N, int K, float alpha, float beta,
+                                                                   const elem_t* __restrict__ A, int lda,
+                                                                   long long stride_a, const elem_t* __restrict__ B,
+                                                                   int ldb, long long stride_b, elem_t* __restrict__ C,
+                                                                   int ldc, long long stride_c) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  elem_t* const a_stages = reinterpret_cast<elem_t*>(smem);
+  elem_t* const b_stages = a_stages + STAGES * A_TILE;
+
+  // Grouped order: GROUP_M rows of tiles are visited column by column.
+  const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+  const int id = blockIdx.x, in_group = GROUP_M * tiles_n;
+  const int first_m = (id / in_group) * GROUP_M;
+  const int group_rows = min(tiles_m - first_m, GROUP_M);
+  const int tm = first_m + (id % in_group) % group_rows, tn = (id % in_group) / group_rows;
+  const int m0 = tm * BM, n0 = tn * BN;
+  A += blockIdx.z * stride_a;
+  B += blockIdx.z * stride_b;
+  C += blockIdx.z * stride_c;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / WN, wn = warp % WN;
+
+  float acc[MI][NI][4];
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+  const int slices = (K + BK - 1) / BK;
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < slices) load_slice(a_stages + s * A_TILE, b_stages + s * B_TILE, A, B, M, N, K, lda, ldb, m0, n0, s * BK, tid);
+    cp_commit();
+  }
+
+  for (int kt = 0; kt < slices; ++kt) {
+    cp_wait<STAGES - 2>();
+    __syncthreads();
+    // The slice STAGES - 1 ahead goes into the buffer every warp finished with last iteration.
+    const int next = kt + STAGES - 1;
+    if (next < slices) {
+      const int s = next % STAGES;
+      load_slice(a_stages + s * A_TILE, b_stages + s * B_TILE, A, B, M, N, K, lda, ldb, m0, n0, next * BK, tid);
+    }
+    cp_commit();
+
+    const elem_t* as = a_stages + (kt % STAGES) * A_TILE;
+    const elem_t* bs = b_stages + (kt % STAGES) * B_TILE;
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      unsigned af[MI][4], bf[NI][2];
+#pragma unroll
+      for (int i = 0; i < MI; ++i) {
+        const int m = wm * WTM + i * 16;
+#if TRANS_A
+        // Stored [k][m]: matrices (m0-7,k0-7) (m8-15,k0-7) (m0-7,k8-15) (m8-15,k8-15), transposed.
+        const int r = kk + (lane & 7) + ((lane >> 4) << 3), c = m + (((lane >> 3) & 1) << 3);
+        ldsm_x4_t(af[i], as + r * A_ROW + c);
+#else
+        const int r = m + (lane & 15), c = kk + ((lane >> 4) << 3);
+        ldsm_x4(af[i], as + r * A_ROW + c);
+#endif
+      }
+#pragma unroll
+      for (int j = 0; j < NI; j += 2) {
+        const int n = wn * WTN + j * 8;
+        unsigned r4[4];
+#if TRANS_B
+        // Stored [n][k]: matrices (n0-7,k0-7) (n0-7,k8-15) (n8-15,k0-7) (n8-15,k8-15).
+        const int r = n + (lane & 7) + ((lane >> 4) << 3), c = kk + (((lane >> 3) & 1) << 3);
+        ldsm_x4(r4, bs + r * B_ROW + c);
+#else
+        // Stored [k][n]: the same matrices read transposed.
+        const int r = kk + (lane & 7) + (((lane >> 3) & 1) << 3), c = n + ((lane >> 4) << 3);
+        ldsm_x4_t(r4, bs + r * B_ROW + c);
+#endif
+        bf[j][0] = r4[0];
+        bf[j][1] = r4[1];
+        bf[j + 1][0] = r4[2];
+        bf[j + 1][1] = r4[3];
+      }
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j) mma(acc[i][j], af[i], bf[j][0], bf[j][1]);
+    }
+  }
+  cp_wait<0>();
+
+  // c0 c1: row g, columns 2t and 2t + 1; c2 c3: row g + 8.
+  const int g = lane >> 2, t = lane & 3;
+  const bool pairs = (ldc & 1) == 0 && (stride_c & 1) == 0;
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int m = m0 + wm * WTM + i * 16 + g + h * 8, n = n0 + wn * WTN + j * 8 + 2 * t;
+        if (m >= M || n >= N) continue;
+        elem_t* out = C + static_cast<long long>(m) * ldc + n;
+        float v0 = alpha * acc[i][j][2 * h], v1 = alpha * acc[i][j][2 * h + 1];
+        if (n + 1 < N && pairs) {
+          if (beta != 0.0f) {
+            const unsigned old = *reinterpret_cast<const unsigned*>(out);
+            v0 += beta * to_f32(static_cast<elem_t>(old & 0xffffu));
+            v1 += beta * to_f32(static_cast<elem_t>(old >> 16));
+          }
+          *reinterpret_cast<unsigned*>(out) = pack2(v0, v1);
+        } else {
+          if (beta != 0.0f) v0 += beta * to_f32(out[0]);
+          out[0] = to_elem(v0);
+          if (n + 1 < N) {
+            if (beta != 0.0f) v1 += beta * to_f32(out[1]);
+            out[1] = to_elem(v1);
+          }
+        }
+      }
+}
