@@ -15,7 +15,7 @@
 namespace ejk::kernels::matmul {
 namespace {
 
-constexpr const char* source_key = "matmul/matmul.cu";
+constexpr const char* tc_source = "matmul/matmul.cu";
 
 // The shared memory a block may have on the device's architecture (its opt-in limit).
 std::int64_t shared_max(const DeviceInfo& dev) {
@@ -44,7 +44,7 @@ struct Tiles {
   }
 };
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+std::int64_t tiles_of(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 class CudaMatmul final : public Implementation {
  public:
@@ -53,7 +53,7 @@ class CudaMatmul final : public Implementation {
   // Before the OpenCL C implementation wherever it applies.
   int priority() const override { return 1; }
   std::vector<ArgDef> args() const override { return matmul_args(); }
-  std::vector<std::string> sources() const override { return {source_key}; }
+  std::vector<std::string> sources() const override { return {tc_source}; }
 
   bool supports(const Invocation& inv, const DeviceInfo& dev) const override {
     const Problem p = Problem::of(inv);
@@ -93,7 +93,7 @@ class CudaMatmul final : public Implementation {
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
     const Problem p = Problem::of(inv);
     const std::int64_t sms = std::max<std::int64_t>(dev.compute_units, 1);
-    auto tiles = [&](std::int64_t bm, std::int64_t bn) { return p.batch * ceil_div(p.m, bm) * ceil_div(p.n, bn); };
+    auto tiles = [&](std::int64_t bm, std::int64_t bn) { return p.batch * tiles_of(p.m, bm) * tiles_of(p.n, bn); };
     // 128 x 128 x 64 tiles of 4 warps (32 x 128 each), 3 stages: the best of a 40-candidate tune
     // at 4096^3 f16 and 4096 x 14336 x 4096 bf16 on an H100 (bench/results/h100-2026-11-26/cuda),
     // where the tiles still fill the device; else 64 x 64 tiles of 4 warps.
@@ -127,7 +127,7 @@ class CudaMatmul final : public Implementation {
     long long sa = p.batch_stride_a, sb = p.batch_stride_b, sc = p.batch_stride_c;
     CUdeviceptr a = dev.pointer(args[0].buffer()), b = dev.pointer(args[1].buffer()), c = dev.pointer(args[2].buffer());
     void* params[] = {&m, &n, &kk, &alpha, &beta, &a, &lda, &sa, &b, &ldb, &sb, &c, &ldc, &sc};
-    const auto blocks = static_cast<unsigned>(ceil_div(p.m, t.bm) * ceil_div(p.n, t.bn));
+    const auto blocks = static_cast<unsigned>(tiles_of(p.m, t.bm) * tiles_of(p.n, t.bn));
     dev.launch_cuda(*k, {blocks, 1, static_cast<unsigned>(p.batch)}, {static_cast<unsigned>(t.threads()), 1, 1},
                     static_cast<std::size_t>(t.shared_bytes(p)), params);
   }
@@ -135,7 +135,7 @@ class CudaMatmul final : public Implementation {
  private:
   static std::shared_ptr<cuda::CudaKernel> program(const Problem& p, const Tiles& t, cuda::CudaTarget& dev) {
     auto def = [](const char* name, std::int64_t v) { return std::string("-D") + name + "=" + std::to_string(v); };
-    return dev.cuda_kernel(source_key,
+    return dev.cuda_kernel(tc_source,
                            {def("BM", t.bm), def("BN", t.bn), def("BK", t.bk), def("WM", t.wm), def("WN", t.wn),
                             def("STAGES", t.stages), def("GROUP_M", t.group_m), def("TRANS_A", p.trans_a),
                             def("TRANS_B", p.trans_b), def("BF16", p.dtype == DType::bf16)},
