@@ -1,7 +1,9 @@
 #include "backends/cuda/cuda_device.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <sstream>
 
 #include "backends/cuda/opencl_c.hpp"
 #include "core/sha256.hpp"
@@ -219,6 +221,11 @@ std::shared_ptr<const CudaDevice::Source> CudaDevice::source(std::string_view ke
   } else {
     s.text = std::move(text);
     s.options = {"-std=c++17"};
+  }
+  // $EJK_NVRTC_OPTIONS: more NVRTC options for every program (part of the cache keys).
+  if (const char* extra = std::getenv("EJK_NVRTC_OPTIONS")) {
+    std::istringstream words(extra);
+    for (std::string w; words >> w;) s.options.push_back(w);
   }
   s.hash = detail::sha256_hex(s.text);
   auto made = std::make_shared<const Source>(std::move(s));
