@@ -76,34 +76,31 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
 }
 __device__ __forceinline__ elem_t to_elem(float x) { return static_cast<elem_t>(pack2(x, 0.0f) & 0xffffu); }
 
-// One BK slice of A and B into stage buffers: rows of the operand's contiguous dimension in
-// 16-byte chunks, zero past the matrix.
+// A ROWS x COLS tile (COLS contiguous, rows STRIDE apart in shared memory) of a rows x cols
+// matrix with leading dimension ld, from (r0, c0), in 16-byte chunks: zero past the matrix.
+template <int ROWS, int COLS, int STRIDE>
+__device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, int ld, int rows, int cols, int r0, int c0,
+                                          int tid) {
+  constexpr int chunks = ROWS * COLS / 8;
+#pragma unroll
+  for (int c = tid; c < chunks; c += THREADS) {
+    const int r = c / (COLS / 8), col = (c % (COLS / 8)) * 8;
+    const int gr = r0 + r, gc = c0 + col;
+    const int left = cols - gc;
+    const int bytes = gr < rows && left > 0 ? (left >= 8 ? 16 : 2 * left) : 0;
+    cp16(dst + r * STRIDE + col, bytes ? src + static_cast<long long>(gr) * ld + gc : src, bytes);
+  }
+}
+
+// One BK slice of A and B into stage buffers, each in the layout it is stored in.
 __device__ __forceinline__ void load_slice(elem_t* as, elem_t* bs, const elem_t* A, const elem_t* B, int M, int N,
                                            int K, int lda, int ldb, int m0, int n0, int k0, int tid) {
   // A: TRANS_A ? BK rows of BM (rows k, contiguous m) : BM rows of BK (rows m, contiguous k)
-  constexpr int a_rows = TRANS_A ? BK : BM, a_cols = TRANS_A ? BM : BK, a_chunks = a_rows * a_cols / 8;
-#pragma unroll
-  for (int c = tid; c < a_chunks; c += THREADS) {
-    const int r = c / (a_cols / 8), col = (c % (a_cols / 8)) * 8;
-    const int gr = (TRANS_A ? k0 : m0) + r, gc = (TRANS_A ? m0 : k0) + col;
-    const int rows = TRANS_A ? K : M, cols = TRANS_A ? M : K;
-    const int left = cols - gc;
-    const int bytes = gr < rows && left > 0 ? (left >= 8 ? 16 : 2 * left) : 0;
-    const elem_t* src = bytes ? A + static_cast<long long>(gr) * lda + gc : A;
-    cp16(as + r * A_ROW + col, src, bytes);
-  }
+  if (TRANS_A) load_tile<BK, BM, A_ROW>(as, A, lda, K, M, k0, m0, tid);
+  else load_tile<BM, BK, A_ROW>(as, A, lda, M, K, m0, k0, tid);
   // B: TRANS_B ? BN rows of BK (rows n, contiguous k) : BK rows of BN (rows k, contiguous n)
-  constexpr int b_rows = TRANS_B ? BN : BK, b_cols = TRANS_B ? BK : BN, b_chunks = b_rows * b_cols / 8;
-#pragma unroll
-  for (int c = tid; c < b_chunks; c += THREADS) {
-    const int r = c / (b_cols / 8), col = (c % (b_cols / 8)) * 8;
-    const int gr = (TRANS_B ? n0 : k0) + r, gc = (TRANS_B ? k0 : n0) + col;
-    const int rows = TRANS_B ? N : K, cols = TRANS_B ? K : N;
-    const int left = cols - gc;
-    const int bytes = gr < rows && left > 0 ? (left >= 8 ? 16 : 2 * left) : 0;
-    const elem_t* src = bytes ? B + static_cast<long long>(gr) * ldb + gc : B;
-    cp16(bs + r * B_ROW + col, src, bytes);
-  }
+  if (TRANS_B) load_tile<BN, BK, B_ROW>(bs, B, ldb, N, K, n0, k0, tid);
+  else load_tile<BK, BN, B_ROW>(bs, B, ldb, K, N, k0, n0, tid);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS) ejk_gemm_mma(int M, int N, int K, float alpha, float beta,

@@ -59,8 +59,6 @@ Loaded load_driver() {
   EJK_TAKE(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2")
   EJK_TAKE(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2")
   EJK_TAKE(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2")
-  EJK_TAKE(cuMemHostRegister, "cuMemHostRegister_v2")
-  EJK_TAKE(cuMemHostUnregister, "cuMemHostUnregister")
   EJK_TAKE(cuModuleLoadData, "cuModuleLoadData")
   EJK_TAKE(cuModuleUnload, "cuModuleUnload")
   EJK_TAKE(cuModuleGetFunction, "cuModuleGetFunction")

@@ -34,8 +34,6 @@ struct Driver {
   EJK_CU_FN(cuMemcpyHtoDAsync)
   EJK_CU_FN(cuMemcpyDtoHAsync)
   EJK_CU_FN(cuMemcpyDtoDAsync)
-  EJK_CU_FN(cuMemHostRegister)
-  EJK_CU_FN(cuMemHostUnregister)
   EJK_CU_FN(cuModuleLoadData)
   EJK_CU_FN(cuModuleUnload)
   EJK_CU_FN(cuModuleGetFunction)
