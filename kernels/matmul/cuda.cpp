@@ -1,6 +1,7 @@
-// matmul on CUDA tensor cores (matmul.cu): f16 and bf16 with f32 accumulation, from sm_80. Other
-// dtypes, and operands whose rows are not 16-byte multiples (cp.async moves 16 bytes), fall to
-// the OpenCL C implementation on the same device.
+// matmul on CUDA tensor cores: f16 and bf16 with f32 accumulation, by wgmma with TMA on Hopper
+// (matmul_wgmma.cu) and by mma.sync from sm_80 (matmul.cu). Other dtypes, and operands whose rows
+// are not 16-byte multiples (cp.async and TMA move 16-byte units), fall to the OpenCL C
+// implementation on the same device.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -16,6 +17,16 @@ namespace ejk::kernels::matmul {
 namespace {
 
 constexpr const char* tc_source = "matmul/matmul.cu";
+constexpr const char* wgmma_source = "matmul/matmul_wgmma.cu";
+
+bool tensor_core_operands(const Problem& p, const DeviceInfo& dev) {
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16) return false;
+  if (!std::any_of(dev.coopmat.begin(), dev.coopmat.end(), [&](const CoopMatShape& c) { return c.a == p.dtype; }))
+    return false;
+  const std::int64_t lda = p.trans_a ? p.m : p.k, ldb = p.trans_b ? p.k : p.n;
+  return lda % 8 == 0 && ldb % 8 == 0 && p.batch_stride_a % 8 == 0 && p.batch_stride_b % 8 == 0 &&
+         std::max({p.m, p.n, p.k, p.m * p.n}) < INT_MAX;
+}
 
 // The shared memory a block may have on the device's architecture (its opt-in limit).
 std::int64_t shared_max(const DeviceInfo& dev) {
@@ -56,13 +67,7 @@ class CudaMatmul final : public Implementation {
   std::vector<std::string> sources() const override { return {tc_source}; }
 
   bool supports(const Invocation& inv, const DeviceInfo& dev) const override {
-    const Problem p = Problem::of(inv);
-    if (p.dtype != DType::f16 && p.dtype != DType::bf16) return false;
-    if (!std::any_of(dev.coopmat.begin(), dev.coopmat.end(), [&](const CoopMatShape& c) { return c.a == p.dtype; }))
-      return false;
-    const std::int64_t lda = p.trans_a ? p.m : p.k, ldb = p.trans_b ? p.k : p.n;
-    return lda % 8 == 0 && ldb % 8 == 0 && p.batch_stride_a % 8 == 0 && p.batch_stride_b % 8 == 0 &&
-           std::max({p.m, p.n, p.k, p.m * p.n}) < INT_MAX;
+    return tensor_core_operands(Problem::of(inv), dev);
   }
 
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
@@ -143,8 +148,128 @@ class CudaMatmul final : public Implementation {
   }
 };
 
+// Hopper: BM x BN tiles, CW consumer warpgroups and a producer one, STAGES 64-wide K slices.
+struct WgmmaTiles {
+  std::int64_t bm, bn, cw, stages, group_m;
+  static WgmmaTiles of(const Config& c) {
+    return {c.get("bm"), c.get("bn"), c.get("cw"), c.get("stages"), c.get("group_m", 8)};
+  }
+  std::int64_t threads() const { return (cw + 1) * 128; }
+  // Stages, 1 KiB to align them to the swizzle's period, and two barriers a stage.
+  std::int64_t shared_bytes() const { return stages * (bm + bn) * 64 * 2 + 1024 + 16 * stages; }
+  void check(const Config& c) const {
+    const bool ok = (bm == 64 || bm == 128 || bm == 256) && (bn == 64 || bn == 128 || bn == 256) &&
+                    (cw == 1 || cw == 2) && bm % (64 * cw) == 0 && bm / (64 * cw) * bn <= 256 && stages >= 2 &&
+                    stages <= 8 && group_m >= 1 && shared_bytes() <= 227 * 1024;
+    if (!ok) throw InvalidArgument("matmul on CUDA (wgmma): inconsistent config " + c.canonical());
+  }
+};
+
+class WgmmaMatmul final : public Implementation {
+ public:
+  std::string_view kernel() const override { return "matmul"; }
+  Backend backend() const override { return Backend::cuda; }
+  // Before mma.sync wherever wgmma exists.
+  int priority() const override { return 2; }
+  std::vector<ArgDef> args() const override { return matmul_args(); }
+  std::vector<std::string> sources() const override { return {wgmma_source}; }
+
+  // wgmma, setmaxnreg and TMA are sm_90a's alone (Blackwell has other instructions).
+  bool supports(const Invocation& inv, const DeviceInfo& dev) const override {
+    return dev.architecture == "sm_90" && tensor_core_operands(Problem::of(inv), dev);
+  }
+
+  ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
+    ParamSpace s;
+    s.param("bm", {64, 128, 256})
+        .param("bn", {64, 128, 256})
+        .param("cw", {1, 2})
+        .param("stages", {2, 3, 4, 5, 6})
+        .param("group_m", {1, 8, 16})
+        // Whole m64 strips per consumer, at most 128 accumulators a thread.
+        .constraint("bm % (64 * cw) == 0 && bm / (64 * cw) * bn <= 256")
+        .constraint("stages * (bm + bn) * 128 + 1024 + 16 * stages <= " + std::to_string(227 * 1024))
+        .constraint("bm <= 64 || m > 64")
+        .constraint("bn <= 64 || n > 64")
+        .bind(MatmulKernel().vars(inv))
+        .bind(device_vars(dev));
+    return s;
+  }
+
+  Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
+    const Problem p = Problem::of(inv);
+    const std::int64_t sms = std::max<std::int64_t>(dev.compute_units, 1);
+    auto tiles = [&](std::int64_t bm, std::int64_t bn) { return p.batch * tiles_of(p.m, bm) * tiles_of(p.n, bn); };
+    // 128 x 256 tiles over two consumer warpgroups (a 64 x 256 strip each) where they fill the
+    // device, else 128 x 128, else 64-row tiles of one consumer.
+    Config c{{"group_m", 8}, {"cw", 2}, {"bm", 128}};
+    if (p.m > 64 && p.n > 128 && tiles(128, 256) >= sms)
+      c.set("bn", 256), c.set("stages", 4);
+    else if (p.m > 64 && p.n > 64 && tiles(128, 128) >= sms)
+      c.set("bn", 128), c.set("stages", 5);
+    else
+      c.set("bm", 64), c.set("cw", 1), c.set("bn", p.n > 64 ? 128 : 64), c.set("stages", 4);
+    return c;
+  }
+
+  void prepare(const Invocation& inv, const Config& config, Device& device) const override {
+    const Problem p = Problem::of(inv);
+    auto& dev = cuda::cuda_target(device);
+    const WgmmaTiles t = WgmmaTiles::of(config);
+    t.check(config);
+    (void)program(p, t, dev);
+  }
+
+  void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
+    const Problem p = Problem::of(inv);
+    auto& dev = cuda::cuda_target(device);
+    const WgmmaTiles t = WgmmaTiles::of(config);
+    t.check(config);
+    if (p.m == 0 || p.n == 0 || p.batch == 0) return;
+    auto k = program(p, t, dev);
+    // An operand's map: (contiguous, other, batch) dimensions; where the contiguous one is M or
+    // N, 64 x 64 boxes, where it is K, a box of 64-wide K slices of `tile` rows.
+    auto map = [&](const Buffer& buf, bool k_major, std::int64_t rows, std::int64_t batch_stride, std::int64_t tile) {
+      const auto inner = static_cast<std::uint64_t>(std::max<std::int64_t>(k_major ? p.k : rows, 1));
+      const auto outer = static_cast<std::uint64_t>(std::max<std::int64_t>(k_major ? rows : p.k, 1));
+      const bool batched = batch_stride != 0 && p.batch > 1;
+      cuda::TensorMapShape s;
+      s.dims = {inner, outer, batched ? static_cast<std::uint64_t>(p.batch) : 1};
+      // (A row of 16 bytes where K = 0 gives a one-element dimension the kernel never reads.)
+      const std::uint64_t row = std::max<std::uint64_t>(inner * 2, 16);
+      s.strides = {row, batched ? static_cast<std::uint64_t>(batch_stride) * 2 : row * outer};
+      s.box = {64, static_cast<std::uint32_t>(k_major ? tile : 64), 1};
+      return std::pair{dev.tensor_map(buf, s), batched ? 1 : 0};
+    };
+    // A is K-major unless transposed (rows m); B is K-major when transposed (rows n).
+    auto [a_map, a_batched] = map(args[0].buffer(), !p.trans_a, p.m, p.batch_stride_a, t.bm);
+    auto [b_map, b_batched] = map(args[1].buffer(), p.trans_b, p.n, p.batch_stride_b, t.bn);
+    int m = static_cast<int>(p.m), n = static_cast<int>(p.n), kk = static_cast<int>(p.k), ldc = n;
+    float alpha = static_cast<float>(p.alpha), beta = static_cast<float>(p.beta);
+    long long sc = p.batch_stride_c;
+    CUdeviceptr c = dev.pointer(args[2].buffer());
+    void* params[] = {&a_map, &b_map, &m, &n, &kk, &alpha, &beta, &a_batched, &b_batched, &c, &ldc, &sc};
+    const auto blocks = static_cast<unsigned>(tiles_of(p.m, t.bm) * tiles_of(p.n, t.bn));
+    dev.launch_cuda(*k, {blocks, 1, static_cast<unsigned>(p.batch)}, {static_cast<unsigned>(t.threads()), 1, 1},
+                    static_cast<std::size_t>(t.shared_bytes()), params);
+  }
+
+ private:
+  static std::shared_ptr<cuda::CudaKernel> program(const Problem& p, const WgmmaTiles& t, cuda::CudaTarget& dev) {
+    auto def = [](const char* name, std::int64_t v) { return std::string("-D") + name + "=" + std::to_string(v); };
+    return dev.cuda_kernel(wgmma_source,
+                           {def("BM", t.bm), def("BN", t.bn), def("CW", t.cw), def("STAGES", t.stages),
+                            def("GROUP_M", t.group_m), def("TRANS_A", p.trans_a), def("TRANS_B", p.trans_b),
+                            def("BF16", p.dtype == DType::bf16)},
+                           "ejk_gemm_wgmma");
+  }
+};
+
 }  // namespace
 
-EJK_BUILTIN(implementations, "matmul/cuda") { r.add(std::make_shared<CudaMatmul>()); }
+EJK_BUILTIN(implementations, "matmul/cuda") {
+  r.add(std::make_shared<CudaMatmul>());
+  r.add(std::make_shared<WgmmaMatmul>());
+}
 
 }  // namespace ejk::kernels::matmul

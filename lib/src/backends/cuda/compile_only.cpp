@@ -115,6 +115,11 @@ void CompileOnlyDevice::launch_cuda(CudaKernel& k, std::array<unsigned, 3>, std:
   if (dynamic_shared > 227 * 1024) throw ResourceError("launch of " + k.name() + ": more than 227 KiB of shared memory");
 }
 
+CUtensorMap CompileOnlyDevice::tensor_map(const Buffer&, const TensorMapShape& shape) {
+  check_tensor_map(shape);
+  return CUtensorMap{};
+}
+
 std::size_t CompileOnlyDevice::compiled() const {
   std::lock_guard lock(mutex_);
   return built_.size();

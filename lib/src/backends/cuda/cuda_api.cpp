@@ -71,6 +71,7 @@ Loaded load_driver() {
   EJK_TAKE(cuEventRecord, "cuEventRecord")
   EJK_TAKE(cuEventSynchronize, "cuEventSynchronize")
   EJK_TAKE(cuEventElapsedTime, "cuEventElapsedTime")
+  EJK_TAKE(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled")
 #undef EJK_TAKE
   if (!missing.empty()) {
     out.reason = "libcuda.so.1 lacks " + missing + " (a driver older than CUDA 12.4)";

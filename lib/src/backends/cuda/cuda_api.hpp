@@ -46,6 +46,7 @@ struct Driver {
   EJK_CU_FN(cuEventRecord)
   EJK_CU_FN(cuEventSynchronize)
   EJK_CU_FN(cuEventElapsedTime)
+  EJK_CU_FN(cuTensorMapEncodeTiled)
 #undef EJK_CU_FN
   int version = 0;  // cuDriverGetVersion: 12080 for 12.8
 };

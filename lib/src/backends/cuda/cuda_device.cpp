@@ -419,6 +419,39 @@ void CudaDevice::launch_args(clc::Kernel& kernel, const clc::Range& global, cons
   launch_cuda(k, grid, block, dynamic, params);
 }
 
+void check_tensor_map(const TensorMapShape& shape) {
+  const std::size_t rank = shape.dims.size();
+  auto fail = [](const std::string& why) { throw InvalidArgument("TMA descriptor: " + why); };
+  if (rank < 1 || rank > 5 || shape.box.size() != rank || shape.strides.size() + 1 != rank)
+    fail("rank " + std::to_string(rank) + " with " + std::to_string(shape.box.size()) + " box sizes and " +
+         std::to_string(shape.strides.size()) + " strides");
+  for (std::size_t i = 0; i < rank; ++i) {
+    if (shape.dims[i] < 1 || shape.dims[i] > (std::uint64_t{1} << 32))
+      fail("dimension " + std::to_string(i) + " of " + std::to_string(shape.dims[i]) + " elements");
+    if (shape.box[i] < 1 || shape.box[i] > 256) fail("box of " + std::to_string(shape.box[i]) + " elements");
+  }
+  if (shape.box[0] * 2 > 128) fail("a 128-byte swizzled box row of " + std::to_string(shape.box[0] * 2) + " bytes");
+  for (std::uint64_t s : shape.strides)
+    if (s % 16 != 0 || s >= (std::uint64_t{1} << 40)) fail("a stride of " + std::to_string(s) + " bytes");
+}
+
+CUtensorMap CudaDevice::tensor_map(const Buffer& b, const TensorMapShape& shape) {
+  check_tensor_map(shape);
+  const CUdeviceptr p = ptr_of(b);
+  if (p % 16 != 0) throw InvalidArgument("TMA descriptor: a buffer address that is not 16-byte aligned");
+  const auto rank = static_cast<cuuint32_t>(shape.dims.size());
+  std::vector<cuuint64_t> dims(shape.dims.begin(), shape.dims.end()), strides(shape.strides.begin(), shape.strides.end());
+  std::vector<cuuint32_t> box(shape.box.begin(), shape.box.end()), element_strides(rank, 1);
+  CUtensorMap map{};
+  current();
+  check(driver_.cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, rank, reinterpret_cast<void*>(p),
+                                       dims.data(), strides.data(), box.data(), element_strides.data(),
+                                       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+        "cuTensorMapEncodeTiled");
+  return map;
+}
+
 CudaTarget& cuda_target(ejk::Device& d) {
   auto* t = dynamic_cast<CudaTarget*>(&d);
   if (!t) throw DeviceError("expected a CUDA device, got " + d.info().id());

@@ -83,6 +83,18 @@ std::string nvrtc_arch(int major, int minor);
 std::vector<unsigned char> compile(std::string_view source, const std::vector<std::string>& options,
                                    std::string_view arch, std::string_view origin);
 
+// A tiled TMA descriptor (what Hopper's bulk tensor copies read) over a tensor of 16-bit elements
+// in a buffer, copied in boxes into shared memory with 128-byte swizzling; elements past the
+// tensor's edges read as zeros.
+struct TensorMapShape {
+  std::vector<std::uint64_t> dims;     // elements per dimension, innermost first
+  std::vector<std::uint64_t> strides;  // bytes from one index of dimension i + 1 to the next
+  std::vector<std::uint32_t> box;      // elements a copy moves per dimension
+};
+// Throws InvalidArgument naming what TMA cannot describe: rank 1..5, dims in 1..2^32, strides
+// 16-byte multiples below 2^40, boxes 1..256 elements with 128 bytes at most innermost.
+void check_tensor_map(const TensorMapShape& shape);
+
 // What CUDA C++ implementations run on: a CudaDevice, or a CompileOnlyDevice (compile_only.hpp)
 // that compiles and launches nothing.
 class CudaTarget : public clc::Device {
@@ -97,6 +109,8 @@ class CudaTarget : public clc::Device {
                            std::size_t dynamic_shared, std::span<void* const> params) = 0;
   // The device address of one of its buffers.
   virtual CUdeviceptr pointer(const Buffer& b) const = 0;
+  // The TMA descriptor of `shape` over buffer `b` (check_tensor_map's rules).
+  virtual CUtensorMap tensor_map(const Buffer& b, const TensorMapShape& shape) = 0;
 };
 
 // The CUDA target behind a Device reference; throws DeviceError naming the device otherwise.
@@ -125,6 +139,7 @@ class CudaDevice final : public CudaTarget {
   std::shared_ptr<CudaKernel> cuda_kernel(std::string_view source_key, const std::vector<std::string>& options,
                                           std::string_view name) override;
   CUdeviceptr pointer(const Buffer& b) const override { return ptr_of(b); }
+  CUtensorMap tensor_map(const Buffer& b, const TensorMapShape& shape) override;
   bool hardware_fma() const override { return true; }
   ModuleCacheStats module_cache_stats() const;
 
