@@ -15,6 +15,7 @@
 #include "backends/cuda/cuda_api.hpp"
 #include "backends/cuda/cuda_device.hpp"
 #include "backends/cuda/opencl_c.hpp"
+#include "flash_attention/flash_attention.hpp"
 #include "matmul/matmul.hpp"
 #include "support.hpp"
 
@@ -105,6 +106,14 @@ std::vector<const Implementation*> tensor_core_matmuls(const Invocation& inv, co
   return out;
 }
 
+// A flash attention forward the Hopper kernel takes: GQA, lengths off the tile sizes.
+Invocation hopper_attention(std::int64_t dim, DType t, const nlohmann::json& options,
+                            std::map<std::string, std::int64_t> sizes = {}) {
+  sizes.merge(std::map<std::string, std::int64_t>{{"batch", 2}, {"seq_q", 200}, {"seq_k", 333}, {"heads", 4},
+                                                  {"kv_heads", 2}, {"head_dim", dim}});
+  return kernels::flash_attention::recipe_invocation(false, sizes, t, options);
+}
+
 class CudaCompile : public ::testing::TestWithParam<int> {};
 
 // Every implementation on cuda, on its kernel's smallest workload in f32, f16 and bf16: the
@@ -150,6 +159,15 @@ TEST_P(CudaCompile, EveryProgramOfTheSpacesCompiles) {
         EXPECT_EQ(impls.size(), cc >= 90 ? 2u : 1u) << "tensor-core matmuls taking " << inv.signature();
         for (const Implementation* impl : impls)
           for (const Config& c : configs_to_compile(*impl, inv, info)) tasks.push_back({impl, inv, c});
+      }
+  // The Hopper flash attention takes head_dim 64 and 128 only.
+  for (DType t : {DType::f16, DType::bf16})
+    for (std::int64_t dim : {64, 128})
+      for (const nlohmann::json& opts : {nlohmann::json{{"causal", true}}, nlohmann::json{{"logits_soft_cap", 30.0}}}) {
+        const Invocation inv = hopper_attention(dim, t, opts);
+        for (const Implementation* impl : Registry::global().implementations("flash_attention"))
+          if (impl->backend() == Backend::cuda && impl->priority() >= 1 && impl->supports(inv, info))
+            for (const Config& c : configs_to_compile(*impl, inv, info)) tasks.push_back({impl, inv, c});
       }
   std::atomic<std::size_t> next{0};
   std::mutex failures_mutex;
@@ -260,6 +278,50 @@ TEST_P(Cuda, TensorCoreMatmulMatchesTheReference) {
           }
         }
   EXPECT_GT(runs, 100u);
+}
+
+// The Hopper flash attention forward (wgmma) against the double reference: f16 and bf16, head_dim
+// 64 and 128, masks, soft cap, GQA, lengths off the tiles, every config of its space on one set
+// of options and the heuristic's on the others.
+TEST_P(Cuda, HopperFlashAttentionMatchesTheReference) {
+  namespace fa = kernels::flash_attention;
+  Context ctx(GetParam());
+  const DeviceInfo& info = ctx.device().info();
+  const fa::FlashAttentionKernel fk;
+  const Invocation probe = hopper_attention(128, DType::f16, nlohmann::json::object());
+  const Implementation& impl = Registry::global().implementation(probe, info);
+  if (impl.sources() != std::vector<std::string>{"flash_attention/flash_attention_wgmma.cu"})
+    GTEST_SKIP() << info.name << " (" << info.architecture << ") has no wgmma (sm_90a)";
+  const std::vector<std::pair<nlohmann::json, std::map<std::string, std::int64_t>>> cases = {
+      {nlohmann::json::object(), {}},
+      {{{"causal", true}}, {}},
+      {{{"causal", true}}, {{"seq_q", 256}, {"seq_k", 256}, {"batch", 1}}},
+      {{{"window_left", 40}, {"window_right", 8}, {"logits_soft_cap", 20.0}}, {}},
+      {{{"causal", true}, {"window_left", 70}}, {{"seq_q", 333}, {"seq_k", 200}}},
+      {{{"softmax_scale", 0.5}}, {{"seq_q", 1}, {"seq_k", 5}, {"kv_heads", 1}}},
+  };
+  std::size_t runs = 0;
+  for (DType t : {DType::f16, DType::bf16})
+    for (std::int64_t dim : {64, 128})
+      for (std::size_t ci = 0; ci < cases.size(); ++ci) {
+        const auto& [opts, sizes] = cases[ci];
+        const Invocation inv = hopper_attention(dim, t, opts, sizes);
+        ASSERT_EQ(&Registry::global().implementation(inv, info), &impl) << inv.signature();
+        const HostArrays in = fk.inputs(inv, 11 + ci);
+        const HostArrays want = fk.reference(inv, in);
+        std::vector<Config> configs{impl.heuristic(inv, info)};
+        if (ci == 1)
+          for (const Config& c : impl.space(inv, info).enumerate()) configs.push_back(c);
+        for (const Config& c : configs) {
+          const HostArrays got = test::run_implementation(ctx, inv, in, fa::fwd::out, c);
+          const std::string label = std::string(to_string(t)) + " " + std::to_string(dim) + " " + opts.dump() + " " +
+                                    c.canonical();
+          EXPECT_LE(test::relative_error(got[0], want[0]), fk.tolerance(inv)) << label << ": out";
+          EXPECT_LE(test::relative_error(got[1], want[1]), fk.tolerance(inv)) << label << ": lse";
+          ++runs;
+        }
+      }
+  EXPECT_GT(runs, 40u);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, Cuda, ::testing::ValuesIn(test::devices(Backend::cuda)),

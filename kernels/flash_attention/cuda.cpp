@@ -1,0 +1,135 @@
+// flash_attention forward on Hopper (flash_attention_wgmma.cu): f16 and bf16, head_dim 64 or
+// 128, padded input, with causal and window masks, logits soft cap, GQA and the diagonal offset.
+// Invocations with bias, sinks, segment ids, dropout or packed sequences, other head_dims and
+// other GPUs run the OpenCL C implementation on the same device.
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backends/cuda/cuda_device.hpp"
+#include "common/builtin.hpp"
+#include "ejk/error.hpp"
+#include "flash_attention/flash_attention.hpp"
+#include "flash_attention/program.hpp"
+
+namespace ejk::kernels::flash_attention {
+namespace {
+
+constexpr const char* wgmma_source = "flash_attention/flash_attention_wgmma.cu";
+
+// flash_attention_wgmma.cu's Params.
+struct Params {
+  std::int32_t seq_q, seq_k, heads, group;
+  std::int32_t window_left, window_right;
+  std::int32_t diagonal;
+  float qscale, cap2;
+  std::int32_t has_lse;
+};
+
+struct Tiles {
+  std::int64_t cw, bk, stages, d;
+  static Tiles of(const Config& c, const Problem& p) { return {c.get("cw"), c.get("block_k"), c.get("stages"), p.head_dim}; }
+  std::int64_t threads() const { return (cw + 1) * 128; }
+  // Q tile, K and V rings, 1 KiB to align them to the swizzle's period, the barriers.
+  std::int64_t shared_bytes() const { return 64 * cw * d * 2 + 2 * stages * bk * d * 2 + 1024 + 8 * (1 + 4 * stages); }
+  void check(const Config& c) const {
+    const bool ok = (cw == 1 || cw == 2) && (bk == 64 || bk == 128) && stages >= 2 && stages <= 4 &&
+                    shared_bytes() <= 227 * 1024;
+    if (!ok) throw InvalidArgument("flash_attention on CUDA (wgmma): inconsistent config " + c.canonical());
+  }
+};
+
+std::int32_t i32(std::int64_t v) { return static_cast<std::int32_t>(v); }
+
+class CudaForward final : public Implementation {
+ public:
+  std::string_view kernel() const override { return "flash_attention"; }
+  Backend backend() const override { return Backend::cuda; }
+  // Before the OpenCL C implementation wherever it applies.
+  int priority() const override { return 1; }
+  std::vector<ArgDef> args() const override { return forward_args(); }
+  std::vector<std::string> sources() const override { return {wgmma_source}; }
+
+  bool supports(const Invocation& inv, const DeviceInfo& dev) const override {
+    if (dev.architecture != "sm_90") return false;  // wgmma, TMA and setmaxnreg: sm_90a
+    const Problem p = Problem::of(inv);
+    return (p.dtype == DType::f16 || p.dtype == DType::bf16) && (p.head_dim == 64 || p.head_dim == 128) &&
+           !p.varlen && !p.has_bias && !p.has_sinks && !p.has_segments && p.dropout == 0 &&
+           std::max({p.seq_q, p.seq_k, p.batch * p.seq_q * p.heads}) < (std::int64_t{1} << 31);
+  }
+
+  ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
+    ParamSpace s;
+    s.param("cw", {1, 2})
+        .param("block_k", {64, 128})
+        .param("stages", {2, 3, 4})
+        .constraint("64 * cw * head_dim * 2 + 4 * stages * block_k * head_dim + 1024 + 8 * (1 + 4 * stages) <= " +
+                    std::to_string(227 * 1024))
+        .bind(FlashAttentionKernel().vars(inv))
+        .bind(device_vars(dev));
+    return s;
+  }
+
+  // 128 query rows over two consumer warpgroups and 128-key blocks, double-buffered.
+  Config heuristic(const Invocation&, const DeviceInfo&) const override {
+    return Config{{"cw", 2}, {"block_k", 128}, {"stages", 2}};
+  }
+
+  void prepare(const Invocation& inv, const Config& config, Device& device) const override {
+    const Problem p = Problem::of(inv);
+    const Tiles t = Tiles::of(config, p);
+    t.check(config);
+    (void)program(p, t, cuda::cuda_target(device));
+  }
+
+  void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
+    const Problem p = Problem::of(inv);
+    auto& dev = cuda::cuda_target(device);
+    const Tiles t = Tiles::of(config, p);
+    t.check(config);
+    if (p.batch == 0 || p.seq_q == 0 || p.heads == 0) return;
+    auto k = program(p, t, dev);
+    // [batch, seq, heads, head_dim] as (head_dim, heads, seq, batch), copied in boxes of 64
+    // head_dim columns of `rows` tokens of one head.
+    auto map = [&](const Tensor& x, std::int64_t seq, std::int64_t heads, std::int64_t rows) {
+      const auto d = static_cast<std::uint64_t>(p.head_dim), h = static_cast<std::uint64_t>(heads),
+                 s = static_cast<std::uint64_t>(std::max<std::int64_t>(seq, 1));
+      cuda::TensorMapShape shape;
+      shape.dims = {d, h, s, static_cast<std::uint64_t>(p.batch)};
+      shape.strides = {d * 2, h * d * 2, s * h * d * 2};
+      shape.box = {64, 1, static_cast<std::uint32_t>(rows), 1};
+      return dev.tensor_map(x.buffer(), shape);
+    };
+    CUtensorMap q_map = map(args[fwd::q], p.seq_q, p.heads, 64 * t.cw);
+    CUtensorMap k_map = map(args[fwd::k], p.seq_k, p.kv_heads, t.bk);
+    CUtensorMap v_map = map(args[fwd::v], p.seq_k, p.kv_heads, t.bk);
+    const ProgramOptions o = program_options(p, "flash_attention cuda");
+    std::int64_t right = p.window_right;
+    if (p.causal) right = right < 0 ? 0 : std::min<std::int64_t>(right, 0);
+    Params params{i32(p.seq_q), i32(p.seq_k), i32(p.heads), i32(p.group()), i32(p.window_left), i32(right),
+                  i32(p.diagonal(p.seq_q, p.seq_k)), o.qscale, o.cap2, is_absent(args[fwd::lse].spec()) ? 0 : 1};
+    CUdeviceptr out = dev.pointer(args[fwd::out].buffer());
+    CUdeviceptr lse = params.has_lse ? dev.pointer(args[fwd::lse].buffer()) : 0;
+    void* launch_params[] = {&q_map, &k_map, &v_map, &out, &lse, &params};
+    const auto tiles = static_cast<unsigned>((p.seq_q + 64 * t.cw - 1) / (64 * t.cw));
+    dev.launch_cuda(*k, {tiles, static_cast<unsigned>(p.heads), static_cast<unsigned>(p.batch)},
+                    {static_cast<unsigned>(t.threads()), 1, 1}, static_cast<std::size_t>(t.shared_bytes()),
+                    launch_params);
+  }
+
+ private:
+  static std::shared_ptr<cuda::CudaKernel> program(const Problem& p, const Tiles& t, cuda::CudaTarget& dev) {
+    auto def = [](const char* name, std::int64_t v) { return std::string("-D") + name + "=" + std::to_string(v); };
+    return dev.cuda_kernel(wgmma_source,
+                           {def("D", t.d), def("CW", t.cw), def("BK", t.bk), def("STAGES", t.stages),
+                            def("SOFTCAP", p.softcap > 0), def("BF16", p.dtype == DType::bf16)},
+                           "ejk_fa_fwd_wgmma");
+  }
+};
+
+}  // namespace
+
+EJK_BUILTIN(implementations, "flash_attention/cuda") { r.add(std::make_shared<CudaForward>()); }
+
+}  // namespace ejk::kernels::flash_attention
