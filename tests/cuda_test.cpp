@@ -108,10 +108,10 @@ std::vector<const Implementation*> tensor_core_matmuls(const Invocation& inv, co
 
 // A flash attention forward the Hopper kernel takes: GQA, lengths off the tile sizes.
 Invocation hopper_attention(std::int64_t dim, DType t, const nlohmann::json& options,
-                            std::map<std::string, std::int64_t> sizes = {}) {
+                            std::map<std::string, std::int64_t> sizes = {}, bool backward = false) {
   sizes.merge(std::map<std::string, std::int64_t>{{"batch", 2}, {"seq_q", 200}, {"seq_k", 333}, {"heads", 4},
                                                   {"kv_heads", 2}, {"head_dim", dim}});
-  return kernels::flash_attention::recipe_invocation(false, sizes, t, options);
+  return kernels::flash_attention::recipe_invocation(backward, sizes, t, options);
 }
 
 class CudaCompile : public ::testing::TestWithParam<int> {};
@@ -164,10 +164,12 @@ TEST_P(CudaCompile, EveryProgramOfTheSpacesCompiles) {
   for (DType t : {DType::f16, DType::bf16})
     for (std::int64_t dim : {64, 128})
       for (const nlohmann::json& opts : {nlohmann::json{{"causal", true}}, nlohmann::json{{"logits_soft_cap", 30.0}}}) {
-        const Invocation inv = hopper_attention(dim, t, opts);
-        for (const Implementation* impl : Registry::global().implementations("flash_attention"))
-          if (impl->backend() == Backend::cuda && impl->priority() >= 1 && impl->supports(inv, info))
-            for (const Config& c : configs_to_compile(*impl, inv, info)) tasks.push_back({impl, inv, c});
+        for (bool backward : {false, true}) {
+          const Invocation inv = hopper_attention(dim, t, opts, {}, backward);
+          for (const Implementation* impl : Registry::global().implementations(inv.kernel))
+            if (impl->backend() == Backend::cuda && impl->priority() >= 1 && impl->supports(inv, info))
+              for (const Config& c : configs_to_compile(*impl, inv, info)) tasks.push_back({impl, inv, c});
+        }
       }
   std::atomic<std::size_t> next{0};
   std::mutex failures_mutex;
@@ -283,15 +285,19 @@ TEST_P(Cuda, TensorCoreMatmulMatchesTheReference) {
 // The Hopper flash attention forward (wgmma) against the double reference: f16 and bf16, head_dim
 // 64 and 128, masks, soft cap, GQA, lengths off the tiles, every config of its space on one set
 // of options and the heuristic's on the others.
-TEST_P(Cuda, HopperFlashAttentionMatchesTheReference) {
+// Forward and backward alike: out and lse, or dq, dk and dv.
+void expect_hopper_attention(bool backward, const std::string& device) {
   namespace fa = kernels::flash_attention;
-  Context ctx(GetParam());
+  Context ctx(device);
   const DeviceInfo& info = ctx.device().info();
-  const fa::FlashAttentionKernel fk;
-  const Invocation probe = hopper_attention(128, DType::f16, nlohmann::json::object());
+  const Kernel& kernel = Registry::global().kernel(backward ? "flash_attention_bwd" : "flash_attention");
+  const std::string source = backward ? "flash_attention/flash_attention_bwd_wgmma.cu" : "flash_attention/flash_attention_wgmma.cu";
+  const Invocation probe = hopper_attention(128, DType::f16, nlohmann::json::object(), {}, backward);
   const Implementation& impl = Registry::global().implementation(probe, info);
-  if (impl.sources() != std::vector<std::string>{"flash_attention/flash_attention_wgmma.cu"})
+  if (impl.sources() != std::vector<std::string>{source})
     GTEST_SKIP() << info.name << " (" << info.architecture << ") has no wgmma (sm_90a)";
+  const std::vector<std::string> outputs =
+      backward ? std::vector<std::string>{"dq", "dk", "dv"} : std::vector<std::string>{"out", "lse"};
   const std::vector<std::pair<nlohmann::json, std::map<std::string, std::int64_t>>> cases = {
       {nlohmann::json::object(), {}},
       {{{"causal", true}}, {}},
@@ -305,24 +311,27 @@ TEST_P(Cuda, HopperFlashAttentionMatchesTheReference) {
     for (std::int64_t dim : {64, 128})
       for (std::size_t ci = 0; ci < cases.size(); ++ci) {
         const auto& [opts, sizes] = cases[ci];
-        const Invocation inv = hopper_attention(dim, t, opts, sizes);
+        const Invocation inv = hopper_attention(dim, t, opts, sizes, backward);
         ASSERT_EQ(&Registry::global().implementation(inv, info), &impl) << inv.signature();
-        const HostArrays in = fk.inputs(inv, 11 + ci);
-        const HostArrays want = fk.reference(inv, in);
+        const HostArrays in = kernel.inputs(inv, 11 + ci);
+        const HostArrays want = kernel.reference(inv, in);
         std::vector<Config> configs{impl.heuristic(inv, info)};
         if (ci == 1)
           for (const Config& c : impl.space(inv, info).enumerate()) configs.push_back(c);
         for (const Config& c : configs) {
-          const HostArrays got = test::run_implementation(ctx, inv, in, fa::fwd::out, c);
+          const HostArrays got = test::run_implementation(ctx, inv, in, backward ? fa::bwd::dq : fa::fwd::out, c);
           const std::string label = std::string(to_string(t)) + " " + std::to_string(dim) + " " + opts.dump() + " " +
                                     c.canonical();
-          EXPECT_LE(test::relative_error(got[0], want[0]), fk.tolerance(inv)) << label << ": out";
-          EXPECT_LE(test::relative_error(got[1], want[1]), fk.tolerance(inv)) << label << ": lse";
+          for (std::size_t i = 0; i < outputs.size(); ++i)
+            EXPECT_LE(test::relative_error(got[i], want[i]), kernel.tolerance(inv)) << label << ": " << outputs[i];
           ++runs;
         }
       }
   EXPECT_GT(runs, 40u);
 }
+
+TEST_P(Cuda, HopperFlashAttentionMatchesTheReference) { expect_hopper_attention(false, GetParam()); }
+TEST_P(Cuda, HopperFlashAttentionBackwardMatchesTheReference) { expect_hopper_attention(true, GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(All, Cuda, ::testing::ValuesIn(test::devices(Backend::cuda)),
                          [](const auto& i) { return std::string("cuda_") + i.param.substr(5); });
