@@ -153,9 +153,10 @@ struct BwdTiles {
   std::int64_t cw, stages, d;
   static BwdTiles of(const Config& c, const Problem& p) { return {c.get("cw"), c.get("stages"), p.head_dim}; }
   std::int64_t threads() const { return (cw + 1) * 128; }
-  // K and V of the block's keys, the Q and dout ring, each consumer's dS^T, alignment, barriers.
+  // K and V of the block's keys, the Q and dout ring with their rows' lse and D, each consumer's
+  // dS^T, alignment, barriers.
   std::int64_t shared_bytes() const {
-    return 2 * 64 * cw * d * 2 + 2 * stages * 64 * d * 2 + cw * 64 * 64 * 2 + 1024 + 8 * (1 + 2 * stages);
+    return 2 * 64 * cw * d * 2 + stages * (2 * 64 * d * 2 + 512) + cw * 64 * 64 * 2 + 1024 + 8 * (1 + 2 * stages);
   }
   void check(const Config& c) const {
     const bool ok = (cw == 1 || cw == 2) && stages >= 2 && stages <= 4 && shared_bytes() <= 227 * 1024;
@@ -179,7 +180,7 @@ class CudaBackward final : public Implementation {
     ParamSpace s;
     s.param("cw", {1, 2})
         .param("stages", {2, 3, 4})
-        .constraint("256 * cw * head_dim + 256 * stages * head_dim + cw * 8192 + 1024 + 8 * (1 + 2 * stages) <= " +
+        .constraint("256 * cw * head_dim + stages * (256 * head_dim + 512) + cw * 8192 + 1024 + 8 * (1 + 2 * stages) <= " +
                     std::to_string(227 * 1024))
         .bind(FlashAttentionBwdKernel().vars(inv))
         .bind(device_vars(dev));
@@ -202,19 +203,22 @@ class CudaBackward final : public Implementation {
     const BwdTiles t = BwdTiles::of(config, p);
     t.check(config);
     if (p.batch == 0 || p.heads == 0) return;
-    const std::int64_t rows = p.batch * p.seq_q * p.heads;
-    auto delta = dev.allocate(static_cast<std::size_t>(std::max<std::int64_t>(rows, 1)) * 4);
+    // Query rows padded to the 64-row blocks: each block's lse and D are one bulk copy.
+    const std::int64_t rows = p.batch * p.seq_q * p.heads, seq_pad = (p.seq_q + 63) / 64 * 64;
+    const std::int64_t padded_rows = p.batch * seq_pad * p.heads;
+    auto stats = dev.allocate(static_cast<std::size_t>(std::max<std::int64_t>(2 * padded_rows, 1)) * 4);
     auto dq_acc = dev.allocate(static_cast<std::size_t>(std::max<std::int64_t>(rows * p.head_dim, 1)) * 4);
-    CUdeviceptr delta_p = dev.pointer(*delta), dq_acc_p = dev.pointer(*dq_acc);
+    CUdeviceptr stats_p = dev.pointer(*stats), dq_acc_p = dev.pointer(*dq_acc);
     CUdeviceptr out = dev.pointer(args[bwd::out].buffer()), dout = dev.pointer(args[bwd::dout].buffer());
     CUdeviceptr lse = dev.pointer(args[bwd::lse].buffer()), dq = dev.pointer(args[bwd::dq].buffer());
     CUdeviceptr dk = dev.pointer(args[bwd::dk].buffer()), dv = dev.pointer(args[bwd::dv].buffer());
 
-    if (rows > 0) {
-      int n_rows = static_cast<int>(rows), seq_q = static_cast<int>(p.seq_q), heads = static_cast<int>(p.heads);
-      void* prep[] = {&out, &dout, &delta_p, &dq_acc_p, &n_rows, &seq_q, &heads};
-      dev.launch_cuda(*program(p, t, dev, "ejk_fa_bwd_prep"), {static_cast<unsigned>((rows + 7) / 8), 1, 1}, {256, 1, 1},
-                      0, prep);
+    int pad = static_cast<int>(seq_pad);
+    if (padded_rows > 0) {
+      int n_rows = static_cast<int>(padded_rows), seq_q = static_cast<int>(p.seq_q), heads = static_cast<int>(p.heads);
+      void* prep[] = {&out, &dout, &lse, &stats_p, &dq_acc_p, &n_rows, &seq_q, &pad, &heads};
+      dev.launch_cuda(*program(p, t, dev, "ejk_fa_bwd_prep"), {static_cast<unsigned>((padded_rows + 7) / 8), 1, 1},
+                      {256, 1, 1}, 0, prep);
     }
 
     CUtensorMap q_map = token_map(dev, p, args[bwd::q], p.seq_q, p.heads, 64);
@@ -225,7 +229,7 @@ class CudaBackward final : public Implementation {
     BwdParams params{i32(p.batch), i32(p.seq_q), i32(p.seq_k), i32(p.heads), i32(p.group()), i32(p.window_left),
                      i32(right_window(p)), i32(p.diagonal(p.seq_q, p.seq_k)), o.qscale, o.cap2,
                      static_cast<float>(p.scale)};
-    void* main[] = {&q_map, &k_map, &v_map, &do_map, &lse, &delta_p, &dq_acc_p, &dk, &dv, &params};
+    void* main[] = {&q_map, &k_map, &v_map, &do_map, &stats_p, &pad, &dq_acc_p, &dk, &dv, &params};
     dev.launch_cuda(*program(p, t, dev, "ejk_fa_bwd_wgmma"),
                     {static_cast<unsigned>((p.seq_k + 64 * t.cw - 1) / (64 * t.cw)), static_cast<unsigned>(p.kv_heads),
                      static_cast<unsigned>(p.batch)},

@@ -1,9 +1,12 @@
 // flash attention backward on Hopper's warpgroup tensor cores (sm_90a), f16 or bf16 with f32
 // accumulation, in three launches:
-//   ejk_fa_bwd_prep: D_i = dout_i . out_i for every query row, and the f32 dq accumulator zeroed;
+//   ejk_fa_bwd_prep: per query row, D_i = dout_i . out_i and lse_i in base 2, into one padded
+//     array a (sequence, head) (rows past seq_q: D 0, lse +inf, so that P is 0 there), and the f32
+//     dq accumulator zeroed;
 //   ejk_fa_bwd_wgmma: a block owns 64 * CW keys of one (sequence, kv head) and walks the query
 //     blocks of every query head of its group that the mask lets see them. Its first warpgroup
-//     copies K and V once and Q and dout blocks of BQ = 64 rows into a STAGES-deep ring by TMA.
+//     copies K and V once and Q and dout blocks of BQ = 64 rows, with their rows' lse and D, into
+//     a STAGES-deep ring by TMA.
 //     Consumer warpgroup c owns 64 keys and computes, keys as rows: S^T = K Q^T and
 //     dP^T = V dout^T (wgmma from shared memory), P^T from the saved lse, dS^T = P^T (dP^T - D),
 //     then dV += P^T dout and dK += dS^T Q with P^T and dS^T straight from registers, and
@@ -31,6 +34,7 @@
 #define Q_BYTES (CHUNKS * Q_CHUNK)
 #define K_BYTES (CHUNKS * K_CHUNK)
 #define DS_BYTES (64 * BQ * 2)  // one consumer's dS^T, 64 keys x BQ queries
+#define STATS_BYTES (BQ * 4)     // a block's lse (base 2) or D
 
 typedef unsigned short elem_t;
 #define NEG_INF __int_as_float(0xff800000)
@@ -74,24 +78,29 @@ __device__ __forceinline__ void red_add2(float* p, float a, float b) {
 __device__ __forceinline__ void warpgroup_sync(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-// One warp a query row: D_i = sum dout * out, and the row's dq accumulator zeroed.
-extern "C" __global__ void __launch_bounds__(256) ejk_fa_bwd_prep(const elem_t* __restrict__ out,
-                                                                  const elem_t* __restrict__ dout,
-                                                                  float* __restrict__ delta, float* __restrict__ dq_acc,
-                                                                  int rows, int seq_q, int heads) {
+// One warp a padded query row (b, i, h): stats[(b * heads + h) * 2 * seq_pad + i] holds lse_i in
+// base 2 and seq_pad further D_i = sum dout * out; the row's dq accumulator is zeroed.
+extern "C" __global__ void __launch_bounds__(256)
+    ejk_fa_bwd_prep(const elem_t* __restrict__ out, const elem_t* __restrict__ dout, const float* __restrict__ lse,
+                    float* __restrict__ stats, float* __restrict__ dq_acc, int rows, int seq_q, int seq_pad, int heads) {
   const int row = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (row >= rows) return;  // row = (b * seq_q + i) * heads + h
-  const long long base = static_cast<long long>(row) * D;
+  if (row >= rows) return;  // row = (b * seq_pad + i) * heads + h
+  const int h = row % heads, bi = row / heads, i = bi % seq_pad, b = bi / seq_pad;
   float s = 0.0f;
-  for (int d = lane; d < D; d += 32) {
-    s += to_f32(out[base + d]) * to_f32(dout[base + d]);
-    dq_acc[base + d] = 0.0f;
-  }
+  if (i < seq_q) {
+    const long long base = ((static_cast<long long>(b) * seq_q + i) * heads + h) * D;
+    for (int d = lane; d < D; d += 32) {
+      s += to_f32(out[base + d]) * to_f32(dout[base + d]);
+      dq_acc[base + d] = 0.0f;
+    }
 #pragma unroll
-  for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+    for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+  }
   if (lane == 0) {
-    const int h = row % heads, bi = row / heads, i = bi % seq_q, b = bi / seq_q;
-    delta[(static_cast<long long>(b) * heads + h) * seq_q + i] = s;
+    const long long at = (static_cast<long long>(b) * heads + h) * 2 * seq_pad + i;
+    stats[at] = i < seq_q ? lse[(static_cast<long long>(b) * heads + h) * seq_q + i] * 1.4426950408889634f
+                          : __int_as_float(0x7f800000);
+    stats[at + seq_pad] = s;
   }
 }
 
@@ -106,13 +115,14 @@ extern "C" __global__ void __launch_bounds__(256) ejk_fa_bwd_dq(const float* __r
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
     ejk_fa_bwd_wgmma(const __grid_constant__ TensorMap q_map, const __grid_constant__ TensorMap k_map,
                      const __grid_constant__ TensorMap v_map, const __grid_constant__ TensorMap do_map,
-                     const float* __restrict__ lse, const float* __restrict__ delta, float* __restrict__ dq_acc,
+                     const float* __restrict__ stats, int seq_pad, float* __restrict__ dq_acc,
                      elem_t* __restrict__ dk, elem_t* __restrict__ dv, const Params p) {
   extern __shared__ unsigned char smem_raw[];
-  const unsigned base = (shared_addr(smem_raw) + 1023u) & ~1023u;
+  const unsigned raw = shared_addr(smem_raw), base = (raw + 1023u) & ~1023u;
   const unsigned k_s = base, v_s = k_s + K_BYTES, q_s = v_s + K_BYTES, do_s = q_s + STAGES * Q_BYTES,
                  ds_s = do_s + STAGES * Q_BYTES;
-  const unsigned kv_full = ds_s + CW * DS_BYTES, q_full = kv_full + 8, q_empty = q_full + 8 * STAGES;
+  const unsigned st_s = ds_s + CW * DS_BYTES;  // per stage: lse (base 2), then D
+  const unsigned kv_full = st_s + STAGES * 2 * STATS_BYTES, q_full = kv_full + 8, q_empty = q_full + 8 * STAGES;
 
   const int k0 = blockIdx.x * BK, hk = blockIdx.y, b = blockIdx.z;
   // The query rows some key of the block may be seen by.
@@ -134,7 +144,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
   __syncthreads();
 
   if (wg == 0) {
-    regs_release<40>();
+    regs_release<24>();
     if (tid == 0) {
       tma_prefetch_map(&q_map);
       tma_prefetch_map(&do_map);
@@ -147,18 +157,21 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       for (int n = 0; n < steps; ++n) {
         const int s = n % STAGES, h = hk * p.group + n / qb_count, q0 = (qb_begin + n % qb_count) * BQ;
         if (n >= STAGES) mbar_wait(q_empty + 8 * s, ((n / STAGES) - 1) & 1);
-        mbar_expect(q_full + 8 * s, 2 * Q_BYTES);
+        mbar_expect(q_full + 8 * s, 2 * Q_BYTES + 2 * STATS_BYTES);
 #pragma unroll
         for (int c = 0; c < CHUNKS; ++c) {
           tma_load_4d(q_s + s * Q_BYTES + c * Q_CHUNK, &q_map, q_full + 8 * s, 64 * c, h, q0, b);
           tma_load_4d(do_s + s * Q_BYTES + c * Q_CHUNK, &do_map, q_full + 8 * s, 64 * c, h, q0, b);
         }
+        const float* row_stats = stats + (static_cast<long long>(b) * p.heads + h) * 2 * seq_pad + q0;
+        bulk_load(st_s + s * 2 * STATS_BYTES, row_stats, STATS_BYTES, q_full + 8 * s);
+        bulk_load(st_s + s * 2 * STATS_BYTES + STATS_BYTES, row_stats + seq_pad, STATS_BYTES, q_full + 8 * s);
       }
     }
     return;
   }
 
-  regs_take<232>();
+  regs_take<240>();
   const int cw = wg - 1, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   // Rows of S^T (keys) this thread holds: key0 (elements 4j, 4j + 1) and key0 + 8 (4j + 2, 4j + 3);
   // columns (queries) 8j + 2t and 8j + 2t + 1 of the block.
@@ -174,48 +187,60 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const unsigned qs = q_s + s * Q_BYTES, dos = do_s + s * Q_BYTES;
     mbar_wait(q_full + 8 * s, (n / STAGES) & 1);
 
+    // Two groups, so that P^T is computed while dP^T is still being multiplied.
     float st[BQ / 2], dpt[BQ / 2];
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const unsigned kc = (kk / 4) * K_CHUNK + strip * 128 + (kk % 4) * 32, qc = (kk / 4) * Q_CHUNK + (kk % 4) * 32;
       Wgmma<BQ, 0, 0>::run(st, smem_desc(k_s + kc, 16, 1024), smem_desc(qs + qc, 16, 1024), kk > 0);
+    }
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const unsigned kc = (kk / 4) * K_CHUNK + strip * 128 + (kk % 4) * 32, qc = (kk / 4) * Q_CHUNK + (kk % 4) * 32;
       Wgmma<BQ, 0, 0>::run(dpt, smem_desc(v_s + kc, 16, 1024), smem_desc(dos + qc, 16, 1024), kk > 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
+    wgmma_wait<1>();
     wgmma_hold(st);
-    wgmma_hold(dpt);
 
     const bool inside = q0 + BQ <= p.seq_q && k0 + BK <= p.seq_k &&
                         (p.window_left < 0 || k0 >= q0 + BQ - 1 + p.diagonal - p.window_left) &&
                         (p.window_right < 0 || k0 + BK - 1 <= q0 + p.diagonal + p.window_right);
-    const long long row_base = (static_cast<long long>(b) * p.heads + h) * p.seq_q;
+    const float* lse2 = reinterpret_cast<const float*>(smem_raw + (st_s + s * 2 * STATS_BYTES - raw));
+    const float* dsum = lse2 + BQ;
+    // P^T into A fragments for dV; st keeps P^T times the soft cap's derivative, for dS^T.
     unsigned pa[BQ / 16][4], dsa[BQ / 16][4];
 #pragma unroll
     for (int j = 0; j < BQ / 8; ++j) {
-      float pv[4], dsv[4];
+      float pv[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int q = q0 + 8 * j + 2 * t + (e & 1), key = key0 + 8 * (e >> 1);
+        const int c = 8 * j + 2 * t + (e & 1), q = q0 + c, key = key0 + 8 * (e >> 1);
         const bool ok = inside || (q < p.seq_q && key < p.seq_k &&
                                    (p.window_left < 0 || key >= q + p.diagonal - p.window_left) &&
                                    (p.window_right < 0 || key <= q + p.diagonal + p.window_right));
-        const int qi = min(q, p.seq_q - 1);
         float x = st[4 * j + e] * p.qscale, dz = 1.0f;
 #if SOFTCAP
         const float th = fast_tanh(x);
         x = p.cap2 * th;
         dz = 1.0f - th * th;
 #endif
-        const float pr = ok ? fast_exp2(x - lse[row_base + qi] * 1.4426950408889634f) : 0.0f;
-        pv[e] = pr;
-        dsv[e] = pr * (dpt[4 * j + e] - delta[row_base + qi]) * dz;
+        pv[e] = ok ? fast_exp2(x - lse2[c]) : 0.0f;
+        st[4 * j + e] = pv[e] * dz;
       }
       pa[j / 2][(j % 2) * 2] = pack2(pv[0], pv[1]);
       pa[j / 2][(j % 2) * 2 + 1] = pack2(pv[2], pv[3]);
-      dsa[j / 2][(j % 2) * 2] = pack2(dsv[0], dsv[1]);
-      dsa[j / 2][(j % 2) * 2 + 1] = pack2(dsv[2], dsv[3]);
+    }
+    wgmma_wait<0>();
+    wgmma_hold(dpt);
+#pragma unroll
+    for (int j = 0; j < BQ / 8; ++j) {
+      const float d0 = dsum[8 * j + 2 * t], d1 = dsum[8 * j + 2 * t + 1];
+      dsa[j / 2][(j % 2) * 2] = pack2(st[4 * j] * (dpt[4 * j] - d0), st[4 * j + 1] * (dpt[4 * j + 1] - d1));
+      dsa[j / 2][(j % 2) * 2 + 1] =
+          pack2(st[4 * j + 2] * (dpt[4 * j + 2] - d0), st[4 * j + 3] * (dpt[4 * j + 3] - d1));
     }
 
     // dV += P^T dout and dK += dS^T Q, dout and Q read N-major (head_dim contiguous).
