@@ -154,9 +154,10 @@ struct BwdTiles {
   static BwdTiles of(const Config& c, const Problem& p) { return {c.get("cw"), c.get("stages"), p.head_dim}; }
   std::int64_t threads() const { return (cw + 1) * 128; }
   // K and V of the block's keys, the Q and dout ring with their rows' lse and D, each consumer's
-  // dS^T, alignment, barriers.
+  // dS^T and dQ block, alignment, barriers.
   std::int64_t shared_bytes() const {
-    return 2 * 64 * cw * d * 2 + stages * (2 * 64 * d * 2 + 512) + cw * 64 * 64 * 2 + 1024 + 8 * (1 + 2 * stages);
+    return 2 * 64 * cw * d * 2 + stages * (2 * 64 * d * 2 + 512) + cw * (64 * 64 * 2 + 64 * d * 4) + 1024 +
+           8 * (1 + 2 * stages);
   }
   void check(const Config& c) const {
     const bool ok = (cw == 1 || cw == 2) && stages >= 2 && stages <= 4 && shared_bytes() <= 227 * 1024;
@@ -180,7 +181,8 @@ class CudaBackward final : public Implementation {
     ParamSpace s;
     s.param("cw", {1, 2})
         .param("stages", {2, 3, 4})
-        .constraint("256 * cw * head_dim + stages * (256 * head_dim + 512) + cw * 8192 + 1024 + 8 * (1 + 2 * stages) <= " +
+        .constraint("256 * cw * head_dim + stages * (256 * head_dim + 512) + cw * (8192 + 256 * head_dim) + 1024 + "
+                    "8 * (1 + 2 * stages) <= " +
                     std::to_string(227 * 1024))
         .bind(FlashAttentionBwdKernel().vars(inv))
         .bind(device_vars(dev));
@@ -207,7 +209,7 @@ class CudaBackward final : public Implementation {
     const std::int64_t rows = p.batch * p.seq_q * p.heads, seq_pad = (p.seq_q + 63) / 64 * 64;
     const std::int64_t padded_rows = p.batch * seq_pad * p.heads;
     auto stats = dev.allocate(static_cast<std::size_t>(std::max<std::int64_t>(2 * padded_rows, 1)) * 4);
-    auto dq_acc = dev.allocate(static_cast<std::size_t>(std::max<std::int64_t>(rows * p.head_dim, 1)) * 4);
+    auto dq_acc = dev.allocate(static_cast<std::size_t>(std::max<std::int64_t>(padded_rows * p.head_dim, 1)) * 4);
     CUdeviceptr stats_p = dev.pointer(*stats), dq_acc_p = dev.pointer(*dq_acc);
     CUdeviceptr out = dev.pointer(args[bwd::out].buffer()), dout = dev.pointer(args[bwd::dout].buffer());
     CUdeviceptr lse = dev.pointer(args[bwd::lse].buffer()), dq = dev.pointer(args[bwd::dq].buffer());
@@ -238,7 +240,8 @@ class CudaBackward final : public Implementation {
     if (rows > 0) {
       long long count = rows * p.head_dim;
       float scale = static_cast<float>(p.scale);
-      void* finish[] = {&dq_acc_p, &dq, &count, &scale};
+      int seq_q = static_cast<int>(p.seq_q), heads = static_cast<int>(p.heads);
+      void* finish[] = {&dq_acc_p, &dq, &count, &seq_q, &pad, &heads, &scale};
       dev.launch_cuda(*program(p, t, dev, "ejk_fa_bwd_dq"), {static_cast<unsigned>((count / 2 + 255) / 256), 1, 1},
                       {256, 1, 1}, 0, finish);
     }

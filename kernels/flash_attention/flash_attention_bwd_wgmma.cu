@@ -10,9 +10,11 @@
 //     Consumer warpgroup c owns 64 keys and computes, keys as rows: S^T = K Q^T and
 //     dP^T = V dout^T (wgmma from shared memory), P^T from the saved lse, dS^T = P^T (dP^T - D),
 //     then dV += P^T dout and dK += dS^T Q with P^T and dS^T straight from registers, and
-//     dQ += dS K from dS^T written to shared memory (read M-major), added to the f32 accumulator
-//     with vector reductions. dK and dV stay in registers until the end: no atomics on them;
-//   ejk_fa_bwd_dq: dq = softmax_scale * the accumulator, in the storage dtype.
+//     dQ += dS K from dS^T written to shared memory (read M-major). Its dQ block goes to shared
+//     memory in the accumulator's register order and is added to the f32 accumulator by one bulk
+//     reduction (TMA), so the accumulator is kept in that order, a 64 x D block at a time. dK and
+//     dV stay in registers until the end: no atomics on them;
+//   ejk_fa_bwd_dq: dq = softmax_scale * the accumulator, in the storage dtype and dq's layout.
 // The logits are in base 2 with the scale folded in (program_options), as in the forward.
 //
 // Build options (kernels/flash_attention/cuda.cpp): D (64, 128) CW STAGES SOFTCAP BF16.
@@ -35,6 +37,14 @@
 #define K_BYTES (CHUNKS * K_CHUNK)
 #define DS_BYTES (64 * BQ * 2)  // one consumer's dS^T, 64 keys x BQ queries
 #define STATS_BYTES (BQ * 4)     // a block's lse (base 2) or D
+#define DQ_BYTES (BQ * D * 4)     // one consumer's dQ block
+
+// Where element (q, d) of a query block's dQ sits in the accumulator's order: thread (warp w,
+// lane 4g + t) holds rows 16w + g + 8 half and columns 8j + 2t + e as one float2 a (half, j).
+__device__ __forceinline__ int dq_slot(int q, int d) {
+  const int w = q / 16, half = (q % 16) / 8, g = q % 8, j = d / 8, t = (d % 8) / 2;
+  return ((half * 4 + w) * (D / 8) + j) * 64 + (4 * g + t) * 2 + d % 2;
+}
 
 typedef unsigned short elem_t;
 #define NEG_INF __int_as_float(0xff800000)
@@ -71,15 +81,12 @@ __device__ __forceinline__ float fast_tanh(float x) {
   asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
-__device__ __forceinline__ void red_add2(float* p, float a, float b) {
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
-}
 // Named barrier of one consumer warpgroup (id 0 is __syncthreads').
 __device__ __forceinline__ void warpgroup_sync(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // One warp a padded query row (b, i, h): stats[(b * heads + h) * 2 * seq_pad + i] holds lse_i in
-// base 2 and seq_pad further D_i = sum dout * out; the row's dq accumulator is zeroed.
+// base 2 and seq_pad further D_i = sum dout * out; D floats of the dq accumulator are zeroed.
 extern "C" __global__ void __launch_bounds__(256)
     ejk_fa_bwd_prep(const elem_t* __restrict__ out, const elem_t* __restrict__ dout, const float* __restrict__ lse,
                     float* __restrict__ stats, float* __restrict__ dq_acc, int rows, int seq_q, int seq_pad, int heads) {
@@ -87,12 +94,10 @@ extern "C" __global__ void __launch_bounds__(256)
   if (row >= rows) return;  // row = (b * seq_pad + i) * heads + h
   const int h = row % heads, bi = row / heads, i = bi % seq_pad, b = bi / seq_pad;
   float s = 0.0f;
+  for (int d = lane; d < D; d += 32) dq_acc[static_cast<long long>(row) * D + d] = 0.0f;
   if (i < seq_q) {
     const long long base = ((static_cast<long long>(b) * seq_q + i) * heads + h) * D;
-    for (int d = lane; d < D; d += 32) {
-      s += to_f32(out[base + d]) * to_f32(dout[base + d]);
-      dq_acc[base + d] = 0.0f;
-    }
+    for (int d = lane; d < D; d += 32) s += to_f32(out[base + d]) * to_f32(dout[base + d]);
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
   }
@@ -104,12 +109,20 @@ extern "C" __global__ void __launch_bounds__(256)
   }
 }
 
+// One thread a pair of dq elements of [batch, seq_q, heads, D]; the accumulator is [batch, heads,
+// seq_pad / 64] blocks of 64 x D in dq_slot order.
 extern "C" __global__ void __launch_bounds__(256) ejk_fa_bwd_dq(const float* __restrict__ dq_acc,
-                                                                elem_t* __restrict__ dq, long long count,
-                                                                float scale) {
+                                                                elem_t* __restrict__ dq, long long count, int seq_q,
+                                                                int seq_pad, int heads, float scale) {
   const long long i = (static_cast<long long>(blockIdx.x) * 256 + threadIdx.x) * 2;
   if (i >= count) return;  // count is even (D is)
-  *reinterpret_cast<unsigned*>(dq + i) = pack2(dq_acc[i] * scale, dq_acc[i + 1] * scale);
+  const int d = static_cast<int>(i % D);
+  const long long bqh = i / D;
+  const int h = static_cast<int>(bqh % heads), q = static_cast<int>((bqh / heads) % seq_q);
+  const long long b = bqh / heads / seq_q;
+  const float* block = dq_acc + ((b * heads + h) * (seq_pad / 64) + q / 64) * (64 * D);
+  const float2 v = *reinterpret_cast<const float2*>(block + dq_slot(q % 64, d));
+  *reinterpret_cast<unsigned*>(dq + i) = pack2(v.x * scale, v.y * scale);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
@@ -122,7 +135,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
   const unsigned k_s = base, v_s = k_s + K_BYTES, q_s = v_s + K_BYTES, do_s = q_s + STAGES * Q_BYTES,
                  ds_s = do_s + STAGES * Q_BYTES;
   const unsigned st_s = ds_s + CW * DS_BYTES;  // per stage: lse (base 2), then D
-  const unsigned kv_full = st_s + STAGES * 2 * STATS_BYTES, q_full = kv_full + 8, q_empty = q_full + 8 * STAGES;
+  const unsigned dq_s = st_s + STAGES * 2 * STATS_BYTES;
+  const unsigned kv_full = dq_s + CW * DQ_BYTES, q_full = kv_full + 8, q_empty = q_full + 8 * STAGES;
 
   const int k0 = blockIdx.x * BK, hk = blockIdx.y, b = blockIdx.z;
   // The query rows some key of the block may be seen by.
@@ -287,16 +301,28 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     wgmma_hold(dq);
     if (lane == 0) mbar_arrive(q_empty + 8 * s);
 
-    // dq rows are queries 16 * warp + g (+ 8), columns head_dim 8j + 2t.
+    // The dQ block through shared memory in register order (each warp's float2 stores are
+    // contiguous) into one bulk reduction, once the previous one has read the buffer.
+    const unsigned my_dq = dq_s + cw * DQ_BYTES;
+    if (tid == 0) bulk_wait_read();
+    warpgroup_sync(1 + cw);
+    float* stage = reinterpret_cast<float*>(smem_raw + (my_dq - raw));
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int q = q0 + warp * 16 + g + 8 * half;
-      if (q >= p.seq_q) continue;
-      float* dst = dq_acc + ((static_cast<long long>(b) * p.seq_q + q) * p.heads + h) * D + 2 * t;
+    for (int half = 0; half < 2; ++half)
 #pragma unroll
-      for (int j = 0; j < D / 8; ++j) red_add2(dst + 8 * j, dq[4 * j + 2 * half], dq[4 * j + 2 * half + 1]);
+      for (int j = 0; j < D / 8; ++j)
+        *reinterpret_cast<float2*>(stage + ((half * 4 + warp) * (D / 8) + j) * 64 + lane * 2) =
+            make_float2(dq[4 * j + 2 * half], dq[4 * j + 2 * half + 1]);
+    fence_async_shared();
+    warpgroup_sync(1 + cw);
+    if (tid == 0) {
+      bulk_reduce_add_f32(dq_acc + ((static_cast<long long>(b) * p.heads + h) * (seq_pad / BQ) + q0 / BQ) * (BQ * D),
+                          my_dq, DQ_BYTES);
+      bulk_commit();
     }
   }
+  // The last reduction completes before the block's shared memory goes.
+  if (tid == 0) bulk_wait();
 
   const int kv_heads = p.heads / p.group;
 #pragma unroll
