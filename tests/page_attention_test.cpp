@@ -1,10 +1,12 @@
 // page_attention against its double-precision reference on random inputs, on every device:
 // dtypes, GQA/MQA/MHA, contexts of 0 and ending mid-page, shuffled and shared block tables,
 // soft cap and scale, every config of a small space, and bad input naming the argument.
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <set>
 
+#include "backends/clc/clc_device.hpp"
 #include "decode_support.hpp"
 #include "page_attention/page_attention.hpp"
 
@@ -97,10 +99,13 @@ TEST_P(PageAttention, HeadLayoutsAndOptions) {
   }
 }
 
-// OpenCL's register-streamed pass 1 (stream = 1; GPUs' heuristic) on every layout and dtype:
-// CPU-hosted drivers' heuristic picks the tile pass, so it is asked for here.
+// The OpenCL C register-streamed pass 1 (stream = 1; GPUs' heuristic) on every layout and dtype,
+// wherever OpenCL C runs (OpenCL, CUDA): CPU-hosted drivers' heuristic picks the tile pass, so it
+// is asked for here.
 TEST_P(PageAttention, StreamPassMatchesReference) {
-  if (GetParam().rfind("opencl", 0) != 0) GTEST_SKIP() << "the stream pass is OpenCL's";
+  const auto clc = clc::backends();
+  if (std::find(clc.begin(), clc.end(), ctx.device().info().backend) == clc.end())
+    GTEST_SKIP() << "the stream pass is OpenCL C's";
   std::vector<Case> cases;
   cases.push_back({"gqa"});
   cases.push_back({.name = "mqa", .heads = 8, .kv_heads = 1, .dim = 40, .block_size = 8});

@@ -151,7 +151,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     mbar_init(kv_full, 1);
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(q_full + 8 * s, 1);
-      mbar_init(q_empty + 8 * s, CW * 4);
+      // Every consumer thread arrives: each read the stage's lse and D with ordinary loads.
+      mbar_init(q_empty + 8 * s, CW * 128);
     }
     mbar_fence_init();
   }
@@ -299,7 +300,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     wgmma_commit();
     wgmma_wait<0>();
     wgmma_hold(dq);
-    if (lane == 0) mbar_arrive(q_empty + 8 * s);
+    mbar_arrive(q_empty + 8 * s);
 
     // The dQ block through shared memory in register order (each warp's float2 stores are
     // contiguous) into one bulk reduction, once the previous one has read the buffer.
