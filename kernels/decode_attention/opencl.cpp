@@ -1,6 +1,7 @@
 // The decode engine on OpenCL: decode_attention.cl's two passes, one program per (threads,
 // block_k, rows, head_dim class); everything else is a kernel argument.
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <memory>
 #include <string>
@@ -88,13 +89,20 @@ class OpenCLDecode final : public clc::Implementation {
     // loop. On the H100 at batch 32, context 4096, f16 (pass 1 and reduce): 8 splits read the
     // cache at 2.38 TB/s, 4 at 2.13, 16 at 2.30; 128 work-items with four keys 2.34, with two
     // 2.05; decode_partial's best was 1.40.
+    // CUDA (NVRTC's code of the same source) wants 128 work-items and only the splits that give
+    // every multiprocessor a group: there, exhaustively at the same size, 128 work-items with
+    // four keys and no split took 248 us (page_attention), 219 (ragged decode), 248 (ragged
+    // paged), against 328, 302, 440 for OpenCL's choice (8 splits of 64); 2 splits 317 us.
     ParamSpace space = this->space(inv, dev);
-    const std::int64_t dm = dim_class(e.head_dim);
+    const std::int64_t dm = dim_class(e.head_dim), units = std::max<std::int64_t>(1, dev.compute_units);
+    const bool cuda = dev.backend == Backend::cuda;
+    const std::array<std::int64_t, 3> widths = cuda ? std::array<std::int64_t, 3>{128, 64, 256}
+                                                    : std::array<std::int64_t, 3>{64, 128, 256};
     if (!cpu) {
       for (std::int64_t kpt : {4, 2, 1})
-        for (std::int64_t t : {64, 128, 256}) {
+        for (std::int64_t t : widths) {
           const std::int64_t bk = kpt * t / (dm / 8);
-          Config c{{"splits", heuristic_splits(e, bq, bk, std::max<std::int64_t>(1, dev.compute_units) * 4)},
+          Config c{{"splits", heuristic_splits(e, bq, bk, cuda ? (units + 1) / 2 : units * 4)},
                    {"block_k", bk},
                    {"threads", t},
                    {"stream", 1}};
