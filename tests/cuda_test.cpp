@@ -4,6 +4,7 @@
 // test::devices(), Conformance included).
 #ifdef EJK_HAVE_CUDA
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include "backends/cuda/opencl_c.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "matmul/matmul.hpp"
+#include "mla_attention/mla_attention.hpp"
 #include "support.hpp"
 
 namespace ejk {
@@ -171,6 +173,14 @@ TEST_P(CudaCompile, EveryProgramOfTheSpacesCompiles) {
               for (const Config& c : configs_to_compile(*impl, inv, info)) tasks.push_back({impl, inv, c});
         }
       }
+  // mla_decode's tensor-core pass takes latent ranks of 64s only.
+  for (DType t : {DType::f16, DType::bf16}) {
+    const kernels::mla_attention::MlaDecodeKernel mk;
+    const Invocation inv = mk.from_sizes({{"batch", 2}, {"heads", 16}, {"context", 128}}, t, nlohmann::json::object());
+    for (const Implementation* impl : Registry::global().implementations(inv.kernel))
+      if (impl->backend() == Backend::cuda && impl->priority() >= 1 && impl->supports(inv, info))
+        for (const Config& c : configs_to_compile(*impl, inv, info)) tasks.push_back({impl, inv, c});
+  }
   std::atomic<std::size_t> next{0};
   std::mutex failures_mutex;
   std::vector<std::string> failures;
@@ -332,6 +342,46 @@ void expect_hopper_attention(bool backward, const std::string& device) {
 
 TEST_P(Cuda, HopperFlashAttentionMatchesTheReference) { expect_hopper_attention(false, GetParam()); }
 TEST_P(Cuda, HopperFlashAttentionBackwardMatchesTheReference) { expect_hopper_attention(true, GetParam()); }
+
+// mla_decode's tensor-core attention pass against the double reference: f16 and bf16, 16 heads a
+// block with fewer and more heads than that, ragged contexts (0 included), splits, both tiles.
+TEST_P(Cuda, TensorCoreMlaDecodeMatchesTheReference) {
+  namespace mla = kernels::mla_attention;
+  Context ctx(GetParam());
+  const DeviceInfo& info = ctx.device().info();
+  const mla::MlaDecodeKernel mk;
+  const Invocation probe =
+      mk.from_sizes({{"batch", 2}, {"heads", 16}, {"context", 64}}, DType::f16, nlohmann::json::object());
+  const Implementation& impl = Registry::global().implementation(probe, info);
+  if (impl.sources().front() != "mla_attention/mla_decode.cu")
+    GTEST_SKIP() << info.name << " has no mma.sync (sm_80 and later)";
+  const std::vector<std::map<std::string, std::int64_t>> shapes = {
+      {{"batch", 3}, {"heads", 16}, {"context", 300}},
+      {{"batch", 2}, {"heads", 8}, {"context", 70}, {"kv_lora_rank", 128}, {"rope_dim", 64}, {"block_size", 32}},
+      {{"batch", 2}, {"heads", 40}, {"context", 129}, {"kv_lora_rank", 256}, {"qk_nope_head_dim", 64}, {"v_head_dim", 64}},
+  };
+  std::size_t runs = 0;
+  for (DType t : {DType::f16, DType::bf16})
+    for (std::size_t si = 0; si < shapes.size(); ++si) {
+      const Invocation inv = mk.from_sizes(shapes[si], t, nlohmann::json::object());
+      ASSERT_EQ(&Registry::global().implementation(inv, info), &impl) << inv.signature();
+      HostArrays in = mk.inputs(inv, 21 + si);
+      // Ragged contexts: the whole table row, about half of it, none.
+      auto& lens = in[mla::arg::context_lens];
+      for (std::size_t b = 1; b < lens.size(); ++b) lens[b] = b == 1 ? std::floor(lens[0] / 2) + 3 : 0;
+      const HostArrays want = mk.reference(inv, in);
+      std::vector<Config> configs{impl.heuristic(inv, info)};
+      for (const Config& c : impl.space(inv, info).enumerate())
+        if (c.get("splits") <= 4) configs.push_back(c);
+      for (const Config& c : configs) {
+        const HostArrays got = test::run_implementation(ctx, inv, in, mla::arg::out, c);
+        EXPECT_LE(test::relative_error(got[0], want[0]), mk.tolerance(inv))
+            << to_string(t) << " " << inv.signature() << " " << c.canonical();
+        ++runs;
+      }
+    }
+  EXPECT_GT(runs, 20u);
+}
 
 INSTANTIATE_TEST_SUITE_P(All, Cuda, ::testing::ValuesIn(test::devices(Backend::cuda)),
                          [](const auto& i) { return std::string("cuda_") + i.param.substr(5); });

@@ -1,6 +1,8 @@
 #pragma once
 // mla_decode's parameter space on the device backends (OpenCL, Vulkan): both run the same three
 // passes with the same tiling and differ only in how a staged tile is laid out in local memory.
+// And how every device backend, CUDA's tensor-core pass included, splits the context.
+#include <cstdint>
 #include <string_view>
 
 #include "ejk/kernel.hpp"
@@ -30,6 +32,16 @@ inline ParamSpace device_space(const Invocation& inv, const DeviceInfo& dev, std
       .bind(MlaDecodeKernel().vars(inv))
       .bind(device_vars(dev));
   return s;
+}
+
+// Splits of the context: enough groups (of `groups_per_part` a part) for every compute unit twice
+// over, parts of at least 256 tokens and of whole tiles of `block_n` rows.
+inline std::int64_t pick_splits(const Problem& p, std::int64_t groups_per_part, std::int64_t block_n, std::int64_t cus) {
+  std::int64_t splits = 1;
+  while (splits < 32 && groups_per_part * splits < 2 * cus && splits * 2 * 256 <= p.capacity() &&
+         splits * 2 * block_n <= p.capacity())
+    splits *= 2;
+  return splits;
 }
 
 }  // namespace ejk::kernels::mla_attention

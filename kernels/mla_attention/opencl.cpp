@@ -27,16 +27,6 @@ constexpr const char* source_key = "mla_attention/mla_decode.cl";
 
 int dtype_code(DType t) { return t == DType::f32 ? 0 : t == DType::f16 ? 1 : 2; }
 
-// Splits of the context: enough groups for every compute unit twice over, parts of at least
-// 256 tokens.
-std::int64_t pick_splits(const Problem& p, std::int64_t groups_per_part, std::int64_t block_n, std::int64_t cus) {
-  std::int64_t splits = 1;
-  while (splits < 32 && groups_per_part * splits < 2 * cus && splits * 2 * 256 <= p.capacity() &&
-         splits * 2 * block_n <= p.capacity())
-    splits *= 2;
-  return splits;
-}
-
 class OpenCLMlaDecode final : public clc::Implementation {
  public:
   using clc::Implementation::Implementation;

@@ -38,14 +38,6 @@ bool stage16(const Problem& p) { return p.dtype != DType::f32 && p.width() % 2 =
 // Shared-memory bytes of one staged row, padding included.
 std::int64_t staged_row_bytes(const Problem& p) { return stage16(p) ? (p.width() / 2 + 1) * 4 : (p.width() + 1) * 4; }
 
-std::int64_t pick_splits(const Problem& p, std::int64_t groups_per_part, std::int64_t block_n, std::int64_t cus) {
-  std::int64_t splits = 1;
-  while (splits < 32 && groups_per_part * splits < 2 * cus && splits * 2 * 256 <= p.capacity() &&
-         splits * 2 * block_n <= p.capacity())
-    splits *= 2;
-  return splits;
-}
-
 class VulkanMlaDecode final : public Implementation {
  public:
   std::string_view kernel() const override { return "mla_decode"; }
