@@ -2,16 +2,13 @@
 // from descriptors the host encodes (CudaTarget::tensor_map), wgmma's shared-memory matrix
 // descriptors, and the warpgroup fences and register reallocation around them.
 #pragma once
+#include "common/cuda.cuh"
 
 // A TMA descriptor as the host encodes it (CUtensorMap), passed by value as a __grid_constant__
 // kernel parameter so that its address stays in parameter space.
 struct __align__(64) TensorMap {
   unsigned long long words[16];
 };
-
-__device__ __forceinline__ unsigned shared_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
 
 // --- mbarrier ---------------------------------------------------------------------------------
 

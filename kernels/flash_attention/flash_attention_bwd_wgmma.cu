@@ -19,11 +19,6 @@
 //
 // Build options (kernels/flash_attention/cuda.cpp): D (64, 128) CW STAGES SOFTCAP BF16.
 
-#if BF16
-#define WGMMA_TYPE "bf16"
-#else
-#define WGMMA_TYPE "f16"
-#endif
 #include "common/hopper.cuh"
 #include "common/wgmma.cuh"
 
@@ -46,9 +41,6 @@ __device__ __forceinline__ int dq_slot(int q, int d) {
   return ((half * 4 + w) * (D / 8) + j) * 64 + (4 * g + t) * 2 + d % 2;
 }
 
-typedef unsigned short elem_t;
-#define NEG_INF __int_as_float(0xff800000)
-
 struct Params {
   int batch, seq_q, seq_k, heads, group;
   int window_left, window_right;  // -1: unbounded; a causal mask is window_right 0
@@ -57,30 +49,6 @@ struct Params {
   float scale;                    // softmax_scale: the gradients of q and k
 };
 
-__device__ __forceinline__ float to_f32(elem_t x) {
-#if BF16
-  return __uint_as_float(static_cast<unsigned>(x) << 16);
-#else
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
-  return f;
-#endif
-}
-__device__ __forceinline__ unsigned pack2(float lo, float hi) {
-  unsigned r;
-  asm("cvt.rn." WGMMA_TYPE "x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ float fast_tanh(float x) {
-  float y;
-  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 // Named barrier of one consumer warpgroup (id 0 is __syncthreads').
 __device__ __forceinline__ void warpgroup_sync(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }

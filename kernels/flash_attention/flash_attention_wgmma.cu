@@ -11,11 +11,6 @@
 //
 // Build options (kernels/flash_attention/cuda.cpp): D (64, 128) CW BK STAGES SOFTCAP BF16.
 
-#if BF16
-#define WGMMA_TYPE "bf16"
-#else
-#define WGMMA_TYPE "f16"
-#endif
 #include "common/hopper.cuh"
 #include "common/wgmma.cuh"
 
@@ -26,9 +21,6 @@
 #define KV_CHUNK (BK * 128)           // bytes of one chunk of a K or V block
 #define KV_BYTES (CHUNKS * KV_CHUNK)  // one K or V block
 
-typedef unsigned short elem_t;  // f16 or bf16 bits
-#define NEG_INF __int_as_float(0xff800000)
-
 // What varies between invocations of one program.
 struct Params {
   int seq_q, seq_k, heads, group;   // group: query heads per kv head
@@ -38,21 +30,6 @@ struct Params {
   int has_lse;
 };
 
-__device__ __forceinline__ unsigned pack2(float lo, float hi) {
-  unsigned r;
-  asm("cvt.rn." WGMMA_TYPE "x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ float fast_tanh(float x) {
-  float y;
-  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 __device__ __forceinline__ int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)

@@ -28,14 +28,6 @@ bool tensor_core_operands(const Problem& p, const DeviceInfo& dev) {
          std::max({p.m, p.n, p.k, p.m * p.n}) < INT_MAX;
 }
 
-// The shared memory a block may have on the device's architecture (its opt-in limit).
-std::int64_t shared_max(const DeviceInfo& dev) {
-  const std::string& a = dev.architecture;
-  if (a == "sm_80" || a == "sm_87") return 163 * 1024;
-  if (a.starts_with("sm_8") || a.starts_with("sm_12")) return 99 * 1024;
-  return 227 * 1024;  // sm_90, sm_100
-}
-
 struct Tiles {
   std::int64_t bm, bn, bk, wm, wn, stages, group_m;
   static Tiles of(const Config& c) {
@@ -50,7 +42,7 @@ struct Tiles {
   void check(const Config& c, const Problem& p, const DeviceInfo& dev) const {
     const bool ok = bm > 0 && bn > 0 && (bk == 32 || bk == 64) && wm > 0 && wn > 0 && (bm / wm) % 16 == 0 &&
                     bm % wm == 0 && bn % wn == 0 && (bn / wn) % 16 == 0 && stages >= 2 && stages <= 8 &&
-                    group_m >= 1 && threads() <= 1024 && shared_bytes(p) <= shared_max(dev);
+                    group_m >= 1 && threads() <= 1024 && shared_bytes(p) <= cuda::shared_max(dev);
     if (!ok) throw InvalidArgument("matmul on CUDA: inconsistent config " + c.canonical());
   }
 };
@@ -86,7 +78,7 @@ class CudaMatmul final : public Implementation {
         .constraint("(bm / wm) * (bn / wn) <= 4096")
         // The stages' tiles (Tiles::shared_bytes) within the device's shared memory.
         .constraint("stages * (bm * bk + bn * bk + 8 * (trans_a * bk + (1 - trans_a) * bm) + 8 * (trans_b * bn + (1 - trans_b) * bk)) * 2 <= " +
-                    std::to_string(shared_max(dev)))
+                    std::to_string(cuda::shared_max(dev)))
         // Tiles no larger than the product needs.
         .constraint("bm <= 64 || m > 64")
         .constraint("bn <= 64 || n > 64")
@@ -104,7 +96,7 @@ class CudaMatmul final : public Implementation {
     // where the tiles still fill the device; else 64 x 64 tiles of 4 warps.
     Config c{{"group_m", 1}};
     if (p.m > 64 && p.n > 64 && tiles(128, 128) >= sms)
-      c.set("bm", 128), c.set("bn", 128), c.set("bk", 64), c.set("stages", shared_max(dev) >= 105 * 1024 ? 3 : 2),
+      c.set("bm", 128), c.set("bn", 128), c.set("bk", 64), c.set("stages", cuda::shared_max(dev) >= 105 * 1024 ? 3 : 2),
           c.set("wm", 4), c.set("wn", 1);
     else
       c.set("bm", 64), c.set("bn", 64), c.set("bk", 32), c.set("stages", 4), c.set("wm", 2), c.set("wn", 2);

@@ -8,6 +8,8 @@
 //
 // Build options (kernels/matmul/cuda.cpp): BM BN BK WM WN STAGES GROUP_M TRANS_A TRANS_B BF16.
 
+#include "common/cuda.cuh"
+
 #define THREADS (WM * WN * 32)
 #define WTM (BM / WM)  // warp tile rows
 #define WTN (BN / WN)  // warp tile columns
@@ -18,63 +20,6 @@
 #define B_ROW ((TRANS_B ? BK : BN) + 8)
 #define A_TILE ((TRANS_A ? BK : BM) * A_ROW)
 #define B_TILE ((TRANS_B ? BN : BK) * B_ROW)
-
-typedef unsigned short elem_t;  // f16 or bf16 bits
-
-#if BF16
-#define MMA_TYPE "bf16"
-#else
-#define MMA_TYPE "f16"
-#endif
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes from global to shared; `bytes` (0..16) of them read, the rest zeros.
-__device__ __forceinline__ void cp16(void* dst, const void* src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(bytes));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldsm_x4_t(unsigned (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-
-__device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." MMA_TYPE "." MMA_TYPE
-               ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ float to_f32(elem_t x) {
-#if BF16
-  return __uint_as_float(static_cast<unsigned>(x) << 16);
-#else
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
-  return f;
-#endif
-}
-// Two values as a pair of 16-bit words, rounded to nearest even.
-__device__ __forceinline__ unsigned pack2(float lo, float hi) {
-  unsigned r;
-  asm("cvt.rn." MMA_TYPE "x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-__device__ __forceinline__ elem_t to_elem(float x) { return static_cast<elem_t>(pack2(x, 0.0f) & 0xffffu); }
 
 // A ROWS x COLS tile (COLS contiguous, rows STRIDE apart in shared memory) of a rows x cols
 // matrix with leading dimension ld, from (r0, c0), in 16-byte chunks: zero past the matrix.

@@ -13,11 +13,6 @@
 //
 // Build options (kernels/matmul/cuda.cpp): BM BN CW STAGES GROUP_M TRANS_A TRANS_B BF16.
 
-#if BF16
-#define WGMMA_TYPE "bf16"
-#else
-#define WGMMA_TYPE "f16"
-#endif
 #include "common/hopper.cuh"
 #include "common/wgmma.cuh"
 
@@ -28,25 +23,6 @@
 #define B_BYTES (BN * BK * 2)
 #define STAGE_BYTES (A_BYTES + B_BYTES)
 #define BOX_BYTES (64 * 64 * 2)  // one 64 x 64 box of an M- or N-major operand
-
-typedef unsigned short elem_t;  // f16 or bf16 bits
-
-__device__ __forceinline__ float to_f32(elem_t x) {
-#if BF16
-  return __uint_as_float(static_cast<unsigned>(x) << 16);
-#else
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
-  return f;
-#endif
-}
-// Two values as a pair of 16-bit words, rounded to nearest even.
-__device__ __forceinline__ unsigned pack2(float lo, float hi) {
-  unsigned r;
-  asm("cvt.rn." WGMMA_TYPE "x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-__device__ __forceinline__ elem_t to_elem(float x) { return static_cast<elem_t>(pack2(x, 0.0f) & 0xffffu); }
 
 // The copies of K slice `k0` into stage buffers `as`, `bs`, completing on `bar`. A's map has
 // dimensions (K, M) when stored K-major, (M, K) otherwise, and the batch third; B's likewise.

@@ -20,14 +20,6 @@ constexpr const char* attend_source = "mla_attention/mla_decode.cu";
 constexpr const char* passes_source = "mla_attention/mla_decode.cl";
 constexpr std::int64_t absorb_threads = 256;
 
-// The shared memory a block may have on the device's architecture (its opt-in limit).
-std::int64_t shared_max(const DeviceInfo& dev) {
-  const std::string& a = dev.architecture;
-  if (a == "sm_80" || a == "sm_87") return 163 * 1024;
-  if (a.starts_with("sm_8") || a.starts_with("sm_12")) return 99 * 1024;
-  return 227 * 1024;
-}
-
 // mla_decode.cu's layout: 16 query rows, two tiles, P, and the softmax scratch.
 std::int64_t attend_shared(const Problem& p, std::int64_t bn) {
   const std::int64_t row = p.width() + 8;
@@ -48,7 +40,7 @@ class CudaMlaDecode final : public Implementation {
     if (!std::any_of(dev.coopmat.begin(), dev.coopmat.end(), [&](const CoopMatShape& c) { return c.a == p.dtype; }))
       return false;
     return p.rank % 64 == 0 && p.width() % 16 == 0 && p.block_size % 32 == 0 &&
-           attend_shared(p, 32) <= shared_max(dev) && p.batch * p.heads * p.width() < (std::int64_t{1} << 31);
+           attend_shared(p, 32) <= cuda::shared_max(dev) && p.batch * p.heads * p.width() < (std::int64_t{1} << 31);
   }
 
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
@@ -58,7 +50,7 @@ class CudaMlaDecode final : public Implementation {
         .constraint("block_size % block_n == 0")
         .constraint("splits == 1 || splits * block_n <= max_context")
         .constraint("(16 * (kv_lora_rank + rope_dim + 8) + 2 * block_n * (kv_lora_rank + rope_dim + 8) + 16 * (block_n + 8)) * 2 + 512 <= " +
-                    std::to_string(shared_max(dev)))
+                    std::to_string(cuda::shared_max(dev)))
         .bind(MlaDecodeKernel().vars(inv))
         .bind(device_vars(dev));
     return s;

@@ -419,6 +419,13 @@ void CudaDevice::launch_args(clc::Kernel& kernel, const clc::Range& global, cons
   launch_cuda(k, grid, block, dynamic, params);
 }
 
+std::int64_t shared_max(const DeviceInfo& dev) {
+  const std::string& a = dev.architecture;
+  if (a == "sm_80" || a == "sm_87") return 163 * 1024;
+  if (a.starts_with("sm_8") || a.starts_with("sm_12")) return 99 * 1024;
+  return 227 * 1024;  // sm_90, sm_100
+}
+
 void check_tensor_map(const TensorMapShape& shape) {
   const std::size_t rank = shape.dims.size();
   auto fail = [](const std::string& why) { throw InvalidArgument("TMA descriptor: " + why); };

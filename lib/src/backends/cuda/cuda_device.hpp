@@ -74,6 +74,10 @@ struct ModuleCacheStats {
   std::size_t loaded = 0;    // answered by a cubin another process kept (ProgramStore)
 };
 
+// The shared memory a block may have (its opt-in limit) on the device's architecture, from its
+// description alone, so that parameter spaces are the same on a compile-only device.
+std::int64_t shared_max(const DeviceInfo& dev);
+
 // NVRTC's architecture option for a compute capability: the arch-specific target ("sm_90a",
 // with wgmma and setmaxnreg) where there is one, else "sm_86".
 std::string nvrtc_arch(int major, int minor);
