@@ -19,6 +19,7 @@
 #include "flash_attention/flash_attention.hpp"
 #include "matmul/matmul.hpp"
 #include "mla_attention/mla_attention.hpp"
+#include "ragged_decode_attention/ragged_decode_attention.hpp"
 #include "support.hpp"
 
 namespace ejk {
@@ -381,6 +382,69 @@ TEST_P(Cuda, TensorCoreMlaDecodeMatchesTheReference) {
       }
     }
   EXPECT_GT(runs, 20u);
+}
+
+// The decode engine's tensor-core pass 1 against the double reference: the three kernels, f16 and
+// bf16, head_dim 64, 128 and 256, groups 1 to 16, paged and contiguous caches, ragged query runs
+// (several tokens a block), ragged key ranges, sliding windows, soft caps and sinks; one split
+// (the block writes the output) and several (decode_reduce merges them). The space's programs
+// rotate over the cases.
+TEST_P(Cuda, TensorCoreDecodeMatchesTheReference) {
+  namespace rd = kernels::ragged_decode_attention;
+  Context ctx(GetParam());
+  const DeviceInfo& info = ctx.device().info();
+  struct Case {
+    std::string kernel;
+    std::map<std::string, std::int64_t> sizes;
+    nlohmann::json options;
+  };
+  const std::vector<Case> cases = {
+      {"page_attention", {{"batch", 3}, {"heads", 8}, {"kv_heads", 2}, {"head_dim", 128}, {"context", 300}}, {{"logits_soft_cap", 5.0}}},
+      {"page_attention", {{"batch", 2}, {"heads", 16}, {"kv_heads", 1}, {"head_dim", 64}, {"context", 129}, {"block_size", 32}},
+       nlohmann::json::object()},
+      {"ragged_decode_attention", {{"batch", 3}, {"heads", 4}, {"kv_heads", 4}, {"head_dim", 256}, {"seq", 200}},
+       {{"sliding_window", 37}, {"sinks", true}}},
+      {"ragged_decode_attention", {{"batch", 4}, {"heads", 16}, {"kv_heads", 2}, {"head_dim", 128}, {"seq", 160}},
+       {{"sinks", true}}},
+      {"ragged_page_attention",
+       {{"num_seqs", 3}, {"q_len", 3}, {"context", 70}, {"heads", 8}, {"kv_heads", 2}, {"head_dim", 128}, {"block_size", 16}},
+       {{"sliding_window", 20}, {"logits_soft_cap", 3.0}, {"sinks", true}}},
+      {"ragged_page_attention",
+       {{"num_seqs", 2}, {"q_len", 5}, {"context", 90}, {"heads", 4}, {"kv_heads", 1}, {"head_dim", 64}, {"block_size", 16}},
+       nlohmann::json::object()},
+  };
+  std::size_t runs = 0, at = 0;
+  for (DType t : {DType::f16, DType::bf16})
+    for (std::size_t ci = 0; ci < cases.size(); ++ci) {
+      const Case& c = cases[ci];
+      const Kernel& kernel = Registry::global().kernel(c.kernel);
+      const Invocation inv = kernel.from_sizes(c.sizes, t, c.options);
+      const Implementation& impl = Registry::global().implementation(inv, info);
+      if (impl.sources().front() != "decode_attention/decode_attention.cu")
+        GTEST_SKIP() << info.name << " has no mma.sync (sm_80 and later)";
+      HostArrays in = kernel.inputs(inv, 31 + ci);
+      if (c.kernel == "ragged_decode_attention") {
+        // Ragged key ranges: a late start, an empty sequence, a short one.
+        const double seq = static_cast<double>(c.sizes.at("seq"));
+        in[rd::arg::sequence_start][0] = std::floor(seq / 3);
+        in[rd::arg::sequence_start][1] = 5;
+        in[rd::arg::sequence_end][1] = 5;
+        in[rd::arg::sequence_end][2] = 17;
+      }
+      const HostArrays want = kernel.reference(inv, in);
+      const std::vector<Config> space = impl.space(inv, info).enumerate();
+      std::vector<Config> configs{impl.heuristic(inv, info)};
+      for (std::size_t i = 0; i < space.size(); ++i)
+        if ((i + at) % 7 == 0) configs.push_back(space[i]);
+      ++at;
+      for (const Config& config : configs) {
+        const HostArrays got = test::run_implementation(ctx, inv, in, inv.args.size() - 1, config);
+        EXPECT_LE(test::relative_error(got[0], want[0]), kernel.tolerance(inv))
+            << to_string(t) << " " << inv.signature() << " " << config.canonical();
+        ++runs;
+      }
+    }
+  EXPECT_GT(runs, 50u);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, Cuda, ::testing::ValuesIn(test::devices(Backend::cuda)),

@@ -154,8 +154,8 @@ class OpenCLDecode final : public clc::Implementation {
     auto reduce = dev.kernel(source_key, options, "decode_reduce");
 
     const std::int64_t parts = std::max<std::int64_t>(1, e.tokens * e.heads * splits);
-    auto acc = dev.allocate(static_cast<std::size_t>(parts * e.head_dim) * 4);
-    auto ml = dev.allocate(static_cast<std::size_t>(parts) * 8);
+    auto acc = dev.scratch(static_cast<std::size_t>(parts * e.head_dim) * 4);
+    auto ml = dev.scratch(static_cast<std::size_t>(parts) * 8);
     auto arg = [&](int slot) -> const Tensor& {
       return args[static_cast<std::size_t>(slot >= 0 ? slot : e.at.kv_end)];  // absent: any buffer, never read
     };

@@ -84,9 +84,9 @@ class CudaMlaDecode final : public Implementation {
     auto att = attend(p, bn, dev);
 
     const std::int64_t bh = p.batch * p.heads;
-    auto qs = dev.allocate(static_cast<std::size_t>(std::max<std::int64_t>(bh * p.width(), 1)) * 4);
-    auto part_o = dev.allocate(static_cast<std::size_t>(std::max<std::int64_t>(bh * splits * p.rank, 1)) * 4);
-    auto part_ml = dev.allocate(static_cast<std::size_t>(std::max<std::int64_t>(bh * splits * 2, 1)) * 4);
+    auto qs = dev.scratch(static_cast<std::size_t>(std::max<std::int64_t>(bh * p.width(), 1)) * 4);
+    auto part_o = dev.scratch(static_cast<std::size_t>(std::max<std::int64_t>(bh * splits * p.rank, 1)) * 4);
+    auto part_ml = dev.scratch(static_cast<std::size_t>(std::max<std::int64_t>(bh * splits * 2, 1)) * 4);
     const int dtype = p.dtype == DType::f16 ? 1 : 2;
     const auto t = static_cast<std::size_t>(absorb_threads);
     if (bh == 0) return;

@@ -91,6 +91,10 @@ class Device {
   virtual const DeviceInfo& info() const = 0;
 
   virtual std::shared_ptr<Buffer> allocate(std::size_t bytes) = 0;
+  // Working memory of a kernel's run, at least `bytes`, contents undefined. Work submitted
+  // after its release may reuse it (a device whose work runs in submission order recycles it
+  // instead of freeing, so that a run's bookkeeping never waits for the device).
+  virtual std::shared_ptr<Buffer> scratch(std::size_t bytes) { return allocate(bytes); }
   virtual void write(Buffer& dst, std::size_t offset, const void* src, std::size_t bytes) = 0;
   virtual void read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) = 0;
   // Every range, as read() one after another would give; backends where a read is a round trip

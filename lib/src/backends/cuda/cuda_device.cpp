@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <sstream>
 
 #include "backends/cuda/opencl_c.hpp"
@@ -96,7 +97,17 @@ CudaBuffer::~CudaBuffer() {
   driver_.cuMemFree(ptr_);
 }
 
-CudaDevice::CudaDevice(CUdevice device, DeviceInfo info) : driver_(*driver()), device_(device), info_(std::move(info)) {
+// Released scratch buffers by size. The device's work runs in submission order on its one
+// stream, so a buffer one run released is free for the next run's launches.
+struct CudaDevice::ScratchPool {
+  static constexpr std::size_t keep_bytes = std::size_t{1} << 30;  // released beyond this are freed
+  std::mutex mutex;
+  std::multimap<std::size_t, std::shared_ptr<CudaBuffer>> free;
+  std::size_t cached = 0;
+};
+
+CudaDevice::CudaDevice(CUdevice device, DeviceInfo info)
+    : driver_(*driver()), device_(device), info_(std::move(info)), scratch_(std::make_shared<ScratchPool>()) {
   check(driver_.cuDevicePrimaryCtxRetain(&ctx_, device_), "cuDevicePrimaryCtxRetain(" + info_.id() + ")");
   current();
   check(driver_.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
@@ -132,6 +143,28 @@ std::shared_ptr<Buffer> CudaDevice::allocate(std::size_t bytes) {
     throw ResourceError("allocating " + std::to_string(bytes) + " bytes on " + info_.id() + ": out of device memory");
   check(r, "cuMemAlloc(" + std::to_string(bytes) + " bytes)");
   return std::make_shared<CudaBuffer>(driver_, ctx_, p, bytes);
+}
+
+std::shared_ptr<Buffer> CudaDevice::scratch(std::size_t bytes) {
+  std::shared_ptr<CudaBuffer> b;
+  {
+    std::lock_guard lock(scratch_->mutex);
+    // The smallest released buffer that holds `bytes`, unless it would waste more than half.
+    auto it = scratch_->free.lower_bound(bytes);
+    if (it != scratch_->free.end() && it->first <= 2 * std::max<std::size_t>(bytes, 4096)) {
+      b = std::move(it->second);
+      scratch_->cached -= it->first;
+      scratch_->free.erase(it);
+    }
+  }
+  if (!b) b = std::static_pointer_cast<CudaBuffer>(allocate(bytes));
+  CudaBuffer* const raw = b.get();
+  return std::shared_ptr<Buffer>(raw, [pool = scratch_, b = std::move(b)](Buffer*) mutable {
+    std::lock_guard lock(pool->mutex);
+    if (pool->cached + b->bytes() > ScratchPool::keep_bytes) return;  // freed with the deleter
+    pool->cached += b->bytes();
+    pool->free.emplace(b->bytes(), std::move(b));
+  });
 }
 
 void CudaDevice::write(Buffer& dst, std::size_t offset, const void* src, std::size_t bytes) {

@@ -127,6 +127,9 @@ class CudaDevice final : public CudaTarget {
 
   const DeviceInfo& info() const override { return info_; }
   std::shared_ptr<Buffer> allocate(std::size_t bytes) override;
+  // From a pool of this device's allocations: cuMemFree waits for the device, and a run that
+  // freed its scratch would end every timed sample with that wait.
+  std::shared_ptr<Buffer> scratch(std::size_t bytes) override;
   void write(Buffer& dst, std::size_t offset, const void* src, std::size_t bytes) override;
   void read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) override;
   void read_ranges(std::span<const ReadRange> ranges) override;
@@ -162,6 +165,7 @@ class CudaDevice final : public CudaTarget {
 
  private:
   struct ModuleEntry;
+  struct ScratchPool;
   struct Source {
     std::string hash, text;            // of the translated text
     std::vector<std::string> options;  // what the translation needs
@@ -186,6 +190,7 @@ class CudaDevice final : public CudaTarget {
   std::optional<ProgramStore> store_;
   std::atomic<std::uint64_t> submissions_{0};
   std::mutex stream_mutex_;  // host-side order of a launch's checks and its submission
+  std::shared_ptr<ScratchPool> scratch_;  // shared with the scratch buffers handed out
 
   mutable std::mutex cache_mutex_;
   std::map<std::string, std::shared_ptr<const Source>, std::less<>> sources_;  // source key
