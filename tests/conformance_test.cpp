@@ -113,6 +113,10 @@ TEST(SampledReference, IsTheFullReferenceAtItsElements) {
   cases.push_back({"page_attention",
                    {{"batch", 3}, {"heads", 8}, {"kv_heads", 2}, {"head_dim", 32}, {"context", 70}, {"block_size", 16}},
                    {{"logits_soft_cap", 5.0}}});
+  // More rows and columns than the sample, over groups of random sizes (some empty).
+  for (bool trans : {false, true})
+    cases.push_back({"grouped_matmul", {{"m", 40}, {"k", 11}, {"n", 21}, {"groups", 6}}, {{"trans_rhs", trans}}});
+  cases.push_back({"grouped_matmul_tgmm", {{"m", 40}, {"k", 11}, {"n", 21}, {"groups", 6}}});
   int with_sample = 0;
   for (const auto& c : cases) {
     const Kernel& kernel = Registry::global().kernel(c.kernel);
@@ -133,8 +137,8 @@ TEST(SampledReference, IsTheFullReferenceAtItsElements) {
     }
   }
   // matmul, flash_attention forward and backward, attention_merge, mean pooling forward and
-  // backward and the three decode kernels, with the cases above.
-  EXPECT_GE(with_sample, 18);
+  // backward, the three decode kernels and grouped matmul, with the cases above.
+  EXPECT_GE(with_sample, 23);
 }
 
 // Every kernel's inputs, made on the device, are exactly what Kernel::inputs gives on the
