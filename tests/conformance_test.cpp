@@ -117,6 +117,10 @@ TEST(SampledReference, IsTheFullReferenceAtItsElements) {
   for (bool trans : {false, true})
     cases.push_back({"grouped_matmul", {{"m", 40}, {"k", 11}, {"n", 21}, {"groups", 6}}, {{"trans_rhs", trans}}});
   cases.push_back({"grouped_matmul_tgmm", {{"m", 40}, {"k", 11}, {"n", 21}, {"groups", 6}}});
+  // More (sequence, head) pairs than the sample, contexts over several pages.
+  cases.push_back({"mla_decode",
+                   {{"batch", 5}, {"heads", 3}, {"context", 37}, {"qk_nope_head_dim", 16}, {"rope_dim", 8}, {"v_head_dim", 12},
+                    {"kv_lora_rank", 24}, {"block_size", 8}}});
   int with_sample = 0;
   for (const auto& c : cases) {
     const Kernel& kernel = Registry::global().kernel(c.kernel);
@@ -137,8 +141,8 @@ TEST(SampledReference, IsTheFullReferenceAtItsElements) {
     }
   }
   // matmul, flash_attention forward and backward, attention_merge, mean pooling forward and
-  // backward, the three decode kernels and grouped matmul, with the cases above.
-  EXPECT_GE(with_sample, 23);
+  // backward, the three decode kernels, grouped matmul and mla_decode, with the cases above.
+  EXPECT_GE(with_sample, 25);
 }
 
 // Every kernel's inputs, made on the device, are exactly what Kernel::inputs gives on the
