@@ -121,6 +121,17 @@ TEST(SampledReference, IsTheFullReferenceAtItsElements) {
   cases.push_back({"mla_decode",
                    {{"batch", 5}, {"heads", 3}, {"context", 37}, {"qk_nope_head_dim", 16}, {"rope_dim", 8}, {"v_head_dim", 12},
                     {"kv_lora_rank", 24}, {"block_size", 8}}});
+  // More pairs and rows than the sample; layouts from patterns and from a mask, GQA, a soft
+  // cap, segments, more keys than queries.
+  for (const char* k : {"block_sparse_attention", "block_sparse_attention_bwd"}) {
+    cases.push_back({k,
+                     {{"batch", 2}, {"seq", 37}, {"heads", 4}, {"kv_heads", 2}, {"head_dim", 8}},
+                     {{"block_q", 8}, {"block_k", 8}, {"causal", true}, {"local_blocks", 1}, {"stride", 2},
+                      {"logits_soft_cap", 5.0}, {"segments", true}}});
+    cases.push_back({k,
+                     {{"batch", 3}, {"seq_q", 21}, {"seq_k", 37}, {"heads", 2}, {"head_dim", 8}},
+                     {{"block_q", 8}, {"block_k", 16}, {"mask", true}}});
+  }
   int with_sample = 0;
   for (const auto& c : cases) {
     const Kernel& kernel = Registry::global().kernel(c.kernel);
@@ -141,8 +152,9 @@ TEST(SampledReference, IsTheFullReferenceAtItsElements) {
     }
   }
   // matmul, flash_attention forward and backward, attention_merge, mean pooling forward and
-  // backward, the three decode kernels, grouped matmul and mla_decode, with the cases above.
-  EXPECT_GE(with_sample, 25);
+  // backward, the three decode kernels, grouped matmul, mla_decode and block sparse attention
+  // forward and backward, with the cases above.
+  EXPECT_GE(with_sample, 31);
 }
 
 // Every kernel's inputs, made on the device, are exactly what Kernel::inputs gives on the

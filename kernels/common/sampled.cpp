@@ -22,6 +22,13 @@ std::vector<double> row_slices(const ArgReader& read, std::size_t arg, std::int6
   return out;
 }
 
+ArgReader host_reader(const HostArrays& args) {
+  return [&args](std::size_t arg, std::int64_t first, std::int64_t count) {
+    const std::vector<double>& a = args[arg];
+    return std::vector<double>(a.begin() + first, a.begin() + first + count);
+  };
+}
+
 std::vector<SampledOutput> sampled_outputs(std::vector<std::pair<std::size_t, SampledPairs>> outs) {
   std::vector<SampledOutput> result;
   for (auto& [arg, values] : outs) {

@@ -22,6 +22,10 @@ void for_each_row(const ArgReader& read, std::size_t arg, std::int64_t base, std
 std::vector<double> row_slices(const ArgReader& read, std::size_t arg, std::int64_t base, std::int64_t row_len,
                                std::int64_t count, std::int64_t offset, std::int64_t width);
 
+// Reads of arrays held on the host, as an ArgReader: so a full reference can share a sampled
+// one's reading code.
+ArgReader host_reader(const HostArrays& args);
+
 // (element, value) pairs per output argument as SampledOutputs: indices sorted, empty ones left out.
 using SampledPairs = std::vector<std::pair<std::int64_t, double>>;
 std::vector<SampledOutput> sampled_outputs(std::vector<std::pair<std::size_t, SampledPairs>> outs);

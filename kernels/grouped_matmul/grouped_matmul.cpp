@@ -156,15 +156,6 @@ std::vector<std::vector<double>> columns(const ArgReader& read, std::size_t arg,
   return out;
 }
 
-// The same from a whole matrix held on the host.
-std::vector<std::vector<double>> columns(const std::vector<double>& a, std::int64_t base, std::int64_t cols, std::int64_t first,
-                                         std::int64_t count, const std::vector<std::int64_t>& which) {
-  const ArgReader read = [&](std::size_t, std::int64_t at, std::int64_t n) {
-    return std::vector<double>(a.begin() + at, a.begin() + at + n);
-  };
-  return columns(read, 0, base, cols, first, count, which);
-}
-
 std::vector<std::int64_t> all(std::int64_t n) {
   std::vector<std::int64_t> v(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = i;
@@ -183,6 +174,7 @@ HostArrays GroupedMatmulKernel::reference(const Invocation& inv, const HostArray
   const auto o = group_offsets(p, sizes);
   const auto& lhs = args[arg::lhs];
   const auto& rhs = args[arg::rhs];
+  const ArgReader host = host_reader(args);
   auto I = [](std::int64_t i) { return static_cast<std::size_t>(i); };
   if (p.mode == Mode::gmm) {
     std::vector<double> out(I(p.m * p.n), 0.0);
@@ -193,7 +185,7 @@ HostArrays GroupedMatmulKernel::reference(const Invocation& inv, const HostArray
       if (p.trans_rhs)
         for (std::int64_t j = 0; j < p.n; ++j) col.emplace_back(rhs.begin() + (g * p.n + j) * p.k, rhs.begin() + (g * p.n + j + 1) * p.k);
       else
-        col = columns(rhs, g * p.k * p.n, p.n, 0, p.k, all(p.n));
+        col = columns(host, arg::rhs, g * p.k * p.n, p.n, 0, p.k, all(p.n));
       for (std::int64_t r = o[I(g)]; r < o[I(g + 1)]; ++r)
         for (std::int64_t j = 0; j < p.n; ++j) out[I(r * p.n + j)] = dot(row(lhs, r, p.k), col[I(j)]);
     }
@@ -203,7 +195,8 @@ HostArrays GroupedMatmulKernel::reference(const Invocation& inv, const HostArray
   for (std::int64_t g = 0; g < p.groups; ++g) {
     const std::int64_t first = o[I(g)], count = o[I(g + 1)] - first;
     if (count == 0) continue;
-    const auto a = columns(lhs, 0, p.k, first, count, all(p.k)), d = columns(rhs, 0, p.n, first, count, all(p.n));
+    const auto a = columns(host, arg::lhs, 0, p.k, first, count, all(p.k));
+    const auto d = columns(host, arg::rhs, 0, p.n, first, count, all(p.n));
     for (std::int64_t i = 0; i < p.k; ++i)
       for (std::int64_t j = 0; j < p.n; ++j) out[I((g * p.k + i) * p.n + j)] = dot(a[I(i)], d[I(j)]);
   }
