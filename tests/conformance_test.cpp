@@ -132,6 +132,11 @@ TEST(SampledReference, IsTheFullReferenceAtItsElements) {
                      {{"batch", 3}, {"seq_q", 21}, {"seq_k", 37}, {"heads", 2}, {"head_dim", 8}},
                      {{"block_q", 8}, {"block_k", 16}, {"mask", true}}});
   }
+  // More pairs and tokens than the sample: packed sequences, GQA, head_dim_v unlike head_dim.
+  for (const char* k : {"native_sparse_attention", "native_sparse_attention_bwd"})
+    cases.push_back({k,
+                     {{"batch", 2}, {"seq", 23}, {"heads", 4}, {"kv_heads", 2}, {"head_dim", 8}, {"head_dim_v", 12}, {"selected", 3}},
+                     {{"block_size", 4}, {"sequences", 2}}});
   int with_sample = 0;
   for (const auto& c : cases) {
     const Kernel& kernel = Registry::global().kernel(c.kernel);
@@ -152,9 +157,9 @@ TEST(SampledReference, IsTheFullReferenceAtItsElements) {
     }
   }
   // matmul, flash_attention forward and backward, attention_merge, mean pooling forward and
-  // backward, the three decode kernels, grouped matmul, mla_decode and block sparse attention
-  // forward and backward, with the cases above.
-  EXPECT_GE(with_sample, 31);
+  // backward, the three decode kernels, grouped matmul, mla_decode, block sparse and native
+  // sparse attention forward and backward, with the cases above.
+  EXPECT_GE(with_sample, 35);
 }
 
 // Every kernel's inputs, made on the device, are exactly what Kernel::inputs gives on the
