@@ -137,6 +137,22 @@ TEST(SampledReference, IsTheFullReferenceAtItsElements) {
     cases.push_back({k,
                      {{"batch", 2}, {"seq", 23}, {"heads", 4}, {"kv_heads", 2}, {"head_dim", 8}, {"head_dim_v", 12}, {"selected", 3}},
                      {{"block_size", 4}, {"sequences", 2}}});
+  // More (sequence, head) pairs and tokens than the sample: every gate, states in and out,
+  // reversed, packed sequences of uneven lengths.
+  for (const char* k : {"recurrent", "gla", "recurrent_bwd", "gla_bwd"}) {
+    const bool bwd = std::string(k).ends_with("_bwd");
+    cases.push_back({k,
+                     {{"batch", 2}, {"seq", 19}, {"heads", 3}, {"head_dim", 8}, {"v_head_dim", 6}},
+                     {{"gates", {"g", "g_gamma", "gk", "gv"}}, {"initial_state", true}, {bwd ? "dht" : "final_state", true},
+                      {"reverse", true}}});
+    cases.push_back({k,
+                     {{"seq", 41}, {"heads", 3}, {"head_dim", 8}, {"num_seqs", 5}},
+                     {{"gates", {"gk"}}, {"initial_state", true}, {bwd ? "dht" : "final_state", true}}});
+  }
+  cases.push_back({"lightning_attention", {{"seq", 41}, {"heads", 5}, {"head_dim", 8}, {"num_seqs", 5}},
+                   {{"initial_state", true}, {"final_state", true}}});
+  cases.push_back({"lightning_attention_bwd", {{"batch", 2}, {"seq", 19}, {"heads", 5}, {"head_dim", 8}},
+                   {{"initial_state", true}, {"dht", true}, {"reverse", true}}});
   int with_sample = 0;
   for (const auto& c : cases) {
     const Kernel& kernel = Registry::global().kernel(c.kernel);
@@ -158,8 +174,8 @@ TEST(SampledReference, IsTheFullReferenceAtItsElements) {
   }
   // matmul, flash_attention forward and backward, attention_merge, mean pooling forward and
   // backward, the three decode kernels, grouped matmul, mla_decode, block sparse and native
-  // sparse attention forward and backward, with the cases above.
-  EXPECT_GE(with_sample, 35);
+  // sparse attention and the linear attention family forward and backward, with the cases above.
+  EXPECT_GE(with_sample, 51);
 }
 
 // Every kernel's inputs, made on the device, are exactly what Kernel::inputs gives on the
