@@ -343,20 +343,25 @@ struct PairOut {
   std::vector<double> o, fin, dq, dk, dv, dg, dgk, dgv, dh0;
 };
 
+// One step of the loop: the state after processing position pos (row r), from the one before.
+void step(const Problem& p, const PairIn& x, std::int64_t r, const double* before, double* after) {
+  const std::int64_t K = p.K, V = p.V;
+  for (std::int64_t i = 0; i < K; ++i)
+    for (std::int64_t j = 0; j < V; ++j)
+      after[i * V + j] = std::exp(x.decay(p, r, i, j)) * before[i * V + j] + x.k[I(r * K + i)] * x.v[I(r * V + j)];
+}
+
 // The token loop of one (sequence, head).
 PairOut pair_forward(const Problem& p, const PairIn& x) {
   const std::int64_t K = p.K, V = p.V;
   PairOut out;
   out.o.assign(I(x.len * V), 0.0);
-  std::vector<double> S(I(K * V), 0.0);
+  std::vector<double> S(I(K * V), 0.0), next(S.size());
   if (p.has_h0) S = x.h0;
   for (std::int64_t pos = 0; pos < x.len; ++pos) {
     const std::int64_t r = x.row(p, pos);
-    for (std::int64_t i = 0; i < K; ++i)
-      for (std::int64_t j = 0; j < V; ++j) {
-        double& s = S[I(i * V + j)];
-        s = std::exp(x.decay(p, r, i, j)) * s + x.k[I(r * K + i)] * x.v[I(r * V + j)];
-      }
+    step(p, x, r, S.data(), next.data());
+    std::swap(S, next);
     for (std::int64_t j = 0; j < V; ++j) {
       double acc = 0.0;
       for (std::int64_t i = 0; i < K; ++i) acc += x.q[I(r * K + i)] * S[I(i * V + j)];
@@ -367,7 +372,9 @@ PairOut pair_forward(const Problem& p, const PairIn& x) {
   return out;
 }
 
-// Reverse-mode differentiation of the same loop, every state kept.
+// Reverse-mode differentiation of the same loop. The states are kept at every C-th position
+// (C about sqrt(L)) and each stretch's recomputed from there as the backward reaches it, the
+// same arithmetic as the forward's, so host memory is O(sqrt(L) K V) rather than O(L K V).
 PairOut pair_backward(const Problem& p, const PairIn& x) {
   const std::int64_t K = p.K, V = p.V, KV = K * V, L = x.len;
   PairOut out;
@@ -377,41 +384,47 @@ PairOut pair_backward(const Problem& p, const PairIn& x) {
   if (p.has_g) out.dg.assign(I(L), 0.0);
   if (p.has_gk) out.dgk.assign(I(L * K), 0.0);
   if (p.has_gv) out.dgv.assign(I(L * V), 0.0);
-  // states[pos + 1] is the state after position pos; states[0] the initial one.
-  std::vector<double> states(I((L + 1) * KV), 0.0), dS(I(KV), 0.0), D(I(KV));
-  if (p.has_h0) std::copy(x.h0.begin(), x.h0.end(), states.begin());
+  const auto C = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(std::sqrt(static_cast<double>(L)))));
+  // marks[c] is the state before position c * C.
+  std::vector<double> marks(I((L + C - 1) / C * KV), 0.0), S(I(KV), 0.0), next(I(KV));
+  if (p.has_h0) S = x.h0;
   for (std::int64_t pos = 0; pos < L; ++pos) {
-    const std::int64_t r = x.row(p, pos);
-    for (std::int64_t i = 0; i < K; ++i)
-      for (std::int64_t j = 0; j < V; ++j)
-        states[I((pos + 1) * KV + i * V + j)] =
-            std::exp(x.decay(p, r, i, j)) * states[I(pos * KV + i * V + j)] + x.k[I(r * K + i)] * x.v[I(r * V + j)];
+    if (pos % C == 0) std::copy(S.begin(), S.end(), marks.begin() + pos / C * KV);
+    step(p, x, x.row(p, pos), S.data(), next.data());
+    std::swap(S, next);
   }
+  std::vector<double> dS(I(KV), 0.0), D(I(KV)), states(I((C + 1) * KV));
   if (p.has_ht) dS = x.dht;
-  for (std::int64_t pos = L - 1; pos >= 0; --pos) {
-    const std::int64_t r = x.row(p, pos);
-    const double* S = states.data() + (pos + 1) * KV;
-    const double* Sp = states.data() + pos * KV;
-    for (std::int64_t i = 0; i < K; ++i) {
-      double acc = 0.0;
-      for (std::int64_t j = 0; j < V; ++j) {
-        dS[I(i * V + j)] += p.scale * x.q[I(r * K + i)] * x.dout[I(r * V + j)];
-        acc += S[i * V + j] * x.dout[I(r * V + j)];
+  for (std::int64_t c0 = (L - 1) / C * C; c0 >= 0 && L > 0; c0 -= C) {
+    // states[m] is the state before position c0 + m.
+    const std::int64_t n = std::min(C, L - c0);
+    std::copy_n(marks.begin() + c0 / C * KV, KV, states.begin());
+    for (std::int64_t m = 0; m < n; ++m) step(p, x, x.row(p, c0 + m), states.data() + m * KV, states.data() + (m + 1) * KV);
+    for (std::int64_t pos = c0 + n - 1; pos >= c0; --pos) {
+      const std::int64_t r = x.row(p, pos);
+      const double* Sn = states.data() + (pos - c0 + 1) * KV;
+      const double* Sp = states.data() + (pos - c0) * KV;
+      for (std::int64_t i = 0; i < K; ++i) {
+        double acc = 0.0;
+        for (std::int64_t j = 0; j < V; ++j) {
+          dS[I(i * V + j)] += p.scale * x.q[I(r * K + i)] * x.dout[I(r * V + j)];
+          acc += Sn[i * V + j] * x.dout[I(r * V + j)];
+        }
+        out.dq[I(r * K + i)] = p.scale * acc;
       }
-      out.dq[I(r * K + i)] = p.scale * acc;
+      for (std::int64_t i = 0; i < K; ++i)
+        for (std::int64_t j = 0; j < V; ++j) {
+          const double ds = dS[I(i * V + j)];
+          out.dk[I(r * K + i)] += ds * x.v[I(r * V + j)];
+          out.dv[I(r * V + j)] += ds * x.k[I(r * K + i)];
+          D[I(i * V + j)] = std::exp(x.decay(p, r, i, j));
+          const double dlog = ds * D[I(i * V + j)] * Sp[i * V + j];  // d loss / d log D
+          if (p.has_g) out.dg[I(r)] += dlog;
+          if (p.has_gk) out.dgk[I(r * K + i)] += dlog;
+          if (p.has_gv) out.dgv[I(r * V + j)] += dlog;
+        }
+      for (std::int64_t e = 0; e < KV; ++e) dS[I(e)] *= D[I(e)];
     }
-    for (std::int64_t i = 0; i < K; ++i)
-      for (std::int64_t j = 0; j < V; ++j) {
-        const double ds = dS[I(i * V + j)];
-        out.dk[I(r * K + i)] += ds * x.v[I(r * V + j)];
-        out.dv[I(r * V + j)] += ds * x.k[I(r * K + i)];
-        D[I(i * V + j)] = std::exp(x.decay(p, r, i, j));
-        const double dlog = ds * D[I(i * V + j)] * Sp[i * V + j];  // d loss / d log D
-        if (p.has_g) out.dg[I(r)] += dlog;
-        if (p.has_gk) out.dgk[I(r * K + i)] += dlog;
-        if (p.has_gv) out.dgv[I(r * V + j)] += dlog;
-      }
-    for (std::int64_t e = 0; e < KV; ++e) dS[I(e)] *= D[I(e)];
   }
   if (p.has_h0) out.dh0 = std::move(dS);
   return out;
