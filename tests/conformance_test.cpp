@@ -113,6 +113,46 @@ TEST(SampledReference, IsTheFullReferenceAtItsElements) {
   cases.push_back({"page_attention",
                    {{"batch", 3}, {"heads", 8}, {"kv_heads", 2}, {"head_dim", 32}, {"context", 70}, {"block_size", 16}},
                    {{"logits_soft_cap", 5.0}}});
+  // More rows and columns than the sample, over groups of random sizes (some empty).
+  for (bool trans : {false, true})
+    cases.push_back({"grouped_matmul", {{"m", 40}, {"k", 11}, {"n", 21}, {"groups", 6}}, {{"trans_rhs", trans}}});
+  cases.push_back({"grouped_matmul_tgmm", {{"m", 40}, {"k", 11}, {"n", 21}, {"groups", 6}}});
+  // More (sequence, head) pairs than the sample, contexts over several pages.
+  cases.push_back({"mla_decode",
+                   {{"batch", 5}, {"heads", 3}, {"context", 37}, {"qk_nope_head_dim", 16}, {"rope_dim", 8}, {"v_head_dim", 12},
+                    {"kv_lora_rank", 24}, {"block_size", 8}}});
+  // More pairs and rows than the sample; layouts from patterns and from a mask, GQA, a soft
+  // cap, segments, more keys than queries.
+  for (const char* k : {"block_sparse_attention", "block_sparse_attention_bwd"}) {
+    cases.push_back({k,
+                     {{"batch", 2}, {"seq", 37}, {"heads", 4}, {"kv_heads", 2}, {"head_dim", 8}},
+                     {{"block_q", 8}, {"block_k", 8}, {"causal", true}, {"local_blocks", 1}, {"stride", 2},
+                      {"logits_soft_cap", 5.0}, {"segments", true}}});
+    cases.push_back({k,
+                     {{"batch", 3}, {"seq_q", 21}, {"seq_k", 37}, {"heads", 2}, {"head_dim", 8}},
+                     {{"block_q", 8}, {"block_k", 16}, {"mask", true}}});
+  }
+  // More pairs and tokens than the sample: packed sequences, GQA, head_dim_v unlike head_dim.
+  for (const char* k : {"native_sparse_attention", "native_sparse_attention_bwd"})
+    cases.push_back({k,
+                     {{"batch", 2}, {"seq", 23}, {"heads", 4}, {"kv_heads", 2}, {"head_dim", 8}, {"head_dim_v", 12}, {"selected", 3}},
+                     {{"block_size", 4}, {"sequences", 2}}});
+  // More (sequence, head) pairs and tokens than the sample: every gate, states in and out,
+  // reversed, packed sequences of uneven lengths.
+  for (const char* k : {"recurrent", "gla", "recurrent_bwd", "gla_bwd"}) {
+    const bool bwd = std::string(k).ends_with("_bwd");
+    cases.push_back({k,
+                     {{"batch", 2}, {"seq", 19}, {"heads", 3}, {"head_dim", 8}, {"v_head_dim", 6}},
+                     {{"gates", {"g", "g_gamma", "gk", "gv"}}, {"initial_state", true}, {bwd ? "dht" : "final_state", true},
+                      {"reverse", true}}});
+    cases.push_back({k,
+                     {{"seq", 41}, {"heads", 3}, {"head_dim", 8}, {"num_seqs", 5}},
+                     {{"gates", {"gk"}}, {"initial_state", true}, {bwd ? "dht" : "final_state", true}}});
+  }
+  cases.push_back({"lightning_attention", {{"seq", 41}, {"heads", 5}, {"head_dim", 8}, {"num_seqs", 5}},
+                   {{"initial_state", true}, {"final_state", true}}});
+  cases.push_back({"lightning_attention_bwd", {{"batch", 2}, {"seq", 19}, {"heads", 5}, {"head_dim", 8}},
+                   {{"initial_state", true}, {"dht", true}, {"reverse", true}}});
   int with_sample = 0;
   for (const auto& c : cases) {
     const Kernel& kernel = Registry::global().kernel(c.kernel);
@@ -133,8 +173,9 @@ TEST(SampledReference, IsTheFullReferenceAtItsElements) {
     }
   }
   // matmul, flash_attention forward and backward, attention_merge, mean pooling forward and
-  // backward and the three decode kernels, with the cases above.
-  EXPECT_GE(with_sample, 18);
+  // backward, the three decode kernels, grouped matmul, mla_decode, block sparse and native
+  // sparse attention and the linear attention family forward and backward, with the cases above.
+  EXPECT_GE(with_sample, 51);
 }
 
 // Every kernel's inputs, made on the device, are exactly what Kernel::inputs gives on the

@@ -7,6 +7,8 @@
 #include <string>
 
 #include "common/builtin.hpp"
+#include "common/sampled.hpp"
+#include "core/parts.hpp"
 #include "ejk/error.hpp"
 #include "ejk/registry.hpp"
 
@@ -308,45 +310,83 @@ void check_lists(const Problem& p, std::span<const std::int64_t> counts, std::sp
 
 namespace {
 
-struct Ref {
+// Argument positions of what Head reads.
+struct HeadArgs {
+  std::size_t k, v, counts, qseg;
+};
+constexpr HeadArgs fwd_args{fwd::k, fwd::v, fwd::kv_block_counts, fwd::q_segment_ids};
+constexpr HeadArgs bwd_args{bwd::k, bwd::v, bwd::kv_block_counts, bwd::q_segment_ids};
+
+// One (sequence, kv head) as both references read it: the keys and values [seq_k][head_dim],
+// the sequence's segment ids, and, for one of its query heads at a time, the key blocks each
+// query block reaches.
+struct Head {
   const Problem& p;
-  const HostArrays& a;
-  std::size_t q, k, v, counts, indices, qseg;
-  double qv(std::int64_t b, std::int64_t i, std::int64_t h, std::int64_t d) const {
-    return a[q][static_cast<std::size_t>(((b * p.seq_q + i) * p.heads + h) * p.head_dim + d)];
-  }
-  std::size_t kidx(std::int64_t b, std::int64_t j, std::int64_t hk, std::int64_t d) const {
-    return static_cast<std::size_t>(((b * p.seq_k + j) * p.kv_heads + hk) * p.head_dim + d);
-  }
-  // live[bi * nbk + bj] for (b, h), from the lists.
-  std::vector<char> live(std::int64_t b, std::int64_t h) const {
-    std::vector<char> l(static_cast<std::size_t>(p.nbq * p.nbk), 0);
-    for (std::int64_t bi = 0; bi < p.nbq; ++bi) {
-      const std::int64_t r = p.list_row(b, h, p.nbq, bi);
-      const auto c = static_cast<std::int64_t>(a[counts][static_cast<std::size_t>(r)]);
-      for (std::int64_t e = 0; e < c; ++e)
-        l[static_cast<std::size_t>(bi * p.nbk + static_cast<std::int64_t>(a[indices][static_cast<std::size_t>(r * p.nbk + e)]))] = 1;
+  HeadArgs at;
+  std::int64_t b = 0;
+  std::vector<double> k, v, qseg, kseg;  // segment ids: empty when not given
+  std::vector<char> live;                // [nbq][nbk]
+
+  Head(const Problem& problem, const ArgReader& read, HeadArgs args, std::int64_t sequence, std::int64_t kv_head)
+      : p(problem), at(args), b(sequence) {
+    const std::int64_t D = p.head_dim, row = p.kv_heads * D;
+    k = row_slices(read, at.k, b * p.seq_k * row, row, p.seq_k, kv_head * D, D);
+    v = row_slices(read, at.v, b * p.seq_k * row, row, p.seq_k, kv_head * D, D);
+    if (p.has_segments) {
+      qseg = read(at.qseg, b * p.seq_q, p.seq_q);
+      kseg = read(at.qseg + 1, b * p.seq_k, p.seq_k);
     }
-    return l;
   }
-  bool allowed(const std::vector<char>& l, std::int64_t b, std::int64_t i, std::int64_t j) const {
-    if (!l[static_cast<std::size_t>((i / p.block_q) * p.nbk + j / p.block_k)]) return false;
+
+  // Reads query head h's block lists: the rows of query blocks `rows`, or every row when null
+  // (the others stay dead). Throws naming an entry out of range.
+  void read_lists(const ArgReader& read, std::int64_t h, const std::vector<std::int64_t>* rows) {
+    live.assign(static_cast<std::size_t>(p.nbq * p.nbk), 0);
+    const std::int64_t first = p.list_row(b, h, p.nbq, 0);
+    const std::vector<double> counts = read(at.counts, first, p.nbq);
+    auto mark = [&](std::int64_t bi, const double* indices) {
+      const auto c = static_cast<std::int64_t>(counts[static_cast<std::size_t>(bi)]);
+      if (c < 0 || c > p.nbk)
+        throw InvalidArgument("kv_block_counts entry " + std::to_string(first + bi) + " = " + std::to_string(c) +
+                              " must lie in 0 .. " + std::to_string(p.nbk));
+      for (std::int64_t e = 0; e < c; ++e) {
+        const auto x = static_cast<std::int64_t>(indices[e]);
+        if (x < 0 || x >= p.nbk)
+          throw InvalidArgument("kv_block_indices entry " + std::to_string((first + bi) * p.nbk + e) + " = " +
+                                std::to_string(x) + " is not a block (0 .. " + std::to_string(p.nbk - 1) + ")");
+        live[static_cast<std::size_t>(bi * p.nbk + x)] = 1;
+      }
+    };
+    if (!rows) {
+      for_each_row(read, at.counts + 1, first * p.nbk, p.nbk, p.nbq, mark);
+      return;
+    }
+    for (std::int64_t bi : *rows) {
+      const auto c = std::clamp<std::int64_t>(static_cast<std::int64_t>(counts[static_cast<std::size_t>(bi)]), 0, p.nbk);
+      const std::vector<double> indices = c ? read(at.counts + 1, (first + bi) * p.nbk, c) : std::vector<double>{};
+      mark(bi, indices.data());
+    }
+  }
+
+  const double* kr(std::int64_t j) const { return k.data() + j * p.head_dim; }
+  const double* vr(std::int64_t j) const { return v.data() + j * p.head_dim; }
+
+  bool allowed(std::int64_t i, std::int64_t j) const {
+    if (!live[static_cast<std::size_t>((i / p.block_q) * p.nbk + j / p.block_k)]) return false;
     if (p.causal && j > i + p.seq_k - p.seq_q) return false;
-    return !p.has_segments ||
-           a[qseg][static_cast<std::size_t>(b * p.seq_q + i)] == a[qseg + 1][static_cast<std::size_t>(b * p.seq_k + j)];
+    return !p.has_segments || qseg[static_cast<std::size_t>(i)] == kseg[static_cast<std::size_t>(j)];
   }
-  // Logits u (before the cap) and probabilities of row (b, h, i); lse -inf when nothing is allowed.
-  double row(const std::vector<char>& l, std::int64_t b, std::int64_t h, std::int64_t i, std::vector<double>& u,
-             std::vector<double>& P) const {
-    const std::int64_t hk = h / p.group();
+  // Logits u (before the cap) and probabilities of query i (its row q); returns the lse, -inf
+  // when nothing is allowed.
+  double row(const double* q, std::int64_t i, std::vector<double>& u, std::vector<double>& P) const {
     u.assign(static_cast<std::size_t>(p.seq_k), 0.0);
     P.assign(static_cast<std::size_t>(p.seq_k), 0.0);
     double mx = -std::numeric_limits<double>::infinity();
     std::vector<double> z(static_cast<std::size_t>(p.seq_k), -std::numeric_limits<double>::infinity());
     for (std::int64_t j = 0; j < p.seq_k; ++j) {
-      if (!allowed(l, b, i, j)) continue;
+      if (!allowed(i, j)) continue;
       double s = 0;
-      for (std::int64_t d = 0; d < p.head_dim; ++d) s += qv(b, i, h, d) * a[k][kidx(b, j, hk, d)];
+      for (std::int64_t d = 0; d < p.head_dim; ++d) s += q[d] * kr(j)[d];
       s *= p.scale;
       u[static_cast<std::size_t>(j)] = s;
       const double zz = p.softcap > 0 ? p.softcap * std::tanh(s / p.softcap) : s;
@@ -359,6 +399,42 @@ struct Ref {
     const double lse = mx + std::log(sum);
     for (std::int64_t j = 0; j < p.seq_k; ++j) P[static_cast<std::size_t>(j)] = std::exp(z[static_cast<std::size_t>(j)] - lse);
     return lse;
+  }
+  // out_i = sum_j P_j v_j.
+  void output(const std::vector<double>& P, double* out) const {
+    for (std::int64_t j = 0; j < p.seq_k; ++j) {
+      const double pj = P[static_cast<std::size_t>(j)];
+      if (pj == 0.0) continue;
+      for (std::int64_t d = 0; d < p.head_dim; ++d) out[d] += pj * vr(j)[d];
+    }
+  }
+  // The gradient of query i's logits, du (0 where P is), given its rows of q and dout; false
+  // when the row has no allowed key. Every gradient follows: dq_i = scale sum_j du_j k_j,
+  // dk_j += scale du_j q_i, dv_j += P_j dout_i.
+  bool logit_grad(const double* q, const double* dout, std::int64_t i, std::vector<double>& P, std::vector<double>& du) const {
+    std::vector<double> u;
+    if (row(q, i, u, P) == -std::numeric_limits<double>::infinity()) return false;
+    du.assign(static_cast<std::size_t>(p.seq_k), 0.0);
+    double Di = 0;
+    for (std::int64_t j = 0; j < p.seq_k; ++j) {
+      const double pj = P[static_cast<std::size_t>(j)];
+      if (pj == 0.0) continue;
+      double s = 0;
+      for (std::int64_t d = 0; d < p.head_dim; ++d) s += dout[d] * vr(j)[d];
+      du[static_cast<std::size_t>(j)] = s;
+      Di += pj * s;
+    }
+    for (std::int64_t j = 0; j < p.seq_k; ++j) {
+      const double pj = P[static_cast<std::size_t>(j)];
+      if (pj == 0.0) continue;
+      double g = pj * (du[static_cast<std::size_t>(j)] - Di);
+      if (p.softcap > 0) {
+        const double t = std::tanh(u[static_cast<std::size_t>(j)] / p.softcap);
+        g *= 1.0 - t * t;
+      }
+      du[static_cast<std::size_t>(j)] = g;
+    }
+    return true;
   }
 };
 
@@ -409,25 +485,47 @@ double BlockSparseAttentionKernel::bytes(const Invocation& inv) const {
 
 HostArrays BlockSparseAttentionKernel::reference(const Invocation& inv, const HostArrays& args) const {
   const Problem p = Problem::of(inv);
-  const Ref r{p, args, fwd::q, fwd::k, fwd::v, fwd::kv_block_counts, fwd::kv_block_indices, fwd::q_segment_ids};
-  std::vector<double> out(static_cast<std::size_t>(p.batch * p.seq_q * p.heads * p.head_dim), 0.0);
+  const ArgReader read = host_reader(args);
+  const std::int64_t D = p.head_dim;
+  std::vector<double> out(static_cast<std::size_t>(p.batch * p.seq_q * p.heads * D), 0.0);
   std::vector<double> lse(static_cast<std::size_t>(p.batch * p.heads * p.seq_q), 0.0);
   std::vector<double> u, P;
   for (std::int64_t b = 0; b < p.batch; ++b)
     for (std::int64_t h = 0; h < p.heads; ++h) {
-      const auto l = r.live(b, h);
+      Head r(p, read, fwd_args, b, h / p.group());
+      r.read_lists(read, h, nullptr);
       for (std::int64_t i = 0; i < p.seq_q; ++i) {
-        lse[static_cast<std::size_t>((b * p.heads + h) * p.seq_q + i)] = r.row(l, b, h, i, u, P);
-        for (std::int64_t j = 0; j < p.seq_k; ++j) {
-          const double pj = P[static_cast<std::size_t>(j)];
-          if (pj == 0.0) continue;
-          for (std::int64_t d = 0; d < p.head_dim; ++d)
-            out[static_cast<std::size_t>(((b * p.seq_q + i) * p.heads + h) * p.head_dim + d)] +=
-                pj * args[fwd::v][r.kidx(b, j, h / p.group(), d)];
-        }
+        const std::int64_t at = ((b * p.seq_q + i) * p.heads + h) * D;
+        lse[static_cast<std::size_t>((b * p.heads + h) * p.seq_q + i)] = r.row(args[fwd::q].data() + at, i, u, P);
+        r.output(P, out.data() + at);
       }
     }
   return {std::move(out), std::move(lse)};
+}
+
+std::vector<SampledOutput> BlockSparseAttentionKernel::sampled_reference(const Invocation& inv, const ArgReader& read) const {
+  const Problem p = Problem::of(inv);
+  const std::int64_t D = p.head_dim, G = p.group();
+  SampledPairs outs, lses;
+  std::vector<double> u, P;
+  // (sequence, kv head) pairs spread over both; in each, query rows spread over its query heads
+  // and positions, each reading its own row of the block lists.
+  for (std::int64_t pair : sample_positions(p.batch * p.kv_heads, 4)) {
+    const std::int64_t b = pair / p.kv_heads, kh = pair % p.kv_heads;
+    Head head(p, read, fwd_args, b, kh);
+    for (std::int64_t r : sample_positions(G * p.seq_q, 8)) {
+      const std::int64_t h = kh * G + r / p.seq_q, i = r % p.seq_q, at = ((b * p.seq_q + i) * p.heads + h) * D;
+      const std::vector<std::int64_t> blocks{i / p.block_q};
+      head.read_lists(read, h, &blocks);
+      const std::vector<double> q = read(fwd::q, at, D);
+      const double lse = head.row(q.data(), i, u, P);
+      std::vector<double> o(static_cast<std::size_t>(D), 0.0);
+      head.output(P, o.data());
+      for (std::int64_t d = 0; d < D; ++d) outs.emplace_back(at + d, o[static_cast<std::size_t>(d)]);
+      lses.emplace_back((b * p.heads + h) * p.seq_q + i, lse);
+    }
+  }
+  return sampled_outputs({{fwd::out, std::move(outs)}, {fwd::lse, std::move(lses)}});
 }
 
 double BlockSparseAttentionKernel::tolerance(const Invocation& inv) const { return base_tolerance(Problem::of(inv)); }
@@ -452,48 +550,97 @@ double BlockSparseAttentionBwdKernel::bytes(const Invocation& inv) const {
 
 HostArrays BlockSparseAttentionBwdKernel::reference(const Invocation& inv, const HostArrays& args) const {
   const Problem p = Problem::of(inv);
-  const Ref r{p, args, bwd::q, bwd::k, bwd::v, bwd::kv_block_counts, bwd::kv_block_indices, bwd::q_segment_ids};
-  const std::vector<double>& dout = args[bwd::dout];
+  const ArgReader read = host_reader(args);
   std::vector<double> dq(args[bwd::q].size(), 0.0), dk(args[bwd::k].size(), 0.0), dv(args[bwd::v].size(), 0.0);
-  std::vector<double> u, P, dP;
+  std::vector<double> P, du;
   const std::int64_t D = p.head_dim;
   // Gradients of the exact forward from q, k, v and dout alone.
   for (std::int64_t b = 0; b < p.batch; ++b)
     for (std::int64_t h = 0; h < p.heads; ++h) {
-      const auto l = r.live(b, h);
       const std::int64_t hk = h / p.group();
+      Head r(p, read, bwd_args, b, hk);
+      r.read_lists(read, h, nullptr);
       for (std::int64_t i = 0; i < p.seq_q; ++i) {
-        if (r.row(l, b, h, i, u, P) == -std::numeric_limits<double>::infinity()) continue;
-        const std::size_t qi = static_cast<std::size_t>(((b * p.seq_q + i) * p.heads + h) * D);
-        dP.assign(static_cast<std::size_t>(p.seq_k), 0.0);
-        double Di = 0;
+        const std::int64_t qi = ((b * p.seq_q + i) * p.heads + h) * D;
+        if (!r.logit_grad(args[bwd::q].data() + qi, args[bwd::dout].data() + qi, i, P, du)) continue;
         for (std::int64_t j = 0; j < p.seq_k; ++j) {
-          const double pj = P[static_cast<std::size_t>(j)];
+          const double pj = P[static_cast<std::size_t>(j)], g = du[static_cast<std::size_t>(j)];
           if (pj == 0.0) continue;
-          double s = 0;
+          const std::int64_t kj = ((b * p.seq_k + j) * p.kv_heads + hk) * D;
           for (std::int64_t d = 0; d < D; ++d) {
-            s += dout[qi + static_cast<std::size_t>(d)] * args[bwd::v][r.kidx(b, j, hk, d)];
-            dv[r.kidx(b, j, hk, d)] += pj * dout[qi + static_cast<std::size_t>(d)];
-          }
-          dP[static_cast<std::size_t>(j)] = s;
-          Di += pj * s;
-        }
-        for (std::int64_t j = 0; j < p.seq_k; ++j) {
-          const double pj = P[static_cast<std::size_t>(j)];
-          if (pj == 0.0) continue;
-          double du = pj * (dP[static_cast<std::size_t>(j)] - Di);
-          if (p.softcap > 0) {
-            const double t = std::tanh(u[static_cast<std::size_t>(j)] / p.softcap);
-            du *= 1.0 - t * t;
-          }
-          for (std::int64_t d = 0; d < D; ++d) {
-            dq[qi + static_cast<std::size_t>(d)] += p.scale * du * args[bwd::k][r.kidx(b, j, hk, d)];
-            dk[r.kidx(b, j, hk, d)] += p.scale * du * args[bwd::q][qi + static_cast<std::size_t>(d)];
+            dv[static_cast<std::size_t>(kj + d)] += pj * args[bwd::dout][static_cast<std::size_t>(qi + d)];
+            dq[static_cast<std::size_t>(qi + d)] += p.scale * g * r.kr(j)[d];
+            dk[static_cast<std::size_t>(kj + d)] += p.scale * g * args[bwd::q][static_cast<std::size_t>(qi + d)];
           }
         }
       }
     }
   return {std::move(dq), std::move(dk), std::move(dv)};
+}
+
+std::vector<SampledOutput> BlockSparseAttentionBwdKernel::sampled_reference(const Invocation& inv, const ArgReader& read) const {
+  const Problem p = Problem::of(inv);
+  const std::int64_t D = p.head_dim, G = p.group(), row = p.heads * D;
+  SampledPairs dqs, dks, dvs;
+  // (sequence, kv head) pairs; in each, 8 key rows of dk and dv, which every query of the
+  // pair's query heads reaches, and 8 query rows of dq over those heads and positions.
+  for (std::int64_t pair : sample_positions(p.batch * p.kv_heads, 2)) {
+    const std::int64_t b = pair / p.kv_heads, kh = pair % p.kv_heads;
+    const std::vector<std::int64_t> keys = sample_positions(p.seq_k, 8), queries = sample_positions(G * p.seq_q, 8);
+    std::vector<double> dk(keys.size() * static_cast<std::size_t>(D), 0.0), dv(dk.size(), 0.0);
+    Head r(p, read, bwd_args, b, kh);
+    for (std::int64_t g = 0; g < G; ++g) {
+      const std::int64_t h = kh * G + g;
+      r.read_lists(read, h, nullptr);
+      const std::vector<double> q = row_slices(read, bwd::q, b * p.seq_q * row, row, p.seq_q, h * D, D);
+      const std::vector<double> dout = row_slices(read, bwd::dout, b * p.seq_q * row, row, p.seq_q, h * D, D);
+      // Every query row's logit gradient: the quadratic part, on every core, each part adding
+      // into its own dk and dv rows, summed after in order.
+      std::vector<std::vector<double>> part_dk(host_threads(), std::vector<double>(dk.size(), 0.0)), part_dv = part_dk;
+      for_parts(p.seq_q, 1, [&](std::int64_t part, std::int64_t lo, std::int64_t hi) {
+        std::vector<double> P, du;
+        auto& pdk = part_dk[static_cast<std::size_t>(part)];
+        auto& pdv = part_dv[static_cast<std::size_t>(part)];
+        for (std::int64_t i = lo; i < hi; ++i) {
+          const double* qi = q.data() + i * D;
+          const double* oi = dout.data() + i * D;
+          if (!r.logit_grad(qi, oi, i, P, du)) continue;
+          for (std::size_t x = 0; x < keys.size(); ++x) {
+            const std::size_t j = static_cast<std::size_t>(keys[x]);
+            if (P[j] == 0.0) continue;
+            for (std::int64_t d = 0; d < D; ++d) {
+              pdv[x * static_cast<std::size_t>(D) + static_cast<std::size_t>(d)] += P[j] * oi[d];
+              pdk[x * static_cast<std::size_t>(D) + static_cast<std::size_t>(d)] += p.scale * du[j] * qi[d];
+            }
+          }
+        }
+      });
+      for (std::size_t t = 0; t < part_dk.size(); ++t)
+        for (std::size_t e = 0; e < dk.size(); ++e) {
+          dk[e] += part_dk[t][e];
+          dv[e] += part_dv[t][e];
+        }
+      std::vector<double> P, du;
+      for (std::int64_t x : queries) {
+        if (x / p.seq_q != g) continue;
+        const std::int64_t i = x % p.seq_q;
+        std::vector<double> dq(static_cast<std::size_t>(D), 0.0);
+        if (r.logit_grad(q.data() + i * D, dout.data() + i * D, i, P, du))
+          for (std::int64_t j = 0; j < p.seq_k; ++j) {
+            if (P[static_cast<std::size_t>(j)] == 0.0) continue;
+            for (std::int64_t d = 0; d < D; ++d) dq[static_cast<std::size_t>(d)] += p.scale * du[static_cast<std::size_t>(j)] * r.kr(j)[d];
+          }
+        for (std::int64_t d = 0; d < D; ++d) dqs.emplace_back(((b * p.seq_q + i) * p.heads + h) * D + d, dq[static_cast<std::size_t>(d)]);
+      }
+    }
+    for (std::size_t x = 0; x < keys.size(); ++x)
+      for (std::int64_t d = 0; d < D; ++d) {
+        const std::int64_t at = ((b * p.seq_k + keys[x]) * p.kv_heads + kh) * D + d;
+        dks.emplace_back(at, dk[x * static_cast<std::size_t>(D) + static_cast<std::size_t>(d)]);
+        dvs.emplace_back(at, dv[x * static_cast<std::size_t>(D) + static_cast<std::size_t>(d)]);
+      }
+  }
+  return sampled_outputs({{bwd::dq, std::move(dqs)}, {bwd::dk, std::move(dks)}, {bwd::dv, std::move(dvs)}});
 }
 
 double BlockSparseAttentionBwdKernel::tolerance(const Invocation& inv) const {

@@ -157,6 +157,10 @@ class BlockSparseAttentionKernel final : public Kernel {
   double flops(const Invocation& inv) const override;
   double bytes(const Invocation& inv) const override;
   HostArrays reference(const Invocation& inv, const HostArrays& args) const override;
+  // 4 (sequence, kv head) pairs, 8 query rows each (over the pair's query heads and positions):
+  // out rows and lse, from each row of q, the pair's keys and values (a stretch of tokens at a
+  // time), the sequence's segment ids and the row's block list.
+  std::vector<SampledOutput> sampled_reference(const Invocation& inv, const ArgReader& read) const override;
   double tolerance(const Invocation& inv) const override;
   std::vector<Fill> fills(const Invocation& inv, std::uint64_t seed) const override;
   Invocation from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
@@ -178,6 +182,11 @@ class BlockSparseAttentionBwdKernel final : public Kernel {
   double flops(const Invocation& inv) const override;  // 2.5 times the forward's
   double bytes(const Invocation& inv) const override;
   HostArrays reference(const Invocation& inv, const HostArrays& args) const override;
+  // 2 (sequence, kv head) pairs: 8 key rows of dk and dv and 8 query rows of dq (over the
+  // pair's query heads and positions), from the pair's q, dout, keys and values (a stretch of
+  // tokens at a time), segment ids and block lists; every query row's logit gradient is
+  // computed exactly from those, on every core, never taken from the saved out and lse.
+  std::vector<SampledOutput> sampled_reference(const Invocation& inv, const ArgReader& read) const override;
   double tolerance(const Invocation& inv) const override;
   std::vector<Fill> fills(const Invocation& inv, std::uint64_t seed) const override;
   // out and lse: the forward on the same device, so they agree with q, k, v.

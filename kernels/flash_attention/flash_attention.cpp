@@ -7,6 +7,7 @@
 
 #include "common/builtin.hpp"
 #include "common/philox.h"
+#include "common/sampled.hpp"
 #include "common/sequences.hpp"
 #include "core/parts.hpp"
 #include "ejk/error.hpp"
@@ -259,19 +260,10 @@ RefView view(const Problem& p, const HostArrays& a, std::size_t iq, std::size_t 
   return r;
 }
 
-// Tokens [t0, t0 + n) of head `head` of a [tokens][heads][dim] argument, read a stretch of
-// tokens at a time: [n][dim].
+// Tokens [t0, t0 + n) of head `head` of a [tokens][heads][dim] argument: [n][dim].
 std::vector<double> head_tokens(const ArgReader& read, std::size_t arg, std::int64_t t0, std::int64_t n, std::int64_t heads,
                                 std::int64_t head, std::int64_t dim) {
-  std::vector<double> out(static_cast<std::size_t>(n * dim));
-  const std::int64_t row = heads * dim, step = std::max<std::int64_t>(1, (std::int64_t{1} << 20) / std::max<std::int64_t>(row, 1));
-  for (std::int64_t a = 0; a < n; a += step) {
-    const std::int64_t m = std::min(step, n - a);
-    const std::vector<double> v = read(arg, (t0 + a) * row, m * row);
-    for (std::int64_t t = 0; t < m; ++t)
-      std::copy_n(v.begin() + (t * row + head * dim), dim, out.begin() + (a + t) * dim);
-  }
-  return out;
+  return row_slices(read, arg, t0 * heads * dim, heads * dim, n, head * dim, dim);
 }
 
 // One query row of the reference: logits z, probabilities P and lse; `n` keys, -inf where masked.
@@ -318,22 +310,6 @@ SampleContext sample_context(const Problem& p, const Invocation& inv, const ArgR
   const std::vector<double> cuq = p.varlen ? whole(icuq) : std::vector<double>{};
   const std::vector<double> cuk = p.varlen ? whole(icuk) : std::vector<double>{};
   return {sequences(p, as_int(cuq), as_int(cuk)), p.has_sinks ? whole(isinks) : std::vector<double>{}};
-}
-
-// (element, value) pairs per output argument as SampledOutputs, indices sorted, empty ones left
-// out.
-std::vector<SampledOutput> sampled_outputs(std::vector<std::pair<std::size_t, std::vector<std::pair<std::int64_t, double>>>> outs) {
-  std::vector<SampledOutput> result;
-  for (auto& [arg, values] : outs) {
-    std::sort(values.begin(), values.end());
-    SampledOutput s{arg, {}, {}};
-    for (const auto& [at, value] : values) {
-      s.index.push_back(at);
-      s.value.push_back(value);
-    }
-    if (!s.index.empty()) result.push_back(std::move(s));
-  }
-  return result;
 }
 
 }  // namespace

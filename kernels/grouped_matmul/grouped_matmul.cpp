@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/builtin.hpp"
+#include "common/sampled.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::kernels::grouped_matmul {
@@ -133,33 +134,112 @@ double GroupedMatmulKernel::bytes(const Invocation& inv) const {
   return e * (m * k + g * k * n + m * n) + 4.0 * g;
 }
 
+namespace {
+
+// Every output element of both kernels is this sum, in this order, in the full and the sampled
+// reference alike: out[r][j] = lhs row r . column j of op(rhs[g]); out[g][i][j] = column i of
+// the group's lhs rows . column j of its grad rows.
+double dot(std::span<const double> a, std::span<const double> b) {
+  double acc = 0;
+  for (std::size_t l = 0; l < a.size(); ++l) acc += a[l] * b[l];
+  return acc;
+}
+
+// Columns `which` of rows [first, first + count) of a row-major matrix with `cols` columns at
+// element `base` of argument `arg`: out[c][r].
+std::vector<std::vector<double>> columns(const ArgReader& read, std::size_t arg, std::int64_t base, std::int64_t cols,
+                                         std::int64_t first, std::int64_t count, const std::vector<std::int64_t>& which) {
+  std::vector<std::vector<double>> out(which.size(), std::vector<double>(static_cast<std::size_t>(count)));
+  for_each_row(read, arg, base + first * cols, cols, count, [&](std::int64_t r, const double* row) {
+    for (std::size_t c = 0; c < which.size(); ++c) out[c][static_cast<std::size_t>(r)] = row[which[c]];
+  });
+  return out;
+}
+
+std::vector<std::int64_t> all(std::int64_t n) {
+  std::vector<std::int64_t> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = i;
+  return v;
+}
+
+std::span<const double> row(const std::vector<double>& a, std::int64_t r, std::int64_t len) {
+  return std::span<const double>(a).subspan(static_cast<std::size_t>(r * len), static_cast<std::size_t>(len));
+}
+
+}  // namespace
+
 HostArrays GroupedMatmulKernel::reference(const Invocation& inv, const HostArrays& args) const {
   const Problem p = Problem::of(inv);
   std::vector<std::int64_t> sizes(args[arg::group_sizes].begin(), args[arg::group_sizes].end());
   const auto o = group_offsets(p, sizes);
   const auto& lhs = args[arg::lhs];
   const auto& rhs = args[arg::rhs];
+  const ArgReader host = host_reader(args);
   auto I = [](std::int64_t i) { return static_cast<std::size_t>(i); };
   if (p.mode == Mode::gmm) {
     std::vector<double> out(I(p.m * p.n), 0.0);
-    for (std::int64_t g = 0; g < p.groups; ++g)
+    for (std::int64_t g = 0; g < p.groups; ++g) {
+      if (o[I(g)] == o[I(g + 1)]) continue;
+      // Column j of op(rhs[g]): a row of rhs[g] when transposed.
+      std::vector<std::vector<double>> col;
+      if (p.trans_rhs)
+        for (std::int64_t j = 0; j < p.n; ++j) col.emplace_back(rhs.begin() + (g * p.n + j) * p.k, rhs.begin() + (g * p.n + j + 1) * p.k);
+      else
+        col = columns(host, arg::rhs, g * p.k * p.n, p.n, 0, p.k, all(p.n));
       for (std::int64_t r = o[I(g)]; r < o[I(g + 1)]; ++r)
-        for (std::int64_t j = 0; j < p.n; ++j) {
-          double acc = 0;
-          for (std::int64_t l = 0; l < p.k; ++l)
-            acc += lhs[I(r * p.k + l)] * rhs[I(p.trans_rhs ? (g * p.n + j) * p.k + l : (g * p.k + l) * p.n + j)];
-          out[I(r * p.n + j)] = acc;
-        }
+        for (std::int64_t j = 0; j < p.n; ++j) out[I(r * p.n + j)] = dot(row(lhs, r, p.k), col[I(j)]);
+    }
     return {std::move(out)};
   }
   std::vector<double> out(I(p.groups * p.k * p.n), 0.0);
-  for (std::int64_t g = 0; g < p.groups; ++g)
-    for (std::int64_t r = o[I(g)]; r < o[I(g + 1)]; ++r)
-      for (std::int64_t i = 0; i < p.k; ++i) {
-        const double a = lhs[I(r * p.k + i)];
-        for (std::int64_t j = 0; j < p.n; ++j) out[I((g * p.k + i) * p.n + j)] += a * rhs[I(r * p.n + j)];
-      }
+  for (std::int64_t g = 0; g < p.groups; ++g) {
+    const std::int64_t first = o[I(g)], count = o[I(g + 1)] - first;
+    if (count == 0) continue;
+    const auto a = columns(host, arg::lhs, 0, p.k, first, count, all(p.k));
+    const auto d = columns(host, arg::rhs, 0, p.n, first, count, all(p.n));
+    for (std::int64_t i = 0; i < p.k; ++i)
+      for (std::int64_t j = 0; j < p.n; ++j) out[I((g * p.k + i) * p.n + j)] = dot(a[I(i)], d[I(j)]);
+  }
   return {std::move(out)};
+}
+
+std::vector<SampledOutput> GroupedMatmulKernel::sampled_reference(const Invocation& inv, const ArgReader& read) const {
+  const Problem p = Problem::of(inv);
+  const std::vector<double> sizes_read = read(arg::group_sizes, 0, p.groups);
+  const std::vector<std::int64_t> sizes(sizes_read.begin(), sizes_read.end());
+  const auto o = group_offsets(p, sizes);
+  auto I = [](std::int64_t i) { return static_cast<std::size_t>(i); };
+  const std::vector<std::int64_t> cols = sample_positions(p.n, 8);
+  SampledPairs outs;
+  if (p.mode == Mode::gmm) {
+    // Rows spread over m, so over the groups as the routing fills them; each group's columns of
+    // op(rhs[g]) read once.
+    const std::vector<std::int64_t> rows = sample_positions(p.m, 8);
+    for (std::size_t x = 0; x < rows.size();) {
+      const auto g = static_cast<std::int64_t>(std::upper_bound(o.begin(), o.end(), rows[x]) - o.begin()) - 1;
+      std::vector<std::vector<double>> col;
+      if (p.trans_rhs)
+        for (std::int64_t j : cols) col.push_back(read(arg::rhs, (g * p.n + j) * p.k, p.k));
+      else
+        col = columns(read, arg::rhs, g * p.k * p.n, p.n, 0, p.k, cols);
+      for (; x < rows.size() && rows[x] < o[I(g + 1)]; ++x) {
+        const std::vector<double> a = read(arg::lhs, rows[x] * p.k, p.k);
+        for (std::size_t c = 0; c < cols.size(); ++c) outs.emplace_back(rows[x] * p.n + cols[c], dot(a, col[c]));
+      }
+    }
+    return sampled_outputs({{arg::out, std::move(outs)}});
+  }
+  // Rows (group, i) of out spread over both; each group's rows of lhs and grad read once.
+  const std::vector<std::int64_t> rows = sample_positions(p.groups * p.k, 8);
+  for (std::size_t x = 0; x < rows.size();) {
+    const std::int64_t g = rows[x] / p.k, first = o[I(g)], count = o[I(g + 1)] - first;
+    std::vector<std::int64_t> is;
+    for (; x < rows.size() && rows[x] / p.k == g; ++x) is.push_back(rows[x] % p.k);
+    const auto a = columns(read, arg::lhs, 0, p.k, first, count, is), d = columns(read, arg::rhs, 0, p.n, first, count, cols);
+    for (std::size_t i = 0; i < is.size(); ++i)
+      for (std::size_t c = 0; c < cols.size(); ++c) outs.emplace_back((g * p.k + is[i]) * p.n + cols[c], dot(a[i], d[c]));
+  }
+  return sampled_outputs({{arg::out, std::move(outs)}});
 }
 
 double GroupedMatmulKernel::tolerance(const Invocation& inv) const {

@@ -58,6 +58,10 @@ class GroupedMatmulKernel : public Kernel {
   double flops(const Invocation& inv) const override;  // 2 m k n
   double bytes(const Invocation& inv) const override;  // every operand once
   HostArrays reference(const Invocation& inv, const HostArrays& args) const override;
+  // 8 rows x 8 columns of out: grouped_matmul's rows spread over m (so over the groups), read
+  // with their rows of lhs and their groups' columns of op(rhs); tgmm's rows spread over groups
+  // and k, read with the groups' rows of lhs and grad, a stretch at a time.
+  std::vector<SampledOutput> sampled_reference(const Invocation& inv, const ArgReader& read) const override;
   double tolerance(const Invocation& inv) const override;
   // Floats uniform in [-1, 1); group sizes a random split of m (empty groups possible).
   std::vector<Fill> fills(const Invocation& inv, std::uint64_t seed) const override;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/builtin.hpp"
+#include "common/sampled.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::kernels::linear_attention {
@@ -291,120 +292,174 @@ Sequences sequences(const Problem& p, std::span<const std::int64_t> cu) {
 
 namespace {
 
-// Log-decay of token `tok` (flattened), head h, at (i, j).
-struct Decay {
-  const Problem& p;
-  const HostArrays& a;
-  std::span<const double> gamma;
-  double at(std::int64_t tok, std::int64_t h, std::int64_t i, std::int64_t j) const {
-    const std::int64_t th = tok * p.heads + h;
+std::vector<std::int64_t> ints(const std::vector<double>& v) { return {v.begin(), v.end()}; }
+
+// One (sequence, head)'s inputs, rows in token order (processing order is reversed when
+// `reverse`): q, k, gk [L][K]; v, gv, dout [L][V]; g [L]; the states [K][V]. Absent arrays
+// are empty.
+struct PairIn {
+  std::int64_t len = 0;
+  std::vector<double> q, k, v, g, gk, gv, h0, dout, dht;
+  double gamma = 0.0;
+
+  // Reads sequence n (tokens [start, start + len)) and head h through `read`, which takes the
+  // full (recurrent / gla) argument positions.
+  PairIn(const Problem& p, const ArgReader& read, std::int64_t n, std::int64_t start, std::int64_t length, std::int64_t h,
+         std::span<const double> gammas)
+      : len(length) {
+    const std::int64_t H = p.heads, K = p.K, V = p.V;
+    auto rows = [&](std::size_t arg, std::int64_t width) { return row_slices(read, arg, start * H * width, H * width, len, h * width, width); };
+    q = rows(fwd::q, K);
+    k = rows(fwd::k, K);
+    v = rows(fwd::v, V);
+    if (p.has_g) g = rows(fwd::g, 1);
+    if (p.has_gk) gk = rows(fwd::gk, K);
+    if (p.has_gv) gv = rows(fwd::gv, V);
+    if (!gammas.empty()) gamma = gammas[I(h)];
+    const std::int64_t state = (n * H + h) * K * V;
+    if (p.has_h0) h0 = read(fwd::initial_state, state, K * V);
+    if (p.backward) {
+      dout = rows(bwd::dout, V);
+      if (p.has_ht) dht = read(bwd::dht, state, K * V);
+    }
+  }
+
+  // The row of the token at processing position pos.
+  std::int64_t row(const Problem& p, std::int64_t pos) const { return p.reverse ? len - 1 - pos : pos; }
+  // Log-decay of row r at (i, j).
+  double decay(const Problem& p, std::int64_t r, std::int64_t i, std::int64_t j) const {
     double x = 0.0;
-    if (p.has_g) x += a[fwd::g][I(th)];
-    if (!gamma.empty()) x += gamma[I(h)];
-    if (p.has_gk) x += a[fwd::gk][I(th * p.K + i)];
-    if (p.has_gv) x += a[fwd::gv][I(th * p.V + j)];
+    if (p.has_g) x += g[I(r)];
+    x += gamma;
+    if (p.has_gk) x += gk[I(r * p.K + i)];
+    if (p.has_gv) x += gv[I(r * p.V + j)];
     return x;
   }
 };
 
-std::vector<std::int64_t> ints(const std::vector<double>& v) { return {v.begin(), v.end()}; }
+// What one (sequence, head) gives, rows in token order: o [L][V] and the final state
+// (forward); dq, dk, dgk [L][K], dv, dgv [L][V], dg [L] and dh0 (backward).
+struct PairOut {
+  std::vector<double> o, fin, dq, dk, dv, dg, dgk, dgv, dh0;
+};
 
-}  // namespace
-
-HostArrays reference_forward(const Problem& p, const HostArrays& a, std::span<const double> gamma) {
-  const Sequences seqs = sequences(p, ints(a[fwd::cu_seqlens]));
-  const std::int64_t K = p.K, V = p.V, H = p.heads;
-  std::vector<double> o(I(p.tokens() * H * V), 0.0), fin;
-  if (p.has_ht) fin.assign(I(p.num_seqs * H * K * V), 0.0);
-  const Decay d{p, a, gamma};
-  std::vector<double> S(I(K * V));
-  for (std::int64_t n = 0; n < p.num_seqs; ++n)
-    for (std::int64_t h = 0; h < H; ++h) {
-      const std::size_t s0 = I((n * H + h) * K * V);
-      for (std::int64_t e = 0; e < K * V; ++e) S[I(e)] = p.has_h0 ? a[fwd::initial_state][s0 + I(e)] : 0.0;
-      const std::int64_t L = seqs.len[I(n)];
-      for (std::int64_t pos = 0; pos < L; ++pos) {
-        const std::int64_t tok = seqs.start[I(n)] + (p.reverse ? L - 1 - pos : pos);
-        const std::int64_t th = tok * H + h;
-        for (std::int64_t i = 0; i < K; ++i)
-          for (std::int64_t j = 0; j < V; ++j) {
-            double& s = S[I(i * V + j)];
-            s = std::exp(d.at(tok, h, i, j)) * s + a[fwd::k][I(th * K + i)] * a[fwd::v][I(th * V + j)];
-          }
-        for (std::int64_t j = 0; j < V; ++j) {
-          double acc = 0.0;
-          for (std::int64_t i = 0; i < K; ++i) acc += a[fwd::q][I(th * K + i)] * S[I(i * V + j)];
-          o[I(th * V + j)] = p.scale * acc;
-        }
-      }
-      if (p.has_ht) std::copy(S.begin(), S.end(), fin.begin() + static_cast<std::ptrdiff_t>(s0));
-    }
-  return {std::move(o), std::move(fin)};
+// One step of the loop: the state after processing position pos (row r), from the one before.
+void step(const Problem& p, const PairIn& x, std::int64_t r, const double* before, double* after) {
+  const std::int64_t K = p.K, V = p.V;
+  for (std::int64_t i = 0; i < K; ++i)
+    for (std::int64_t j = 0; j < V; ++j)
+      after[i * V + j] = std::exp(x.decay(p, r, i, j)) * before[i * V + j] + x.k[I(r * K + i)] * x.v[I(r * V + j)];
 }
 
-HostArrays reference_backward(const Problem& p, const HostArrays& a, std::span<const double> gamma) {
-  const Sequences seqs = sequences(p, ints(a[bwd::cu_seqlens]));
-  const std::int64_t K = p.K, V = p.V, H = p.heads, KV = K * V;
-  std::vector<double> dq(I(p.tokens() * H * K), 0.0), dk(dq.size(), 0.0), dv(I(p.tokens() * H * V), 0.0);
-  std::vector<double> dg, dgk, dgv, dh0;
-  if (p.has_g) dg.assign(I(p.tokens() * H), 0.0);
-  if (p.has_gk) dgk.assign(dq.size(), 0.0);
-  if (p.has_gv) dgv.assign(dv.size(), 0.0);
-  if (p.has_h0) dh0.assign(I(p.num_seqs * H * KV), 0.0);
-  const Decay d{p, a, gamma};
-  std::vector<double> states, dS(I(KV)), D(I(KV));
-  for (std::int64_t n = 0; n < p.num_seqs; ++n)
-    for (std::int64_t h = 0; h < H; ++h) {
-      const std::size_t s0 = I((n * H + h) * KV);
-      const std::int64_t L = seqs.len[I(n)];
-      auto token = [&](std::int64_t pos) { return seqs.start[I(n)] + (p.reverse ? L - 1 - pos : pos); };
-      // states[pos + 1] is the state after position pos; states[0] the initial one.
-      states.assign(I((L + 1) * KV), 0.0);
-      if (p.has_h0) std::copy_n(a[bwd::initial_state].begin() + static_cast<std::ptrdiff_t>(s0), KV, states.begin());
-      for (std::int64_t pos = 0; pos < L; ++pos) {
-        const std::int64_t tok = token(pos), th = tok * H + h;
-        for (std::int64_t i = 0; i < K; ++i)
-          for (std::int64_t j = 0; j < V; ++j)
-            states[I((pos + 1) * KV + i * V + j)] = std::exp(d.at(tok, h, i, j)) * states[I(pos * KV + i * V + j)] +
-                                                    a[bwd::k][I(th * K + i)] * a[bwd::v][I(th * V + j)];
-      }
-      for (std::int64_t e = 0; e < KV; ++e) dS[I(e)] = p.has_ht ? a[bwd::dht][s0 + I(e)] : 0.0;
-      for (std::int64_t pos = L - 1; pos >= 0; --pos) {
-        const std::int64_t tok = token(pos), th = tok * H + h;
-        const double* S = states.data() + (pos + 1) * KV;
-        const double* Sp = states.data() + pos * KV;
-        for (std::int64_t i = 0; i < K; ++i) {
-          double acc = 0.0;
-          for (std::int64_t j = 0; j < V; ++j) {
-            dS[I(i * V + j)] += p.scale * a[bwd::q][I(th * K + i)] * a[bwd::dout][I(th * V + j)];
-            acc += S[i * V + j] * a[bwd::dout][I(th * V + j)];
-          }
-          dq[I(th * K + i)] = p.scale * acc;
-        }
-        for (std::int64_t i = 0; i < K; ++i)
-          for (std::int64_t j = 0; j < V; ++j) {
-            const double ds = dS[I(i * V + j)];
-            dk[I(th * K + i)] += ds * a[bwd::v][I(th * V + j)];
-            dv[I(th * V + j)] += ds * a[bwd::k][I(th * K + i)];
-            D[I(i * V + j)] = std::exp(d.at(tok, h, i, j));
-            const double dlog = ds * D[I(i * V + j)] * Sp[i * V + j];  // d loss / d log D
-            if (p.has_g) dg[I(th)] += dlog;
-            if (p.has_gk) dgk[I(th * K + i)] += dlog;
-            if (p.has_gv) dgv[I(th * V + j)] += dlog;
-          }
-        for (std::int64_t e = 0; e < KV; ++e) dS[I(e)] *= D[I(e)];
-      }
-      if (p.has_h0) std::copy(dS.begin(), dS.end(), dh0.begin() + static_cast<std::ptrdiff_t>(s0));
+// The token loop of one (sequence, head).
+PairOut pair_forward(const Problem& p, const PairIn& x) {
+  const std::int64_t K = p.K, V = p.V;
+  PairOut out;
+  out.o.assign(I(x.len * V), 0.0);
+  std::vector<double> S(I(K * V), 0.0), next(S.size());
+  if (p.has_h0) S = x.h0;
+  for (std::int64_t pos = 0; pos < x.len; ++pos) {
+    const std::int64_t r = x.row(p, pos);
+    step(p, x, r, S.data(), next.data());
+    std::swap(S, next);
+    for (std::int64_t j = 0; j < V; ++j) {
+      double acc = 0.0;
+      for (std::int64_t i = 0; i < K; ++i) acc += x.q[I(r * K + i)] * S[I(i * V + j)];
+      out.o[I(r * V + j)] = p.scale * acc;
     }
-  HostArrays out{std::move(dq), std::move(dk), std::move(dv)};
-  if (p.variant != Variant::lightning) {
-    out.push_back(std::move(dg));
-    out.push_back(std::move(dgk));
-    out.push_back(std::move(dgv));
   }
-  out.push_back(std::move(dh0));
+  out.fin = std::move(S);
   return out;
 }
+
+// Reverse-mode differentiation of the same loop. The states are kept at every C-th position
+// (C about sqrt(L)) and each stretch's recomputed from there as the backward reaches it, the
+// same arithmetic as the forward's, so host memory is O(sqrt(L) K V) rather than O(L K V).
+PairOut pair_backward(const Problem& p, const PairIn& x) {
+  const std::int64_t K = p.K, V = p.V, KV = K * V, L = x.len;
+  PairOut out;
+  out.dq.assign(I(L * K), 0.0);
+  out.dk = out.dq;
+  out.dv.assign(I(L * V), 0.0);
+  if (p.has_g) out.dg.assign(I(L), 0.0);
+  if (p.has_gk) out.dgk.assign(I(L * K), 0.0);
+  if (p.has_gv) out.dgv.assign(I(L * V), 0.0);
+  const auto C = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(std::sqrt(static_cast<double>(L)))));
+  // marks[c] is the state before position c * C.
+  std::vector<double> marks(I((L + C - 1) / C * KV), 0.0), S(I(KV), 0.0), next(I(KV));
+  if (p.has_h0) S = x.h0;
+  for (std::int64_t pos = 0; pos < L; ++pos) {
+    if (pos % C == 0) std::copy(S.begin(), S.end(), marks.begin() + pos / C * KV);
+    step(p, x, x.row(p, pos), S.data(), next.data());
+    std::swap(S, next);
+  }
+  std::vector<double> dS(I(KV), 0.0), D(I(KV)), states(I((C + 1) * KV));
+  if (p.has_ht) dS = x.dht;
+  for (std::int64_t c0 = (L - 1) / C * C; c0 >= 0 && L > 0; c0 -= C) {
+    // states[m] is the state before position c0 + m.
+    const std::int64_t n = std::min(C, L - c0);
+    std::copy_n(marks.begin() + c0 / C * KV, KV, states.begin());
+    for (std::int64_t m = 0; m < n; ++m) step(p, x, x.row(p, c0 + m), states.data() + m * KV, states.data() + (m + 1) * KV);
+    for (std::int64_t pos = c0 + n - 1; pos >= c0; --pos) {
+      const std::int64_t r = x.row(p, pos);
+      const double* Sn = states.data() + (pos - c0 + 1) * KV;
+      const double* Sp = states.data() + (pos - c0) * KV;
+      for (std::int64_t i = 0; i < K; ++i) {
+        double acc = 0.0;
+        for (std::int64_t j = 0; j < V; ++j) {
+          dS[I(i * V + j)] += p.scale * x.q[I(r * K + i)] * x.dout[I(r * V + j)];
+          acc += Sn[i * V + j] * x.dout[I(r * V + j)];
+        }
+        out.dq[I(r * K + i)] = p.scale * acc;
+      }
+      for (std::int64_t i = 0; i < K; ++i)
+        for (std::int64_t j = 0; j < V; ++j) {
+          const double ds = dS[I(i * V + j)];
+          out.dk[I(r * K + i)] += ds * x.v[I(r * V + j)];
+          out.dv[I(r * V + j)] += ds * x.k[I(r * K + i)];
+          D[I(i * V + j)] = std::exp(x.decay(p, r, i, j));
+          const double dlog = ds * D[I(i * V + j)] * Sp[i * V + j];  // d loss / d log D
+          if (p.has_g) out.dg[I(r)] += dlog;
+          if (p.has_gk) out.dgk[I(r * K + i)] += dlog;
+          if (p.has_gv) out.dgv[I(r * V + j)] += dlog;
+        }
+      for (std::int64_t e = 0; e < KV; ++e) dS[I(e)] *= D[I(e)];
+    }
+  }
+  if (p.has_h0) out.dh0 = std::move(dS);
+  return out;
+}
+
+// The outputs a pair's rows land in: full argument position, the rows' width (tokens), or the
+// state's (per pair), and the PairOut member.
+struct Output {
+  std::size_t arg;
+  bool present, per_token;
+  std::int64_t width;
+  std::vector<double> PairOut::*values;
+};
+
+std::vector<Output> outputs(const Problem& p) {
+  if (!p.backward) return {{fwd::o, true, true, p.V, &PairOut::o}, {fwd::final_state, p.has_ht, false, p.K * p.V, &PairOut::fin}};
+  return {{bwd::dq, true, true, p.K, &PairOut::dq},          {bwd::dk, true, true, p.K, &PairOut::dk},
+          {bwd::dv, true, true, p.V, &PairOut::dv},          {bwd::dg, p.has_g, true, 1, &PairOut::dg},
+          {bwd::dgk, p.has_gk, true, p.K, &PairOut::dgk},    {bwd::dgv, p.has_gv, true, p.V, &PairOut::dgv},
+          {bwd::dh0, p.has_h0, false, p.K * p.V, &PairOut::dh0}};
+}
+
+// The per-head constant log-decays, and the sequences: what every pair shares. `read` takes
+// full argument positions.
+std::vector<double> gammas(const Problem& p, const ArgReader& read) {
+  HostArrays a(full_count(p.backward));
+  if (p.variant != Variant::lightning && p.has_gamma) a[fwd::g_gamma] = read(fwd::g_gamma, 0, p.heads);
+  return p.gamma(a);
+}
+
+Sequences read_sequences(const Problem& p, const ArgReader& read) {
+  return sequences(p, p.varlen ? ints(read(fwd::cu_seqlens, 0, p.num_seqs + 1)) : std::vector<std::int64_t>{});
+}
+
+}  // namespace
 
 std::string_view LinearAttentionKernel::host_version() const {
   switch (variant_) {
@@ -451,12 +506,88 @@ double LinearAttentionKernel::bytes(const Invocation& inv) const {
   return e * n;
 }
 
+namespace {
+
+// Every (sequence, head)'s loop; `full` in full argument positions. Returns this kernel's
+// outputs in its list's order.
+HostArrays loops(const Problem& p, const HostArrays& full, std::span<const double> gamma) {
+  const ArgReader read = host_reader(full);
+  const Sequences seqs = read_sequences(p, read);
+  const std::vector<Output> outs = outputs(p);
+  HostArrays result;
+  for (const Output& o : outs) {
+    const std::int64_t rows = o.per_token ? p.tokens() * p.heads : p.num_seqs * p.heads;
+    result.emplace_back(o.present ? I(rows * o.width) : 0, 0.0);
+  }
+  for (std::int64_t n = 0; n < p.num_seqs; ++n)
+    for (std::int64_t h = 0; h < p.heads; ++h) {
+      const PairIn x(p, read, n, seqs.start[I(n)], seqs.len[I(n)], h, gamma);
+      const PairOut y = p.backward ? pair_backward(p, x) : pair_forward(p, x);
+      for (std::size_t a = 0; a < outs.size(); ++a) {
+        const Output& o = outs[a];
+        if (!o.present) continue;
+        const std::vector<double>& v = y.*o.values;
+        for (std::int64_t r = 0; r < (o.per_token ? x.len : 1); ++r) {
+          const std::int64_t row = o.per_token ? (seqs.start[I(n)] + r) * p.heads + h : n * p.heads + h;
+          std::copy_n(v.begin() + r * o.width, o.width, result[a].begin() + row * o.width);
+        }
+      }
+    }
+  HostArrays out;
+  for (std::size_t a = 0; a < outs.size(); ++a)
+    if (p.variant != Variant::lightning || !(outs[a].arg == bwd::dg || outs[a].arg == bwd::dgk || outs[a].arg == bwd::dgv))
+      out.push_back(std::move(result[a]));
+  return out;
+}
+
+}  // namespace
+
+HostArrays reference_forward(const Problem& p, const HostArrays& full_args, std::span<const double> gamma) {
+  return loops(p, full_args, gamma);
+}
+
+HostArrays reference_backward(const Problem& p, const HostArrays& full_args, std::span<const double> gamma) {
+  return loops(p, full_args, gamma);
+}
+
 HostArrays LinearAttentionKernel::reference(const Invocation& inv, const HostArrays& args) const {
   const Problem p = Problem::of(inv);
   HostArrays full(full_count(p.backward));
   for (std::size_t i = 0; i < args.size(); ++i) full[p.full_index(i)] = args[i];
-  const std::vector<double> gamma = p.gamma(full);
-  return p.backward ? reference_backward(p, full, gamma) : reference_forward(p, full, gamma);
+  return loops(p, full, gammas(p, host_reader(full)));
+}
+
+std::vector<SampledOutput> LinearAttentionKernel::sampled_reference(const Invocation& inv, const ArgReader& read) const {
+  const Problem p = Problem::of(inv);
+  // This kernel's position of each full argument position.
+  std::vector<std::size_t> position(full_count(p.backward), 0);
+  for (std::size_t i = 0; i < inv.args.size(); ++i) position[p.full_index(i)] = i;
+  const ArgReader full = [&](std::size_t arg, std::int64_t first, std::int64_t count) { return read(position[arg], first, count); };
+  const std::vector<double> gamma = gammas(p, full);
+  const Sequences seqs = read_sequences(p, full);
+  const std::vector<Output> outs = outputs(p);
+  std::vector<std::pair<std::size_t, SampledPairs>> got;
+  for (const Output& o : outs)
+    if (o.present) got.push_back({position[o.arg], {}});
+  // A token's output depends on every earlier one of its (sequence, head): the sampled pairs'
+  // loops run whole, from just their rows, and keep 8 token rows each (and the pair's state).
+  for (std::int64_t pair : sample_positions(p.num_seqs * p.heads, p.backward ? 2 : 4)) {
+    const std::int64_t n = pair / p.heads, h = pair % p.heads, start = seqs.start[I(n)];
+    const PairIn x(p, full, n, start, seqs.len[I(n)], h, gamma);
+    const PairOut y = p.backward ? pair_backward(p, x) : pair_forward(p, x);
+    std::size_t a = 0;
+    for (const Output& o : outs) {
+      if (!o.present) continue;
+      const std::vector<double>& v = y.*o.values;
+      const std::vector<std::int64_t> rows = o.per_token ? sample_positions(x.len, 8) : std::vector<std::int64_t>{0};
+      for (std::int64_t r : rows) {
+        const std::int64_t row = o.per_token ? (start + r) * p.heads + h : n * p.heads + h;
+        for (std::int64_t e = 0; e < o.width; ++e) got[a].second.emplace_back(row * o.width + e, v[I(r * o.width + e)]);
+      }
+      ++a;
+    }
+  }
+  return sampled_outputs(std::move(got));
 }
 
 double LinearAttentionKernel::tolerance(const Invocation& inv) const {

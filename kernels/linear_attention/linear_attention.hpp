@@ -105,8 +105,9 @@ struct Sequences {
 };
 Sequences sequences(const Problem& p, std::span<const std::int64_t> cu_seqlens);
 
-// Double-precision token loops: the forward, and the backward by reverse-mode differentiation
-// of the same loop (every state kept).
+// Double-precision token loops, a (sequence, head) at a time: the forward, and the backward by
+// reverse-mode differentiation of the same loop (every state kept). `full_args` in the full
+// (recurrent / gla) positions; the outputs in the kernel's own list's order.
 HostArrays reference_forward(const Problem& p, const HostArrays& full_args, std::span<const double> gamma);
 HostArrays reference_backward(const Problem& p, const HostArrays& full_args, std::span<const double> gamma);
 
@@ -125,6 +126,10 @@ class LinearAttentionKernel final : public Kernel {
   double flops(const Invocation& inv) const override;
   double bytes(const Invocation& inv) const override;
   HostArrays reference(const Invocation& inv, const HostArrays& args) const override;
+  // 4 (sequence, head) pairs (2 backward) spread over both, each's loop run whole from its
+  // rows of every input and its states: 8 token rows of each per-token output, and the pair's
+  // final_state or dh0.
+  std::vector<SampledOutput> sampled_reference(const Invocation& inv, const ArgReader& read) const override;
   double tolerance(const Invocation& inv) const override;
   // q, k, v, do, states uniform in [-1, 1); gates log-decays uniform in [-0.3, -0.01);
   // packed offsets split the tokens into uneven sequences.

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common/builtin.hpp"
+#include "common/sampled.hpp"
 #include "ejk/error.hpp"
 #include "ejk/ops.hpp"
 
@@ -147,18 +148,13 @@ HostArrays MatmulKernel::reference(const Invocation& inv, const HostArrays& args
 
 namespace {
 
-// Columns `which` of a rows x cols row-major matrix at element `base` of argument `arg`, read a
-// stretch of whole rows at a time: out[c][r].
+// Columns `which` of a rows x cols row-major matrix at element `base` of argument `arg`: out[c][r].
 std::vector<std::vector<double>> columns(const ArgReader& read, std::size_t arg, std::int64_t base, std::int64_t rows,
                                          std::int64_t cols, const std::vector<std::int64_t>& which) {
   std::vector<std::vector<double>> out(which.size(), std::vector<double>(static_cast<std::size_t>(rows)));
-  const std::int64_t step = std::max<std::int64_t>(1, (std::int64_t{1} << 20) / std::max<std::int64_t>(cols, 1));
-  for (std::int64_t r0 = 0; r0 < rows; r0 += step) {
-    const std::int64_t n = std::min(step, rows - r0);
-    const std::vector<double> v = read(arg, base + r0 * cols, n * cols);
-    for (std::size_t c = 0; c < which.size(); ++c)
-      for (std::int64_t r = 0; r < n; ++r) out[c][static_cast<std::size_t>(r0 + r)] = v[static_cast<std::size_t>(r * cols + which[c])];
-  }
+  for_each_row(read, arg, base, cols, rows, [&](std::int64_t r, const double* row) {
+    for (std::size_t c = 0; c < which.size(); ++c) out[c][static_cast<std::size_t>(r)] = row[which[c]];
+  });
   return out;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/builtin.hpp"
+#include "common/sampled.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::kernels::mla_attention {
@@ -175,63 +176,101 @@ double MlaDecodeKernel::bytes(const Invocation& inv) const {
   return e * (cache + weights + io) + 4.0 * static_cast<double>(p.batch * (p.max_blocks + 1));
 }
 
+namespace {
+
+// out[b, h] (v_head_dim values) of one sequence and head, from its q_nope and q_pe rows, its
+// context's cache rows (row(j): token j's c_kv | k_pe) and the head's w_kc and w_vc.
+template <class Row>
+void head_output(const Problem& p, const double* qn, const double* qp, std::int64_t n, Row row, const double* wk,
+                 const double* wv, double* out) {
+  const std::int64_t R = p.rank;
+  std::fill(out, out + p.v_dim, 0.0);
+  if (n == 0) return;
+  std::vector<double> qlat(static_cast<std::size_t>(R)), s(static_cast<std::size_t>(n)), olat(static_cast<std::size_t>(R), 0.0);
+  for (std::int64_t c = 0; c < R; ++c) {
+    double acc = 0;
+    for (std::int64_t d = 0; d < p.nope_dim; ++d) acc += qn[d] * wk[d * R + c];
+    qlat[static_cast<std::size_t>(c)] = acc;
+  }
+  double mx = -std::numeric_limits<double>::infinity();
+  for (std::int64_t j = 0; j < n; ++j) {
+    const double* r = row(j);
+    double acc = 0;
+    for (std::int64_t c = 0; c < R; ++c) acc += qlat[static_cast<std::size_t>(c)] * r[c];
+    for (std::int64_t c = 0; c < p.rope_dim; ++c) acc += qp[c] * r[R + c];
+    s[static_cast<std::size_t>(j)] = acc * p.scale;
+    mx = std::max(mx, acc * p.scale);
+  }
+  double sum = 0;
+  for (auto& x : s) sum += (x = std::exp(x - mx));
+  for (std::int64_t j = 0; j < n; ++j) {
+    const double* r = row(j);
+    const double w = s[static_cast<std::size_t>(j)] / sum;
+    for (std::int64_t c = 0; c < R; ++c) olat[static_cast<std::size_t>(c)] += w * r[c];
+  }
+  for (std::int64_t d = 0; d < p.v_dim; ++d) {
+    double acc = 0;
+    for (std::int64_t c = 0; c < R; ++c) acc += olat[static_cast<std::size_t>(c)] * wv[c * p.v_dim + d];
+    out[d] = acc;
+  }
+}
+
+// Element of kv_cache where token j of sequence b starts.
+std::int64_t cache_row(const Problem& p, std::span<const std::int64_t> tables, std::int64_t b, std::int64_t j) {
+  const std::int64_t page = tables[static_cast<std::size_t>(b * p.max_blocks + j / p.block_size)];
+  return (page * p.block_size + j % p.block_size) * p.width();
+}
+
+std::vector<std::int64_t> ints(const std::vector<double>& v) { return {v.begin(), v.end()}; }
+
+}  // namespace
+
 HostArrays MlaDecodeKernel::reference(const Invocation& inv, const HostArrays& args) const {
   const Problem p = Problem::of(inv);
-  const auto& qn = args[arg::q_nope];
-  const auto& qp = args[arg::q_pe];
-  const auto& kv = args[arg::kv_cache];
-  const auto& wk = args[arg::w_kc];
-  const auto& wv = args[arg::w_vc];
-  std::vector<std::int64_t> tables(args[arg::block_tables].begin(), args[arg::block_tables].end());
-  std::vector<std::int64_t> lens(args[arg::context_lens].begin(), args[arg::context_lens].end());
+  const std::vector<std::int64_t> tables = ints(args[arg::block_tables]), lens = ints(args[arg::context_lens]);
   check_tables(p, tables, lens);
-  const std::int64_t W = p.width(), R = p.rank;
   std::vector<double> out(static_cast<std::size_t>(p.batch * p.heads * p.v_dim), 0.0);
-  std::vector<double> qlat(static_cast<std::size_t>(R)), s, olat(static_cast<std::size_t>(R));
-  for (std::int64_t b = 0; b < p.batch; ++b) {
-    const std::int64_t n = lens[static_cast<std::size_t>(b)];
-    if (n == 0) continue;
-    auto row = [&](std::int64_t j) {
-      const std::int64_t page = tables[static_cast<std::size_t>(b * p.max_blocks + j / p.block_size)];
-      return static_cast<std::size_t>((page * p.block_size + j % p.block_size) * W);
-    };
+  for (std::int64_t b = 0; b < p.batch; ++b)
     for (std::int64_t h = 0; h < p.heads; ++h) {
-      const std::size_t bh = static_cast<std::size_t>(b * p.heads + h);
-      for (std::int64_t c = 0; c < R; ++c) {
-        double acc = 0;
-        for (std::int64_t d = 0; d < p.nope_dim; ++d)
-          acc += qn[bh * static_cast<std::size_t>(p.nope_dim) + static_cast<std::size_t>(d)] *
-                 wk[static_cast<std::size_t>((h * p.nope_dim + d) * R + c)];
-        qlat[static_cast<std::size_t>(c)] = acc;
-      }
-      s.assign(static_cast<std::size_t>(n), 0.0);
-      double mx = -std::numeric_limits<double>::infinity();
-      for (std::int64_t j = 0; j < n; ++j) {
-        const std::size_t r = row(j);
-        double acc = 0;
-        for (std::int64_t c = 0; c < R; ++c) acc += qlat[static_cast<std::size_t>(c)] * kv[r + static_cast<std::size_t>(c)];
-        for (std::int64_t c = 0; c < p.rope_dim; ++c)
-          acc += qp[bh * static_cast<std::size_t>(p.rope_dim) + static_cast<std::size_t>(c)] * kv[r + static_cast<std::size_t>(R + c)];
-        s[static_cast<std::size_t>(j)] = acc * p.scale;
-        mx = std::max(mx, acc * p.scale);
-      }
-      double sum = 0;
-      for (auto& x : s) sum += (x = std::exp(x - mx));
-      std::fill(olat.begin(), olat.end(), 0.0);
-      for (std::int64_t j = 0; j < n; ++j) {
-        const std::size_t r = row(j);
-        const double w = s[static_cast<std::size_t>(j)] / sum;
-        for (std::int64_t c = 0; c < R; ++c) olat[static_cast<std::size_t>(c)] += w * kv[r + static_cast<std::size_t>(c)];
-      }
-      for (std::int64_t d = 0; d < p.v_dim; ++d) {
-        double acc = 0;
-        for (std::int64_t c = 0; c < R; ++c)
-          acc += olat[static_cast<std::size_t>(c)] * wv[static_cast<std::size_t>((h * R + c) * p.v_dim + d)];
-        out[bh * static_cast<std::size_t>(p.v_dim) + static_cast<std::size_t>(d)] = acc;
-      }
+      const std::int64_t bh = b * p.heads + h;
+      head_output(p, args[arg::q_nope].data() + bh * p.nope_dim, args[arg::q_pe].data() + bh * p.rope_dim,
+                  lens[static_cast<std::size_t>(b)],
+                  [&](std::int64_t j) { return args[arg::kv_cache].data() + cache_row(p, tables, b, j); },
+                  args[arg::w_kc].data() + h * p.nope_dim * p.rank, args[arg::w_vc].data() + h * p.rank * p.v_dim,
+                  out.data() + bh * p.v_dim);
+    }
+  return {std::move(out)};
+}
+
+std::vector<SampledOutput> MlaDecodeKernel::sampled_reference(const Invocation& inv, const ArgReader& read) const {
+  const Problem p = Problem::of(inv);
+  const std::vector<std::int64_t> tables = ints(read(arg::block_tables, 0, p.batch * p.max_blocks));
+  const std::vector<std::int64_t> lens = ints(read(arg::context_lens, 0, p.batch));
+  check_tables(p, tables, lens);
+  const std::int64_t W = p.width();
+  SampledPairs outs;
+  // (sequence, head) pairs spread over both; each sequence's context read once, a page at a time.
+  const std::vector<std::int64_t> pairs = sample_positions(p.batch * p.heads, 8);
+  for (std::size_t x = 0; x < pairs.size();) {
+    const std::int64_t b = pairs[x] / p.heads, n = lens[static_cast<std::size_t>(b)];
+    std::vector<double> cache(static_cast<std::size_t>(n * W));
+    for (std::int64_t j = 0; j < n;) {
+      const std::int64_t m = std::min(p.block_size - j % p.block_size, n - j);
+      const std::vector<double> rows = read(arg::kv_cache, cache_row(p, tables, b, j), m * W);
+      std::copy(rows.begin(), rows.end(), cache.begin() + j * W);
+      j += m;
+    }
+    for (; x < pairs.size() && pairs[x] / p.heads == b; ++x) {
+      const std::int64_t h = pairs[x] % p.heads, bh = pairs[x];
+      const std::vector<double> qn = read(arg::q_nope, bh * p.nope_dim, p.nope_dim), qp = read(arg::q_pe, bh * p.rope_dim, p.rope_dim);
+      const std::vector<double> wk = read(arg::w_kc, h * p.nope_dim * p.rank, p.nope_dim * p.rank);
+      const std::vector<double> wv = read(arg::w_vc, h * p.rank * p.v_dim, p.rank * p.v_dim);
+      std::vector<double> o(static_cast<std::size_t>(p.v_dim));
+      head_output(p, qn.data(), qp.data(), n, [&](std::int64_t j) { return cache.data() + j * W; }, wk.data(), wv.data(), o.data());
+      for (std::int64_t d = 0; d < p.v_dim; ++d) outs.emplace_back(bh * p.v_dim + d, o[static_cast<std::size_t>(d)]);
     }
   }
-  return {std::move(out)};
+  return sampled_outputs({{arg::out, std::move(outs)}});
 }
 
 double MlaDecodeKernel::tolerance(const Invocation& inv) const {

@@ -82,6 +82,9 @@ class MlaDecodeKernel final : public Kernel {
   // The latent cache read once at full coverage, the weights once, q and out.
   double bytes(const Invocation& inv) const override;
   HostArrays reference(const Invocation& inv, const HostArrays& args) const override;
+  // 8 (sequence, head) pairs spread over both: their out rows, from the pair's q_nope and q_pe
+  // rows, the head's w_kc and w_vc, and the sequence's context (a page at a time).
+  std::vector<SampledOutput> sampled_reference(const Invocation& inv, const ArgReader& read) const override;
   double tolerance(const Invocation& inv) const override;
   // Floats uniform in [-1, 1); every sequence at full coverage; block tables a shuffled
   // assignment of pages (distinct while the cache has enough of them).

@@ -8,6 +8,8 @@
 #include <string>
 
 #include "common/builtin.hpp"
+#include "common/sampled.hpp"
+#include "core/parts.hpp"
 #include "ejk/error.hpp"
 #include "ejk/registry.hpp"
 
@@ -154,40 +156,51 @@ Invocation backward_invocation(std::span<const TensorSpec> args, std::int64_t bl
   return make("native_sparse_attention_bwd", args, block_size, scale);
 }
 
-void check_indices(const Problem& p, std::span<const std::int64_t> bi, std::span<const std::int64_t> bc,
-                   std::span<const std::int64_t> cu) {
-  const std::string kname = p.backward ? "native_sparse_attention_bwd" : "native_sparse_attention";
-  const std::int64_t N = p.tokens(), H = p.kv_heads, S = p.selected;
+namespace {
+std::string kernel_name(const Problem& p) { return p.backward ? "native_sparse_attention_bwd" : "native_sparse_attention"; }
+}  // namespace
+
+void check_cu_seqlens(const Problem& p, std::span<const std::int64_t> cu) {
+  const std::string kname = kernel_name(p);
   if (cu[0] != 0) throw InvalidArgument(kname + ": cu_seqlens[0] = " + std::to_string(cu[0]) + " must be 0");
   for (std::int64_t n = 0; n < p.num_seqs; ++n)
     if (cu[z(n + 1)] < cu[z(n)])
       throw InvalidArgument(kname + ": cu_seqlens[" + std::to_string(n + 1) + "] = " + std::to_string(cu[z(n + 1)]) +
                             " is less than cu_seqlens[" + std::to_string(n) + "] = " + std::to_string(cu[z(n)]));
-  if (cu[z(p.num_seqs)] != N)
+  if (cu[z(p.num_seqs)] != p.tokens())
     throw InvalidArgument(kname + ": cu_seqlens[" + std::to_string(p.num_seqs) + "] = " +
-                          std::to_string(cu[z(p.num_seqs)]) + " must be batch * seq = " + std::to_string(N));
+                          std::to_string(cu[z(p.num_seqs)]) + " must be batch * seq = " + std::to_string(p.tokens()));
+}
+
+void check_selection(const Problem& p, std::int64_t t, std::int64_t h, std::int64_t count,
+                     std::span<const std::int64_t> entries, std::int64_t len) {
+  const std::string kname = kernel_name(p);
+  auto where = [&](std::int64_t i) {
+    std::string s = "[" + std::to_string(t / std::max<std::int64_t>(1, p.seq)) + ", " +
+                    std::to_string(t % std::max<std::int64_t>(1, p.seq)) + ", " + std::to_string(h);
+    return i < 0 ? s + "]" : s + ", " + std::to_string(i) + "]";
+  };
+  if (count < 0 || count > p.selected)
+    throw InvalidArgument(kname + ": block_counts" + where(-1) + " = " + std::to_string(count) + " is outside [0, " +
+                          std::to_string(p.selected) + "] (selected)");
+  const std::int64_t blocks = (len + p.block_size - 1) / p.block_size;
+  for (std::int64_t i = 0; i < count; ++i) {
+    const std::int64_t e = entries[z(i)];
+    if (e >= blocks)
+      throw InvalidArgument(kname + ": block_indices" + where(i) + " = " + std::to_string(e) +
+                            " is not a block of its sequence of " + std::to_string(len) + " tokens (" +
+                            std::to_string(blocks) + " blocks of " + std::to_string(p.block_size) + ")");
+  }
+}
+
+void check_indices(const Problem& p, std::span<const std::int64_t> bi, std::span<const std::int64_t> bc,
+                   std::span<const std::int64_t> cu) {
+  check_cu_seqlens(p, cu);
   const auto place = places(p, cu);
-  for (std::int64_t t = 0; t < N; ++t)
-    for (std::int64_t h = 0; h < H; ++h) {
-      const std::int64_t c = bc[z(t * H + h)];
-      auto where = [&](std::int64_t i) {
-        std::string s = "[" + std::to_string(t / std::max<std::int64_t>(1, p.seq)) + ", " +
-                        std::to_string(t % std::max<std::int64_t>(1, p.seq)) + ", " + std::to_string(h);
-        return i < 0 ? s + "]" : s + ", " + std::to_string(i) + "]";
-      };
-      if (c < 0 || c > S)
-        throw InvalidArgument(kname + ": block_counts" + where(-1) + " = " + std::to_string(c) + " is outside [0, " +
-                              std::to_string(S) + "] (selected)");
-      const std::int64_t len = place[z(t)].eos - place[z(t)].bos;
-      const std::int64_t blocks = (len + p.block_size - 1) / p.block_size;
-      for (std::int64_t i = 0; i < c; ++i) {
-        const std::int64_t e = bi[z((t * H + h) * S + i)];
-        if (e >= blocks)
-          throw InvalidArgument(kname + ": block_indices" + where(i) + " = " + std::to_string(e) +
-                                " is not a block of its sequence of " + std::to_string(len) + " tokens (" +
-                                std::to_string(blocks) + " blocks of " + std::to_string(p.block_size) + ")");
-      }
-    }
+  const std::int64_t H = p.kv_heads, S = p.selected;
+  for (std::int64_t t = 0; t < p.tokens(); ++t)
+    for (std::int64_t h = 0; h < H; ++h)
+      check_selection(p, t, h, bc[z(t * H + h)], bi.subspan(z((t * H + h) * S), z(S)), place[z(t)].eos - place[z(t)].bos);
 }
 
 std::vector<Place> places(const Problem& p, std::span<const std::int64_t> cu) {
@@ -202,132 +215,209 @@ namespace {
 
 std::vector<std::int64_t> ints(const std::vector<double>& v) { return {v.begin(), v.end()}; }
 
-// The double-precision forward and, given dout, backward of every token, head and branch.
-struct Exact {
-  std::vector<double> o, o_cmp, o_slc, lse;
-  std::vector<double> dq, dk, dv, dg_cmp, dg_slc;
+// One (sequence, kv head) as both references read it: its keys and values, and their means
+// over each whole block (the compressed keys), positions relative to the sequence's start.
+struct Pair {
+  const Problem& p;
+  std::int64_t bos = 0, len = 0, h = 0;
+  std::vector<double> k, v;    // [len][dk], [len][dv]
+  std::vector<double> kc, vc;  // [len / block_size][dk], [..][dv]
+
+  Pair(const Problem& problem, const ArgReader& read, std::int64_t first, std::int64_t tokens, std::int64_t kv_head)
+      : p(problem), bos(first), len(tokens), h(kv_head) {
+    const std::int64_t H = p.kv_heads, K = p.dk, V = p.dv, BS = p.block_size;
+    k = row_slices(read, fwd::k, bos * H * K, H * K, len, h * K, K);
+    v = row_slices(read, fwd::v, bos * H * V, H * V, len, h * V, V);
+    kc.assign(z(len / BS * K), 0.0);
+    vc.assign(z(len / BS * V), 0.0);
+    for (std::int64_t j = 0; j < len / BS * BS; ++j) {
+      const std::int64_t c = j / BS;
+      for (std::int64_t d = 0; d < K; ++d) kc[z(c * K + d)] += k[z(j * K + d)] / static_cast<double>(BS);
+      for (std::int64_t d = 0; d < V; ++d) vc[z(c * V + d)] += v[z(j * V + d)] / static_cast<double>(BS);
+    }
+  }
 };
 
-Exact exact(const Problem& p, const HostArrays& a, const std::vector<double>* dout) {
-  const auto bi = ints(a[fwd::block_indices]), bc = ints(a[fwd::block_counts]), cu = ints(a[fwd::cu_seqlens]);
-  check_indices(p, bi, bc, cu);
-  const auto place = places(p, cu);
-  const std::int64_t N = p.tokens(), HQ = p.heads, H = p.kv_heads, G = p.group, K = p.dk, V = p.dv, BS = p.block_size;
-  const auto &q = a[fwd::q], &k = a[fwd::k], &v = a[fwd::v], &gc = a[fwd::g_cmp], &gs = a[fwd::g_slc];
-  Exact r;
-  r.o.assign(z(N * HQ * V), 0.0);
-  r.o_cmp = r.o_slc = r.o;
-  r.lse.assign(z(N * HQ * 2), -std::numeric_limits<double>::infinity());
-  // Mean-pooled keys and values of every whole block, at the row of the block's first token.
-  std::vector<double> kc(z(N * H * K), 0.0), vc(z(N * H * V), 0.0);
-  for (std::int64_t t = 0; t < N; ++t) {
-    const Place& pl = place[z(t)];
-    if (pl.pos % BS != 0 || t + BS > pl.eos) continue;
-    for (std::int64_t h = 0; h < H; ++h) {
-      for (std::int64_t j = t; j < t + BS; ++j) {
-        for (std::int64_t d = 0; d < K; ++d) kc[z((t * H + h) * K + d)] += k[z((j * H + h) * K + d)] / static_cast<double>(BS);
-        for (std::int64_t d = 0; d < V; ++d) vc[z((t * H + h) * V + d)] += v[z((j * H + h) * V + d)] / static_cast<double>(BS);
-      }
-    }
+// The gradients of a pair's keys and values, and of its compressed ones.
+struct KeyGrads {
+  std::vector<double> dk, dv, dkc, dvc;
+  explicit KeyGrads(const Pair& r)
+      : dk(r.k.size(), 0.0), dv(r.v.size(), 0.0), dkc(r.kc.size(), 0.0), dvc(r.vc.size(), 0.0) {}
+  void add(const KeyGrads& o) {
+    for (std::size_t i = 0; i < dk.size(); ++i) dk[i] += o.dk[i];
+    for (std::size_t i = 0; i < dv.size(); ++i) dv[i] += o.dv[i];
+    for (std::size_t i = 0; i < dkc.size(); ++i) dkc[i] += o.dkc[i];
+    for (std::size_t i = 0; i < dvc.size(); ++i) dvc[i] += o.dvc[i];
   }
-  std::vector<double> dkc, dvc;
-  if (dout) {
-    r.dq.assign(z(N * HQ * K), 0.0);
-    r.dk.assign(z(N * H * K), 0.0);
-    r.dv.assign(z(N * H * V), 0.0);
-    r.dg_cmp.assign(z(N * HQ), 0.0);
-    r.dg_slc = r.dg_cmp;
-    dkc.assign(kc.size(), 0.0);
-    dvc.assign(vc.size(), 0.0);
+  // Mean pooling: every key of a whole block gets 1/block_size of the block's gradient.
+  double key(const Problem& p, std::int64_t j, std::int64_t d) const {
+    const std::size_t c = z(j / p.block_size);
+    const double pooled = c < dkc.size() / z(p.dk) ? dkc[c * z(p.dk) + z(d)] / static_cast<double>(p.block_size) : 0.0;
+    return dk[z(j * p.dk + d)] + pooled;
   }
-  struct Key {
-    const double* k;
-    const double* v;
-    double* dk;
-    double* dv;
-  };
-  std::vector<Key> keys;
+  double value(const Problem& p, std::int64_t j, std::int64_t d) const {
+    const std::size_t c = z(j / p.block_size);
+    const double pooled = c < dvc.size() / z(p.dv) ? dvc[c * z(p.dv) + z(d)] / static_cast<double>(p.block_size) : 0.0;
+    return dv[z(j * p.dv + d)] + pooled;
+  }
+};
+
+// One query row of a pair: the token at position pos, query head g of the group.
+struct Query {
+  std::int64_t pos = 0;
+  const double* q = nullptr;           // dk values
+  std::span<const std::int64_t> sel;   // its kv head's block_counts entries of block_indices
+  double g_cmp = 0, g_slc = 0;
+  const double* dout = nullptr;        // dv values; null: forward only
+};
+
+// What one query row gives: each branch's output and lse; with dout, the gate gradients and dq.
+struct QueryOut {
+  std::vector<double> o_cmp, o_slc, dq;
+  double lse[2] = {-std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()};
+  double dg[2] = {0, 0};
+};
+
+// Both branches of one query row, and given its dout their gradients, which add into `grads`
+// (the pair's keys' and compressed keys').
+QueryOut attend(const Pair& r, const Query& x, KeyGrads* grads) {
+  const Problem& p = r.p;
+  const std::int64_t K = p.dk, V = p.dv, BS = p.block_size;
+  QueryOut out;
+  out.o_cmp.assign(z(V), 0.0);
+  out.o_slc.assign(z(V), 0.0);
+  if (x.dout) out.dq.assign(z(K), 0.0);
+  std::vector<std::int64_t> keys;
   std::vector<double> s;
-  for (std::int64_t t = 0; t < N; ++t) {
-    const Place& pl = place[z(t)];
-    for (std::int64_t h = 0; h < H; ++h) {
-      for (int branch = 0; branch < 2; ++branch) {
-        keys.clear();
-        if (branch == 0) {
-          for (std::int64_t c = 0; c < (pl.pos + 1) / BS; ++c) {
-            const std::int64_t row = (pl.bos + c * BS) * H + h;
-            keys.push_back({&kc[z(row * K)], &vc[z(row * V)], dout ? &dkc[z(row * K)] : nullptr,
-                            dout ? &dvc[z(row * V)] : nullptr});
-          }
-        } else {
-          const std::int64_t cnt = bc[z(t * H + h)];
-          for (std::int64_t i = 0; i < cnt; ++i) {
-            const std::int64_t e = bi[z((t * H + h) * p.selected + i)];
-            if (e < 0 || e * BS > pl.pos) continue;
-            for (std::int64_t j = e * BS; j < std::min((e + 1) * BS, pl.pos + 1); ++j) {
-              const std::int64_t row = (pl.bos + j) * H + h;
-              keys.push_back({&k[z(row * K)], &v[z(row * V)], dout ? &r.dk[z(row * K)] : nullptr,
-                              dout ? &r.dv[z(row * V)] : nullptr});
-            }
-          }
-        }
-        for (std::int64_t g = 0; g < G; ++g) {
-          const std::int64_t hq = h * G + g, th = t * HQ + hq;
-          const double* qr = &q[z(th * K)];
-          std::vector<double>& ob = branch == 0 ? r.o_cmp : r.o_slc;
-          if (keys.empty()) continue;
-          s.assign(keys.size(), 0.0);
-          double mx = -std::numeric_limits<double>::infinity();
-          for (std::size_t j = 0; j < keys.size(); ++j) {
-            double acc = 0;
-            for (std::int64_t d = 0; d < K; ++d) acc += qr[d] * keys[j].k[d];
-            s[j] = acc * p.scale;
-            mx = std::max(mx, s[j]);
-          }
-          double sum = 0;
-          for (double x : s) sum += std::exp(x - mx);
-          const double lse = mx + std::log(sum);
-          r.lse[z(th * 2 + branch)] = lse;
-          for (std::size_t j = 0; j < keys.size(); ++j) {
-            s[j] = std::exp(s[j] - lse);
-            for (std::int64_t d = 0; d < V; ++d) ob[z(th * V + d)] += s[j] * keys[j].v[d];
-          }
-          if (!dout) continue;
-          const double gate = branch == 0 ? gc[z(th)] : gs[z(th)];
-          const double* dor = &(*dout)[z(th * V)];
-          double D = 0;
-          for (std::int64_t d = 0; d < V; ++d) D += dor[d] * ob[z(th * V + d)];
-          (branch == 0 ? r.dg_cmp : r.dg_slc)[z(th)] = D;
-          for (std::size_t j = 0; j < keys.size(); ++j) {
-            double dp = 0;
-            for (std::int64_t d = 0; d < V; ++d) dp += gate * dor[d] * keys[j].v[d];
-            const double ds = s[j] * (dp - gate * D);
-            for (std::int64_t d = 0; d < V; ++d) keys[j].dv[d] += s[j] * gate * dor[d];
-            for (std::int64_t d = 0; d < K; ++d) {
-              r.dq[z(th * K + d)] += p.scale * ds * keys[j].k[d];
-              keys[j].dk[d] += p.scale * ds * qr[d];
-            }
-          }
-        }
+  for (int branch = 0; branch < 2; ++branch) {
+    // Rows of the compressed keys (blocks wholly in the past) or of the keys (the selected
+    // blocks' keys up to pos; an entry given twice counts twice).
+    keys.clear();
+    if (branch == 0) {
+      for (std::int64_t c = 0; c < (x.pos + 1) / BS; ++c) keys.push_back(c);
+    } else {
+      for (std::int64_t e : x.sel) {
+        if (e < 0 || e * BS > x.pos) continue;
+        for (std::int64_t j = e * BS; j < std::min((e + 1) * BS, x.pos + 1); ++j) keys.push_back(j);
+      }
+    }
+    if (keys.empty()) continue;
+    const double* kb = branch == 0 ? r.kc.data() : r.k.data();
+    const double* vb = branch == 0 ? r.vc.data() : r.v.data();
+    std::vector<double>& ob = branch == 0 ? out.o_cmp : out.o_slc;
+    s.assign(keys.size(), 0.0);
+    double mx = -std::numeric_limits<double>::infinity();
+    for (std::size_t j = 0; j < keys.size(); ++j) {
+      double acc = 0;
+      for (std::int64_t d = 0; d < K; ++d) acc += x.q[d] * kb[keys[j] * K + d];
+      s[j] = acc * p.scale;
+      mx = std::max(mx, s[j]);
+    }
+    double sum = 0;
+    for (double e : s) sum += std::exp(e - mx);
+    const double lse = mx + std::log(sum);
+    out.lse[branch] = lse;
+    for (std::size_t j = 0; j < keys.size(); ++j) {
+      s[j] = std::exp(s[j] - lse);
+      for (std::int64_t d = 0; d < V; ++d) ob[z(d)] += s[j] * vb[keys[j] * V + d];
+    }
+    if (!x.dout) continue;
+    const double gate = branch == 0 ? x.g_cmp : x.g_slc;
+    double D = 0;
+    for (std::int64_t d = 0; d < V; ++d) D += x.dout[d] * ob[z(d)];
+    out.dg[branch] = D;
+    double* dkb = branch == 0 ? grads->dkc.data() : grads->dk.data();
+    double* dvb = branch == 0 ? grads->dvc.data() : grads->dv.data();
+    for (std::size_t j = 0; j < keys.size(); ++j) {
+      double dp = 0;
+      for (std::int64_t d = 0; d < V; ++d) dp += gate * x.dout[d] * vb[keys[j] * V + d];
+      const double ds = s[j] * (dp - gate * D);
+      for (std::int64_t d = 0; d < V; ++d) dvb[keys[j] * V + d] += s[j] * gate * x.dout[d];
+      for (std::int64_t d = 0; d < K; ++d) {
+        out.dq[z(d)] += p.scale * ds * kb[keys[j] * K + d];
+        dkb[keys[j] * K + d] += p.scale * ds * x.q[d];
       }
     }
   }
-  for (std::int64_t i = 0; i < N * HQ; ++i)
-    for (std::int64_t d = 0; d < V; ++d)
-      r.o[z(i * V + d)] = a[fwd::g_cmp][z(i)] * r.o_cmp[z(i * V + d)] + a[fwd::g_slc][z(i)] * r.o_slc[z(i * V + d)];
-  if (dout) {
-    // Mean pooling: every key of a whole block gets 1/block_size of the block's gradient.
-    for (std::int64_t t = 0; t < N; ++t) {
-      const Place& pl = place[z(t)];
-      if (pl.pos % BS != 0 || t + BS > pl.eos) continue;
-      for (std::int64_t j = t; j < t + BS; ++j)
-        for (std::int64_t h = 0; h < H; ++h) {
-          for (std::int64_t d = 0; d < K; ++d) r.dk[z((j * H + h) * K + d)] += dkc[z((t * H + h) * K + d)] / static_cast<double>(BS);
-          for (std::int64_t d = 0; d < V; ++d) r.dv[z((j * H + h) * V + d)] += dvc[z((t * H + h) * V + d)] / static_cast<double>(BS);
-        }
-    }
+  return out;
+}
+
+// Every token's rows of a pair: q, the gates and the selection of the pair's kv head, and
+// dout when given (backward). Rows [len][group * ...], [len][selected], [len].
+struct PairRows {
+  std::vector<double> q, g_cmp, g_slc, dout;
+  std::vector<std::int64_t> sel, count;
+
+  PairRows(const Pair& r, const ArgReader& read, bool backward) {
+    const Problem& p = r.p;
+    const std::int64_t HQ = p.heads, G = p.group, K = p.dk, V = p.dv, H = p.kv_heads, S = p.selected;
+    q = row_slices(read, fwd::q, r.bos * HQ * K, HQ * K, r.len, r.h * G * K, G * K);
+    g_cmp = row_slices(read, fwd::g_cmp, r.bos * HQ, HQ, r.len, r.h * G, G);
+    g_slc = row_slices(read, fwd::g_slc, r.bos * HQ, HQ, r.len, r.h * G, G);
+    sel = ints(row_slices(read, fwd::block_indices, r.bos * H * S, H * S, r.len, r.h * S, S));
+    count = ints(row_slices(read, fwd::block_counts, r.bos * H, H, r.len, r.h, 1));
+    for (std::int64_t i = 0; i < r.len; ++i)
+      check_selection(p, r.bos + i, r.h, count[z(i)], std::span(sel).subspan(z(i * S), z(S)), r.len);
+    if (backward) dout = row_slices(read, bwd::dout, r.bos * HQ * V, HQ * V, r.len, r.h * G * V, G * V);
   }
-  return r;
+
+  Query query(const Problem& p, std::int64_t i, std::int64_t g) const {
+    const std::int64_t G = p.group;
+    return {i,
+            q.data() + (i * G + g) * p.dk,
+            std::span(sel).subspan(z(i * p.selected), z(count[z(i)])),
+            g_cmp[z(i * G + g)],
+            g_slc[z(i * G + g)],
+            dout.empty() ? nullptr : dout.data() + (i * G + g) * p.dv};
+  }
+};
+
+std::vector<std::int64_t> read_cu_seqlens(const Problem& p, const ArgReader& read) {
+  const std::vector<std::int64_t> cu = ints(read(fwd::cu_seqlens, 0, p.num_seqs + 1));
+  check_cu_seqlens(p, cu);
+  return cu;
+}
+
+// The double-precision forward and, with dout, backward of every token, head and branch, a
+// (sequence, kv head) pair at a time.
+HostArrays exact(const Problem& p, const HostArrays& a, bool backward) {
+  const ArgReader read = host_reader(a);
+  const std::vector<std::int64_t> cu = read_cu_seqlens(p, read);
+  const std::int64_t N = p.tokens(), HQ = p.heads, H = p.kv_heads, G = p.group, K = p.dk, V = p.dv;
+  std::vector<double> o(z(N * HQ * V), 0.0), o_cmp(o), o_slc(o);
+  std::vector<double> lse(z(N * HQ * 2), -std::numeric_limits<double>::infinity());
+  std::vector<double> dq(z(N * HQ * K), 0.0), dk(z(N * H * K), 0.0), dv(z(N * H * V), 0.0), dg_cmp(z(N * HQ), 0.0), dg_slc(dg_cmp);
+  for (std::int64_t n = 0; n < p.num_seqs; ++n)
+    for (std::int64_t h = 0; h < H; ++h) {
+      const Pair r(p, read, cu[z(n)], cu[z(n + 1)] - cu[z(n)], h);
+      const PairRows rows(r, read, backward);
+      KeyGrads grads(r);
+      for (std::int64_t i = 0; i < r.len; ++i)
+        for (std::int64_t g = 0; g < G; ++g) {
+          const std::int64_t th = (r.bos + i) * HQ + h * G + g;
+          const Query x = rows.query(p, i, g);
+          const QueryOut y = attend(r, x, &grads);
+          for (std::int64_t d = 0; d < V; ++d) {
+            o_cmp[z(th * V + d)] = y.o_cmp[z(d)];
+            o_slc[z(th * V + d)] = y.o_slc[z(d)];
+            o[z(th * V + d)] = x.g_cmp * y.o_cmp[z(d)] + x.g_slc * y.o_slc[z(d)];
+          }
+          lse[z(th * 2)] = y.lse[0];
+          lse[z(th * 2 + 1)] = y.lse[1];
+          if (!backward) continue;
+          for (std::int64_t d = 0; d < K; ++d) dq[z(th * K + d)] = y.dq[z(d)];
+          dg_cmp[z(th)] = y.dg[0];
+          dg_slc[z(th)] = y.dg[1];
+        }
+      if (!backward) continue;
+      for (std::int64_t j = 0; j < r.len; ++j) {
+        const std::int64_t row = (r.bos + j) * H + h;
+        for (std::int64_t d = 0; d < K; ++d) dk[z(row * K + d)] = grads.key(p, j, d);
+        for (std::int64_t d = 0; d < V; ++d) dv[z(row * V + d)] = grads.value(p, j, d);
+      }
+    }
+  if (backward) return {std::move(dq), std::move(dk), std::move(dv), std::move(dg_cmp), std::move(dg_slc)};
+  return {std::move(o), std::move(o_cmp), std::move(o_slc), std::move(lse)};
 }
 
 // Work at full selection: per token and query head, selected * block_size selection keys and on
@@ -459,15 +549,85 @@ double NsaBwdKernel::bytes(const Invocation& inv) const {
 }
 
 HostArrays NsaKernel::reference(const Invocation& inv, const HostArrays& args) const {
-  const Problem p = Problem::of(inv);
-  Exact r = exact(p, args, nullptr);
-  return {std::move(r.o), std::move(r.o_cmp), std::move(r.o_slc), std::move(r.lse)};
+  return exact(Problem::of(inv), args, false);
 }
 
 HostArrays NsaBwdKernel::reference(const Invocation& inv, const HostArrays& args) const {
+  return exact(Problem::of(inv), args, true);
+}
+
+std::vector<SampledOutput> NsaKernel::sampled_reference(const Invocation& inv, const ArgReader& read) const {
   const Problem p = Problem::of(inv);
-  Exact r = exact(p, args, &args[bwd::dout]);
-  return {std::move(r.dq), std::move(r.dk), std::move(r.dv), std::move(r.dg_cmp), std::move(r.dg_slc)};
+  const std::vector<std::int64_t> cu = read_cu_seqlens(p, read);
+  const std::int64_t HQ = p.heads, H = p.kv_heads, G = p.group, K = p.dk, V = p.dv, S = p.selected;
+  SampledPairs o, o_cmp, o_slc, lse;
+  // (sequence, kv head) pairs spread over both; in each, query rows spread over its tokens and
+  // the group's query heads, each reading its own rows of q, the gates and the selection.
+  for (std::int64_t pair : sample_positions(p.num_seqs * H, 4)) {
+    const std::int64_t n = pair / H, h = pair % H, bos = cu[z(n)], len = cu[z(n + 1)] - bos;
+    if (len == 0) continue;
+    const Pair r(p, read, bos, len, h);
+    for (std::int64_t row : sample_positions(len * G, 8)) {
+      const std::int64_t i = row / G, g = row % G, t = bos + i, th = t * HQ + h * G + g;
+      const std::vector<double> q = read(fwd::q, th * K, K);
+      const std::int64_t count = static_cast<std::int64_t>(read(fwd::block_counts, t * H + h, 1)[0]);
+      const std::vector<std::int64_t> sel = ints(read(fwd::block_indices, (t * H + h) * S, std::clamp<std::int64_t>(count, 0, S)));
+      check_selection(p, t, h, count, sel, len);
+      const Query x{i, q.data(), sel, read(fwd::g_cmp, th, 1)[0], read(fwd::g_slc, th, 1)[0], nullptr};
+      const QueryOut y = attend(r, x, nullptr);
+      for (std::int64_t d = 0; d < V; ++d) {
+        o.emplace_back(th * V + d, x.g_cmp * y.o_cmp[z(d)] + x.g_slc * y.o_slc[z(d)]);
+        o_cmp.emplace_back(th * V + d, y.o_cmp[z(d)]);
+        o_slc.emplace_back(th * V + d, y.o_slc[z(d)]);
+      }
+      lse.emplace_back(th * 2, y.lse[0]);
+      lse.emplace_back(th * 2 + 1, y.lse[1]);
+    }
+  }
+  return sampled_outputs({{fwd::o, std::move(o)}, {fwd::o_cmp, std::move(o_cmp)}, {fwd::o_slc, std::move(o_slc)}, {fwd::lse, std::move(lse)}});
+}
+
+std::vector<SampledOutput> NsaBwdKernel::sampled_reference(const Invocation& inv, const ArgReader& read) const {
+  const Problem p = Problem::of(inv);
+  const std::vector<std::int64_t> cu = read_cu_seqlens(p, read);
+  const std::int64_t HQ = p.heads, H = p.kv_heads, G = p.group, K = p.dk, V = p.dv;
+  SampledPairs dq, dk, dv, dg_cmp, dg_slc;
+  // (sequence, kv head) pairs. A key's gradient sums over every later query of its sequence
+  // (through the compressed blocks), so each pair's backward runs whole, its query heads on
+  // every core, and 8 key rows of dk and dv and 8 query rows of dq, dg_cmp and dg_slc (over
+  // the pair's tokens and query heads) are kept.
+  for (std::int64_t pair : sample_positions(p.num_seqs * H, 2)) {
+    const std::int64_t n = pair / H, h = pair % H, bos = cu[z(n)], len = cu[z(n + 1)] - bos;
+    if (len == 0) continue;
+    const Pair r(p, read, bos, len, h);
+    const PairRows rows(r, read, true);
+    const std::vector<std::int64_t> keys = sample_positions(len, 8), queries = sample_positions(len * G, 8);
+    std::vector<KeyGrads> parts(host_threads(), KeyGrads(r));
+    std::vector<QueryOut> kept(queries.size());
+    for_parts(G, 1, [&](std::int64_t part, std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t i = 0; i < len; ++i)
+        for (std::int64_t g = lo; g < hi; ++g) {
+          QueryOut y = attend(r, rows.query(p, i, g), &parts[z(part)]);
+          const auto at = std::lower_bound(queries.begin(), queries.end(), i * G + g);
+          if (at != queries.end() && *at == i * G + g) kept[z(at - queries.begin())] = std::move(y);
+        }
+    });
+    KeyGrads grads(r);
+    for (const KeyGrads& part : parts) grads.add(part);
+    for (std::size_t x = 0; x < queries.size(); ++x) {
+      const std::int64_t th = (bos + queries[x] / G) * HQ + h * G + queries[x] % G;
+      for (std::int64_t d = 0; d < K; ++d) dq.emplace_back(th * K + d, kept[x].dq[z(d)]);
+      dg_cmp.emplace_back(th, kept[x].dg[0]);
+      dg_slc.emplace_back(th, kept[x].dg[1]);
+    }
+    for (std::int64_t j : keys) {
+      const std::int64_t row = (bos + j) * H + h;
+      for (std::int64_t d = 0; d < K; ++d) dk.emplace_back(row * K + d, grads.key(p, j, d));
+      for (std::int64_t d = 0; d < V; ++d) dv.emplace_back(row * V + d, grads.value(p, j, d));
+    }
+  }
+  return sampled_outputs({{bwd::dq, std::move(dq)}, {bwd::dk, std::move(dk)}, {bwd::dv, std::move(dv)},
+                          {bwd::dg_cmp, std::move(dg_cmp)}, {bwd::dg_slc, std::move(dg_slc)}});
 }
 
 double NsaKernel::tolerance(const Invocation& inv) const { return tolerance_of(Problem::of(inv)); }

@@ -88,6 +88,11 @@ Invocation backward_invocation(std::span<const TensorSpec> args, std::int64_t bl
 // past the number of blocks of its sequence.
 void check_indices(const Problem& p, std::span<const std::int64_t> block_indices,
                    std::span<const std::int64_t> block_counts, std::span<const std::int64_t> cu_seqlens);
+// Its parts: cu_seqlens alone; one (token t, kv head h)'s block count and its first `count`
+// entries, in a sequence of `len` tokens.
+void check_cu_seqlens(const Problem& p, std::span<const std::int64_t> cu_seqlens);
+void check_selection(const Problem& p, std::int64_t t, std::int64_t h, std::int64_t count,
+                     std::span<const std::int64_t> entries, std::int64_t len);
 
 // Recipes: sizes batch, seq, heads (required), kv_heads (1), head_dim (64), head_dim_v
 // (head_dim), selected (16); options block_size (64), sequences (1: packed sequences of
@@ -106,6 +111,10 @@ class NsaKernel final : public Kernel {
   double flops(const Invocation& inv) const override;
   double bytes(const Invocation& inv) const override;
   HostArrays reference(const Invocation& inv, const HostArrays& args) const override;
+  // 4 (sequence, kv head) pairs, 8 query rows each (over the pair's tokens and query heads): o,
+  // o_cmp, o_slc rows and lse, from each row of q, the gates and the selection, and the pair's
+  // keys and values (a stretch of tokens at a time).
+  std::vector<SampledOutput> sampled_reference(const Invocation& inv, const ArgReader& read) const override;
   double tolerance(const Invocation& inv) const override;
   // Floats uniform in [-1, 1); block_indices a random draw of distinct blocks per token, -1
   // markers and later blocks among them; counts random in [1, selected].
@@ -130,6 +139,10 @@ class NsaBwdKernel final : public Kernel {
   double flops(const Invocation& inv) const override;
   double bytes(const Invocation& inv) const override;
   HostArrays reference(const Invocation& inv, const HostArrays& args) const override;
+  // 2 (sequence, kv head) pairs, each's backward computed whole (a key's gradient sums over
+  // every later query of its sequence) from its rows of q, k, v, the gates, the selection and
+  // dout: 8 key rows of dk and dv, 8 query rows of dq, dg_cmp and dg_slc.
+  std::vector<SampledOutput> sampled_reference(const Invocation& inv, const ArgReader& read) const override;
   double tolerance(const Invocation& inv) const override;
   // As the forward's; o_cmp, o_slc and lse from derive().
   std::vector<Fill> fills(const Invocation& inv, std::uint64_t seed) const override;
