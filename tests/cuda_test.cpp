@@ -182,6 +182,23 @@ TEST_P(CudaCompile, EveryProgramOfTheSpacesCompiles) {
       if (impl->backend() == Backend::cuda && impl->priority() >= 1 && impl->supports(inv, info))
         for (const Config& c : configs_to_compile(*impl, inv, info)) tasks.push_back({impl, inv, c});
   }
+  // The decode engine's tensor-core pass takes head_dim 64 to 256 in steps of 64.
+  const std::vector<std::pair<std::string, std::map<std::string, std::int64_t>>> decode = {
+      {"page_attention", {{"batch", 2}, {"heads", 8}, {"kv_heads", 2}, {"head_dim", 128}, {"context", 64}}},
+      {"ragged_decode_attention", {{"batch", 2}, {"heads", 4}, {"kv_heads", 4}, {"head_dim", 256}, {"seq", 64}}},
+      {"ragged_page_attention",
+       {{"num_seqs", 2}, {"q_len", 2}, {"context", 64}, {"heads", 8}, {"kv_heads", 1}, {"head_dim", 64}}}};
+  for (DType t : {DType::f16, DType::bf16})
+    for (const auto& [name, sizes] : decode) {
+      const Invocation inv = Registry::global().kernel(name).from_sizes(sizes, t, nlohmann::json::object());
+      std::size_t taken = 0;
+      for (const Implementation* impl : Registry::global().implementations(inv.kernel))
+        if (impl->backend() == Backend::cuda && impl->priority() >= 1 && impl->supports(inv, info)) {
+          for (const Config& c : configs_to_compile(*impl, inv, info)) tasks.push_back({impl, inv, c});
+          ++taken;
+        }
+      EXPECT_EQ(taken, 1u) << "the decode engine's tensor-core pass for " << inv.signature();
+    }
   std::atomic<std::size_t> next{0};
   std::mutex failures_mutex;
   std::vector<std::string> failures;

@@ -71,14 +71,15 @@ class CudaDecode final : public Implementation {
   }
 
   // Four warps of 32 keys, two stages (the loads of a whole tile ahead per warp keep ~64 KiB in
-  // flight per multiprocessor), and splits only until there is a block for every multiprocessor:
-  // on the H100 at batch 32 (256 blocks), context 4096, every config measured, no split read the
-  // cache at 2.83 TB/s (95% of the device copy), 2 splits 2.74, 4 splits 2.64.
+  // flight per multiprocessor), and splits only while the blocks stay under one per
+  // multiprocessor: on the H100, every config measured, at batch 32 (256 blocks), context 4096,
+  // no split read the cache at 2.83 TB/s (95% of the device copy), 2 splits 2.74, 4 splits 2.64;
+  // at batch 2, 16K of context (16 blocks unsplit), 8 splits took 62 us, 16 splits 72 us.
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
     const Engine e = b_.engine(inv);
     const std::int64_t bq = e.varlen ? std::max<std::int64_t>(1, std::min(query_block(e), 16 / e.group())) : 1;
     const std::int64_t units = std::max<std::int64_t>(1, dev.compute_units);
-    Config c{{"splits", heuristic_splits(e, bq, 4 * 32, (units + 1) / 2)}, {"warps", 4}, {"block_k", 32}, {"stages", 2}};
+    Config c{{"splits", heuristic_splits(e, bq, 4 * 32, (units + 3) / 4)}, {"warps", 4}, {"block_k", 32}, {"stages", 2}};
     if (e.varlen) c.set("block_q", bq);
     ParamSpace space = this->space(inv, dev);
     if (space.admits(c)) return c;

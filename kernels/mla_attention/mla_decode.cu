@@ -1,15 +1,15 @@
-// mla_decode's attention pass on NVIDIA tensor cores (sm_80 and later), f16 or bf16 cache: the
-// counterpart of mla_decode.cl's mla_attend, with the same inputs (the absorbed, scaled queries
-// qs in f32) and outputs (each part's unnormalised o_lat and its running max and sum, log2
-// domain), so mla_absorb and mla_combine run around it unchanged.
+// mla_decode on NVIDIA tensor cores (sm_80 and later), f16 or bf16: the absorb pass (queries
+// into the latent space, f32), the attention pass (each part's unnormalised o_lat and its running
+// max and sum, log2 domain, as mla_decode.cl's mla_attend), the merge of the parts and the value
+// projection.
 //
 // A block of four warps takes one part of the context of one sequence for 16 heads (the m16 of
 // mma.sync; heads past the last are zero rows). Tiles of BN cache rows are copied by cp.async
-// into a double buffer and serve all 16 heads: the heads are the rows of S = Q C^T (each warp a
+// into a ring of STAGES buffers and serve all 16 heads: the heads are the rows of S = Q C^T (each warp a
 // quarter of the tile's tokens, over the whole latent width) and of O += P C[:, :RANK] (each warp a
 // quarter of the latent columns), so the cache is read once per block, as FlashMLA reads it.
 //
-// Build options (kernels/mla_attention/cuda.cpp): RANK ROPE BN BF16.
+// Build options (kernels/mla_attention/cuda.cpp): RANK ROPE BN STAGES BF16 (and NOPE, VDIM for the passes).
 
 #include "common/cuda.cuh"
 
@@ -21,10 +21,9 @@
 #define NT_O (RANK / WARPS / 8)    // n8 tiles of o_lat a warp
 #define CHUNKS (WIDTH / 8)         // 16-byte chunks a cache row
 
-// Rows [t0, t0 + BN) of the sequence's cache (within one page) into `dst`, zeros past `end`.
-__device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* kv, const int* table, int block_size, int t0,
-                                          int end) {
-  const long long base = (static_cast<long long>(table[t0 / block_size]) * block_size + t0 % block_size) * WIDTH;
+// Rows [t0, t0 + BN) of the sequence's cache, which lie in page `page`, into `dst`, zeros past `end`.
+__device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* kv, int page, int block_size, int t0, int end) {
+  const long long base = (static_cast<long long>(page) * block_size + t0 % block_size) * WIDTH;
   for (int c = threadIdx.x; c < BN * CHUNKS; c += WARPS * 32) {
     const int r = c / CHUNKS, col = (c % CHUNKS) * 8;
     const bool in = t0 + r < end;
@@ -38,8 +37,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                        int heads, int block_size, int max_blocks, int splits) {
   extern __shared__ __align__(16) unsigned char smem[];
   elem_t* const q_s = reinterpret_cast<elem_t*>(smem);  // 16 x ROW
-  elem_t* const kv_s = q_s + 16 * ROW;                  // 2 x BN x ROW
-  elem_t* const p_s = kv_s + 2 * BN * ROW;              // 16 x P_ROW
+  elem_t* const kv_s = q_s + 16 * ROW;                  // STAGES x BN x ROW
+  elem_t* const p_s = kv_s + STAGES * BN * ROW;         // 16 x P_ROW
   float* const red = reinterpret_cast<float*>(p_s + 16 * P_ROW);  // [2][WARPS][16]: maxima, sums
 
   const int split = blockIdx.x, h0 = blockIdx.y * 16, b = blockIdx.z;
@@ -66,34 +65,53 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
   // This thread's heads: rows g and g + 8 of the block.
   float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.0f, l1 = 0.0f;
 
-  if (tiles > 0) load_tile(kv_s, kv, table, block_size, start, end);
-  cp_commit();
+  // Tile i + STAGES - 1 is copied while tile i is used; its page is read a tile earlier still.
+  auto page_of = [&](int i) { return i < tiles ? table[(start + i * BN) / block_size] : 0; };
+  int next_page = page_of(0);
+#pragma unroll
+  for (int i = 0; i < STAGES - 1; ++i) {
+    const int page = next_page;
+    next_page = page_of(i + 1);
+    if (i < tiles) load_tile(kv_s + i * BN * ROW, kv, page, block_size, start + i * BN, end);
+    cp_commit();
+  }
   for (int i = 0; i < tiles; ++i) {
     const int t0 = start + i * BN;
-    elem_t* const cur = kv_s + (i % 2) * BN * ROW;
-    if (i + 1 < tiles) load_tile(kv_s + ((i + 1) % 2) * BN * ROW, kv, table, block_size, t0 + BN, end);
+    elem_t* const cur = kv_s + (i % STAGES) * BN * ROW;
+    {
+      const int j = i + STAGES - 1, page = next_page;
+      next_page = page_of(j + 1);
+      if (j < tiles) load_tile(kv_s + (j % STAGES) * BN * ROW, kv, page, block_size, start + j * BN, end);
+    }
     cp_commit();
-    cp_wait<1>();
+    cp_wait<STAGES - 1>();
     __syncthreads();
 
-    // S: 16 heads x this warp's NT_S * 8 tokens, over the whole width.
-    float s[NT_S][4];
+    // S: 16 heads x this warp's NT_S * 8 tokens, over the whole width; even and odd 16-wide
+    // steps into two accumulators, halving the chain of dependent mma.sync.
+    float s[NT_S][4], s2[NT_S][4];
 #pragma unroll
     for (int j = 0; j < NT_S; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
-#pragma unroll 4
-    for (int k = 0; k < WIDTH; k += 16) {
-      unsigned a[4];
+      for (int e = 0; e < 4; ++e) s[j][e] = s2[j][e] = 0.0f;
+#pragma unroll 2
+    for (int k = 0; k < WIDTH; k += 32) {
+      unsigned a[4], a2[4];
       ldsm_x4(a, q_s + (lane & 15) * ROW + k + ((lane >> 4) << 3));
+      ldsm_x4(a2, q_s + (lane & 15) * ROW + k + 16 + ((lane >> 4) << 3));
 #pragma unroll
       for (int j = 0; j < NT_S; ++j) {
-        unsigned bf[2];
+        unsigned bf[4];
         const int tok = (warp * NT_S + j) * 8 + (lane & 7);
-        ldsm_x2(bf, cur + tok * ROW + k + (((lane >> 3) & 1) << 3));
+        ldsm_x4(bf, cur + tok * ROW + k + ((lane >> 3) << 3));
         mma(s[j], a, bf[0], bf[1]);
+        mma(s2[j], a2, bf[2], bf[3]);
       }
     }
+#pragma unroll
+    for (int j = 0; j < NT_S; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[j][e] += s2[j][e];
 
     // Online softmax over the tile: maxima and sums across the warps through shared memory.
     float x0 = NEG_INF, x1 = NEG_INF;
@@ -195,4 +213,137 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
       part_ml[slot * 2 + 1] = half ? l1 : l0;
     }
   }
+}
+
+// The passes around the attention, per head as small GEMMs over the batch, so that each head's
+// weights are read once rather than once per sequence: out[b, h, n0 + n] = scale * sum_k
+// a[b, h, k] w[h, k, n] for 32 rows b and 16 columns n a block of eight warps. The block's rows
+// of a and columns of w are loaded whole (16 bytes a load, all of a thread's issued before the
+// first is used) into shared memory as f32, a transposed (a warp's lanes load 32 rows, so that
+// their stores of a column fall in 32 banks); warp i sums the K / 8 products from
+// k = i K / 8 for every output, 16 rows of one column a lane (four 16-byte loads of a and one of
+// w for 16 multiply-adds), and the warps' sums meet in shared memory.
+__device__ __forceinline__ float as_f32(float x) { return x; }
+__device__ __forceinline__ float as_f32(elem_t x) { return to_f32(x); }
+__device__ __forceinline__ void put(float* p, float x) { *p = x; }
+__device__ __forceinline__ void put(elem_t* p, float x) { *p = to_elem(x); }
+
+template <int K, class TA, class TO>
+__device__ __forceinline__ void head_gemm(const TA* __restrict__ a, const elem_t* __restrict__ w, int ndim,
+                                          TO* __restrict__ out, int out_stride, int batch, int heads, float scale) {
+  constexpr int RB = 32, NB = 16, AV = 16 / sizeof(TA), KW = K / 8;
+  constexpr int LA = RB * K / AV, LW = K * NB / 8, NA = (LA + 255) / 256, NW = (LW + 255) / 256;  // 16-byte loads
+  static_assert(K % 8 == 0, "whole 16-byte rows");
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* const a_t = reinterpret_cast<float*>(smem);  // [K][RB]
+  float* const w_s = a_t + K * RB;                     // [K][NB]
+  float* const red = a_t;                              // [8][RB][NB], once both are read (at least 16 KiB)
+  const int n0 = blockIdx.x * NB, h = blockIdx.y, b0 = blockIdx.z * RB, tid = threadIdx.x;
+  uint4 va[NA], vw[NW];
+#pragma unroll
+  for (int i = 0; i < NA; ++i) {
+    const int v = tid + 256 * i, r = v % RB, k = v / RB * AV, b = b0 + r;
+    va[i] = v < LA && b < batch ? *reinterpret_cast<const uint4*>(a + (static_cast<long long>(b) * heads + h) * K + k) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int i = 0; i < NW; ++i) {
+    const int v = tid + 256 * i, k = v / (NB / 8), n = v % (NB / 8) * 8;
+    vw[i] = v < LW ? *reinterpret_cast<const uint4*>(w + (static_cast<long long>(h) * K + k) * ndim + n0 + n) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int i = 0; i < NA; ++i) {
+    const int v = tid + 256 * i, r = v % RB, k = v / RB * AV;
+    if (v >= LA) break;
+    const TA* x = reinterpret_cast<const TA*>(&va[i]);
+#pragma unroll
+    for (int e = 0; e < AV; ++e) a_t[(k + e) * RB + r] = as_f32(x[e]);
+  }
+#pragma unroll
+  for (int i = 0; i < NW; ++i) {
+    if (tid + 256 * i >= LW) break;
+    const elem_t* x = reinterpret_cast<const elem_t*>(&vw[i]);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) w_s[(tid + 256 * i) * 8 + e] = to_f32(x[e]);
+  }
+  __syncthreads();
+  const int warp = tid / 32, lane = tid % 32, c = lane % NB, r0 = lane / NB * 16;
+  float acc[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) acc[i] = 0.0f;
+#pragma unroll 4
+  for (int k = warp * KW; k < warp * KW + KW; ++k) {
+    const float x = w_s[k * NB + c];
+    const float4* ar = reinterpret_cast<const float4*>(a_t + k * RB + r0);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float4 y = ar[q];
+      acc[4 * q] = fmaf(y.x, x, acc[4 * q]);
+      acc[4 * q + 1] = fmaf(y.y, x, acc[4 * q + 1]);
+      acc[4 * q + 2] = fmaf(y.z, x, acc[4 * q + 2]);
+      acc[4 * q + 3] = fmaf(y.w, x, acc[4 * q + 3]);
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < 16; ++i) red[(warp * RB + r0 + i) * NB + c] = acc[i];
+  __syncthreads();
+  for (int o = tid; o < RB * NB; o += 256) {
+    const int r = o / NB, n = o % NB, b = b0 + r;
+    float x = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x += red[i * RB * NB + o];
+    if (b < batch) put(out + (static_cast<long long>(b) * heads + h) * out_stride + n0 + n, x * scale);
+  }
+}
+
+// qs = scale log2(e) [q_nope W_kc, q_pe]: grid (RANK / 16 + the rope's tiles, heads, batch / 32),
+// dynamic shared memory 4 * max(48 * NOPE, 4096) bytes.
+extern "C" __global__ void __launch_bounds__(256)
+    ejk_mla_absorb(const elem_t* __restrict__ q_nope, const elem_t* __restrict__ q_pe, const elem_t* __restrict__ w_kc,
+                   float* __restrict__ qs, int batch, int heads, float scale) {
+  if (blockIdx.x * 16 < RANK) {
+    head_gemm<NOPE>(q_nope, w_kc, RANK, qs, WIDTH, batch, heads, scale);
+    return;
+  }
+  const int n = (blockIdx.x * 16 - RANK) + threadIdx.x % 16, h = blockIdx.y;
+  if (n >= ROPE) return;
+  for (int b = blockIdx.z * 32 + threadIdx.x / 16; b < min(batch, static_cast<int>(blockIdx.z) * 32 + 32); b += 16) {
+    const long long bh = static_cast<long long>(b) * heads + h;
+    qs[bh * WIDTH + RANK + n] = scale * to_f32(q_pe[bh * ROPE + n]);
+  }
+}
+
+// The parts' o_lat merged by log-sum-exp and normalised, into o: one block of 128 threads a
+// (sequence, head); parts that saw no token have l = 0. The parts' weights first, so that a
+// thread's loads of the parts are independent of each other.
+extern "C" __global__ void __launch_bounds__(128)
+    ejk_mla_merge(const float* __restrict__ part_o, const float* __restrict__ part_ml, float* __restrict__ o, int splits) {
+  __shared__ float weight[64];
+  const long long bh = blockIdx.x;
+  const float* ml = part_ml + bh * splits * 2;
+  if (threadIdx.x < 32) {
+    float mx = NEG_INF, total = 0.0f;
+    for (int s = threadIdx.x; s < splits; s += 32)
+      if (ml[2 * s + 1] > 0.0f) mx = fmaxf(mx, ml[2 * s]);
+    for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    for (int s = threadIdx.x; s < splits; s += 32)
+      if (ml[2 * s + 1] > 0.0f) total += fast_exp2(ml[2 * s] - mx) * ml[2 * s + 1];
+    for (int off = 16; off > 0; off /= 2) total += __shfl_xor_sync(0xffffffffu, total, off);
+    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+    for (int s = threadIdx.x; s < splits; s += 32) weight[s] = ml[2 * s + 1] > 0.0f ? fast_exp2(ml[2 * s] - mx) * inv : 0.0f;
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < RANK; c += 128) {
+    float x = 0.0f;
+#pragma unroll 8
+    for (int s = 0; s < splits; ++s) x = fmaf(weight[s], part_o[(bh * splits + s) * RANK + c], x);
+    o[bh * RANK + c] = x;
+  }
+}
+
+// out = o W_vc: grid (VDIM / 16, heads, batch / 32), dynamic shared memory 4 * max(48 * RANK, 4096) bytes.
+extern "C" __global__ void __launch_bounds__(256)
+    ejk_mla_project(const float* __restrict__ o, const elem_t* __restrict__ w_vc, elem_t* __restrict__ out, int batch,
+                    int heads) {
+  head_gemm<RANK>(o, w_vc, VDIM, out, VDIM, batch, heads, 1.0f);
 }
