@@ -40,8 +40,7 @@ class CudaDecode final : public Implementation {
   bool supports(const Invocation& inv, const DeviceInfo& dev) const override {
     const Engine e = b_.engine(inv);
     if (e.dtype != DType::f16 && e.dtype != DType::bf16) return false;
-    if (!std::any_of(dev.coopmat.begin(), dev.coopmat.end(), [&](const CoopMatShape& c) { return c.a == e.dtype; }))
-      return false;
+    if (!dev.offers({16, 8, 16, e.dtype, DType::f32})) return false;
     const double elems = static_cast<double>(std::max(e.tokens * e.heads, e.num_blocks * e.block_size * e.kv_heads)) *
                          static_cast<double>(e.head_dim);
     return e.head_dim % 64 == 0 && e.head_dim <= 256 && e.group() <= 16 && elems < 0x1p62 &&

@@ -66,9 +66,7 @@ TileGeometry geometry(const Config& c, const Problem& p, const DeviceInfo& info)
 // list m16n8k16 fragments of that type with f32 accumulation (NVIDIA from sm_80, inline PTX).
 bool mma_offered(const Problem& p, const DeviceInfo& dev) {
   if ((p.dtype != DType::f16 && p.dtype != DType::bf16) || p.head_dim % 16 != 0 || p.head_dim > 128) return false;
-  return std::any_of(dev.coopmat.begin(), dev.coopmat.end(), [&](const CoopMatShape& c) {
-    return c.m == 16 && c.n == 8 && c.k == 16 && c.a == p.dtype && c.c == DType::f32;
-  });
+  return dev.offers({16, 8, 16, p.dtype, DType::f32});
 }
 
 // An mma config's geometry and its passes' local memory in bytes (flash_attention_mma.cl's

@@ -88,9 +88,7 @@ bool coopmat_offered(const Problem& p, const DeviceInfo& dev) {
   if (p.backward || p.dtype != DType::f16 || p.head_dim % 16 != 0 || !pd.storage16 || !pd.float16 || !pd.full_subgroups)
     return false;
   if (dev.subgroup_size != 16 && dev.subgroup_size != 32 && dev.subgroup_size != 64) return false;
-  return std::any_of(dev.coopmat.begin(), dev.coopmat.end(), [](const CoopMatShape& c) {
-    return c.a == DType::f16 && c.c == DType::f32 && c.m == 16 && c.n == 16 && c.k == 16;
-  });
+  return dev.offers({16, 16, 16, DType::f16, DType::f32});
 #else
   (void)p;
   (void)dev;

@@ -21,8 +21,7 @@ constexpr const char* wgmma_source = "matmul/matmul_wgmma.cu";
 
 bool tensor_core_operands(const Problem& p, const DeviceInfo& dev) {
   if (p.dtype != DType::f16 && p.dtype != DType::bf16) return false;
-  if (!std::any_of(dev.coopmat.begin(), dev.coopmat.end(), [&](const CoopMatShape& c) { return c.a == p.dtype; }))
-    return false;
+  if (!dev.offers({16, 8, 16, p.dtype, DType::f32})) return false;
   const std::int64_t lda = p.trans_a ? p.m : p.k, ldb = p.trans_b ? p.k : p.n;
   return lda % 8 == 0 && ldb % 8 == 0 && p.batch_stride_a % 8 == 0 && p.batch_stride_b % 8 == 0 &&
          std::max({p.m, p.n, p.k, p.m * p.n}) < INT_MAX;

@@ -25,10 +25,10 @@ std::int64_t attend_shared(const Problem& p, std::int64_t bn, std::int64_t stage
   return (16 * row + stages * bn * row + 16 * (bn + 8)) * 2 + 2 * 4 * 16 * 4;
 }
 
-// The absorb and projection passes' shared memory (mla_decode.cu's head_gemm: rows of the left
-// operand and columns of the weights as f32), the larger of the two.
+// The absorb and projection passes' shared memory (mla_decode.cu's head_gemm: 32 rows of the
+// left operand and 64 or 32 columns of the weights, rows padded by 8 elements), the larger.
 std::int64_t passes_shared(const Problem& p) {
-  return 4 * std::max<std::int64_t>(48 * std::max(p.nope_dim, p.rank), 4096);
+  return 2 * std::max(32 * (p.nope_dim + 8) + p.nope_dim * 72, 32 * (p.rank + 8) + p.rank * 40);
 }
 
 class CudaMlaDecode final : public Implementation {
@@ -42,10 +42,9 @@ class CudaMlaDecode final : public Implementation {
   bool supports(const Invocation& inv, const DeviceInfo& dev) const override {
     const Problem p = Problem::of(inv);
     if (p.dtype != DType::f16 && p.dtype != DType::bf16) return false;
-    if (!std::any_of(dev.coopmat.begin(), dev.coopmat.end(), [&](const CoopMatShape& c) { return c.a == p.dtype; }))
-      return false;
-    return p.rank % 64 == 0 && p.width() % 32 == 0 && p.block_size % 32 == 0 && p.nope_dim % 8 == 0 &&
-           p.v_dim % 16 == 0 && attend_shared(p, 32, 2) <= cuda::shared_max(dev) && p.batch * p.heads * p.width() < (std::int64_t{1} << 31) &&
+    if (!dev.offers({16, 8, 16, p.dtype, DType::f32})) return false;
+    return p.rank % 64 == 0 && p.width() % 32 == 0 && p.block_size % 32 == 0 && p.nope_dim % 16 == 0 &&
+           p.v_dim % 32 == 0 && attend_shared(p, 32, 2) <= cuda::shared_max(dev) && p.batch * p.heads * p.width() < (std::int64_t{1} << 31) &&
            passes_shared(p) <= cuda::shared_max(dev);
   }
 
@@ -93,7 +92,7 @@ class CudaMlaDecode final : public Implementation {
 
     const std::int64_t bh = p.batch * p.heads;
     if (bh == 0) return;
-    // qs, then (once the attention has read it) the merged o_lat.
+    // qs, then (once the attention has read it) the merged o_lat in the element type.
     auto qs = dev.scratch(static_cast<std::size_t>(bh * p.width()) * 4);
     auto part_o = dev.scratch(static_cast<std::size_t>(bh * splits * p.rank) * 4);
     auto part_ml = dev.scratch(static_cast<std::size_t>(bh * splits * 2) * 4);
@@ -107,16 +106,16 @@ class CudaMlaDecode final : public Implementation {
     const auto u = [](std::int64_t x) { return static_cast<unsigned>(x); };
 
     void* absorb_params[] = {&q_nope, &q_pe, &w_kc, &qs_p, &batch, &heads, &scale};
-    dev.launch_cuda(*absorb, {u(p.rank / 16 + (p.rope_dim + 15) / 16), u(p.heads), u((p.batch + 31) / 32)}, {256, 1, 1},
-                    static_cast<std::size_t>(4 * std::max<std::int64_t>(48 * p.nope_dim, 4096)), absorb_params);
+    dev.launch_cuda(*absorb, {u(p.rank / 64 + (p.rope_dim + 63) / 64), u(p.heads), u((p.batch + 31) / 32)}, {128, 1, 1},
+                    static_cast<std::size_t>(2 * (32 * (p.nope_dim + 8) + p.nope_dim * 72)), absorb_params);
     void* params[] = {&qs_p, &kv, &tables, &lens, &po, &pml, &heads, &block_size, &max_blocks, &n_splits};
     dev.launch_cuda(*att, {u(splits), u((p.heads + 15) / 16), u(p.batch)}, {128, 1, 1},
                     static_cast<std::size_t>(attend_shared(p, bn, config.get("stages"))), params);
     void* merge_params[] = {&po, &pml, &qs_p, &n_splits};
     dev.launch_cuda(*merge, {u(bh), 1, 1}, {128, 1, 1}, 0, merge_params);
     void* project_params[] = {&qs_p, &w_vc, &out, &batch, &heads};
-    dev.launch_cuda(*project, {u(p.v_dim / 16), u(p.heads), u((p.batch + 31) / 32)}, {256, 1, 1},
-                    static_cast<std::size_t>(4 * std::max<std::int64_t>(48 * p.rank, 4096)), project_params);
+    dev.launch_cuda(*project, {u(p.v_dim / 32), u(p.heads), u((p.batch + 31) / 32)}, {128, 1, 1},
+                    static_cast<std::size_t>(2 * (32 * (p.rank + 8) + p.rank * 40)), project_params);
   }
 
  private:

@@ -215,109 +215,89 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
   }
 }
 
-// The passes around the attention, per head as small GEMMs over the batch, so that each head's
-// weights are read once rather than once per sequence: out[b, h, n0 + n] = scale * sum_k
-// a[b, h, k] w[h, k, n] for 32 rows b and 16 columns n a block of eight warps. The block's rows
-// of a and columns of w are loaded whole (16 bytes a load, all of a thread's issued before the
-// first is used) into shared memory as f32, a transposed (a warp's lanes load 32 rows, so that
-// their stores of a column fall in 32 banks); warp i sums the K / 8 products from
-// k = i K / 8 for every output, 16 rows of one column a lane (four 16-byte loads of a and one of
-// w for 16 multiply-adds), and the warps' sums meet in shared memory.
-__device__ __forceinline__ float as_f32(float x) { return x; }
-__device__ __forceinline__ float as_f32(elem_t x) { return to_f32(x); }
+// The passes around the attention, per head as small GEMMs over the batch on tensor cores, so
+// that each head's weights are read once rather than once per sequence: out[b, h, n0 + n] =
+// scale * sum_k a[b, h, k] w[h, k, n] for 32 rows b and NB columns n a block of four warps (16
+// rows and NB / 2 columns a warp), a and w of the element type with f32 accumulation. The
+// block's rows of a and columns of w are copied whole by cp.async (rows padded by 16 bytes, so
+// ldmatrix's eight rows fall in distinct banks).
 __device__ __forceinline__ void put(float* p, float x) { *p = x; }
 __device__ __forceinline__ void put(elem_t* p, float x) { *p = to_elem(x); }
 
-template <int K, class TA, class TO>
-__device__ __forceinline__ void head_gemm(const TA* __restrict__ a, const elem_t* __restrict__ w, int ndim,
+template <int NB, int K, class TO>
+__device__ __forceinline__ void head_gemm(const elem_t* __restrict__ a, const elem_t* __restrict__ w, int ndim,
                                           TO* __restrict__ out, int out_stride, int batch, int heads, float scale) {
-  constexpr int RB = 32, NB = 16, AV = 16 / sizeof(TA), KW = K / 8;
-  constexpr int LA = RB * K / AV, LW = K * NB / 8, NA = (LA + 255) / 256, NW = (LW + 255) / 256;  // 16-byte loads
-  static_assert(K % 8 == 0, "whole 16-byte rows");
+  constexpr int AR = K + 8, WR = NB + 8, NT = NB / 16;  // shared row strides; n8 tiles a warp
+  static_assert(K % 16 == 0 && NB % 16 == 0, "whole mma.sync tiles");
   extern __shared__ __align__(16) unsigned char smem[];
-  float* const a_t = reinterpret_cast<float*>(smem);  // [K][RB]
-  float* const w_s = a_t + K * RB;                     // [K][NB]
-  float* const red = a_t;                              // [8][RB][NB], once both are read (at least 16 KiB)
-  const int n0 = blockIdx.x * NB, h = blockIdx.y, b0 = blockIdx.z * RB, tid = threadIdx.x;
-  uint4 va[NA], vw[NW];
-#pragma unroll
-  for (int i = 0; i < NA; ++i) {
-    const int v = tid + 256 * i, r = v % RB, k = v / RB * AV, b = b0 + r;
-    va[i] = v < LA && b < batch ? *reinterpret_cast<const uint4*>(a + (static_cast<long long>(b) * heads + h) * K + k) : make_uint4(0, 0, 0, 0);
+  elem_t* const a_s = reinterpret_cast<elem_t*>(smem);  // [32][AR]
+  elem_t* const w_s = a_s + 32 * AR;                     // [K][WR]
+  const int n0 = blockIdx.x * NB, h = blockIdx.y, b0 = blockIdx.z * 32, tid = threadIdx.x;
+  for (int c = tid; c < 32 * (K / 8); c += 128) {
+    const int r = c / (K / 8), k = c % (K / 8) * 8, b = b0 + r;
+    const bool in = b < batch;
+    cp16(a_s + r * AR + k, in ? a + (static_cast<long long>(b) * heads + h) * K + k : a, in ? 16 : 0);
   }
-#pragma unroll
-  for (int i = 0; i < NW; ++i) {
-    const int v = tid + 256 * i, k = v / (NB / 8), n = v % (NB / 8) * 8;
-    vw[i] = v < LW ? *reinterpret_cast<const uint4*>(w + (static_cast<long long>(h) * K + k) * ndim + n0 + n) : make_uint4(0, 0, 0, 0);
+  for (int c = tid; c < K * (NB / 8); c += 128) {
+    const int k = c / (NB / 8), n = c % (NB / 8) * 8;
+    cp16(w_s + k * WR + n, w + (static_cast<long long>(h) * K + k) * ndim + n0 + n, 16);
   }
-#pragma unroll
-  for (int i = 0; i < NA; ++i) {
-    const int v = tid + 256 * i, r = v % RB, k = v / RB * AV;
-    if (v >= LA) break;
-    const TA* x = reinterpret_cast<const TA*>(&va[i]);
-#pragma unroll
-    for (int e = 0; e < AV; ++e) a_t[(k + e) * RB + r] = as_f32(x[e]);
-  }
-#pragma unroll
-  for (int i = 0; i < NW; ++i) {
-    if (tid + 256 * i >= LW) break;
-    const elem_t* x = reinterpret_cast<const elem_t*>(&vw[i]);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) w_s[(tid + 256 * i) * 8 + e] = to_f32(x[e]);
-  }
+  cp_commit();
+  cp_wait<0>();
   __syncthreads();
-  const int warp = tid / 32, lane = tid % 32, c = lane % NB, r0 = lane / NB * 16;
-  float acc[16];
+  const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int r0 = (warp / 2) * 16, c0 = (warp % 2) * (NB / 2);
+  float acc[NT][4];
 #pragma unroll
-  for (int i = 0; i < 16; ++i) acc[i] = 0.0f;
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 #pragma unroll 4
-  for (int k = warp * KW; k < warp * KW + KW; ++k) {
-    const float x = w_s[k * NB + c];
-    const float4* ar = reinterpret_cast<const float4*>(a_t + k * RB + r0);
+  for (int k = 0; k < K; k += 16) {
+    unsigned fa[4];
+    ldsm_x4(fa, a_s + (r0 + (lane & 15)) * AR + k + ((lane >> 4) << 3));
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const float4 y = ar[q];
-      acc[4 * q] = fmaf(y.x, x, acc[4 * q]);
-      acc[4 * q + 1] = fmaf(y.y, x, acc[4 * q + 1]);
-      acc[4 * q + 2] = fmaf(y.z, x, acc[4 * q + 2]);
-      acc[4 * q + 3] = fmaf(y.w, x, acc[4 * q + 3]);
+    for (int j = 0; j < NT; j += 2) {
+      unsigned fb[4];
+      // Stored [k][n]: matrices (k 0-7, 8-15) x (n 0-7, 8-15), transposed.
+      ldsm_x4_t(fb, w_s + (k + (lane & 7) + (((lane >> 3) & 1) << 3)) * WR + c0 + j * 8 + ((lane >> 4) << 3));
+      mma(acc[j], fa, fb[0], fb[1]);
+      mma(acc[j + 1], fa, fb[2], fb[3]);
     }
   }
-  __syncthreads();
 #pragma unroll
-  for (int i = 0; i < 16; ++i) red[(warp * RB + r0 + i) * NB + c] = acc[i];
-  __syncthreads();
-  for (int o = tid; o < RB * NB; o += 256) {
-    const int r = o / NB, n = o % NB, b = b0 + r;
-    float x = 0.0f;
+  for (int half = 0; half < 2; ++half) {
+    const int b = b0 + r0 + g + 8 * half;
+    if (b >= batch) continue;
+    TO* const o = out + (static_cast<long long>(b) * heads + h) * out_stride + n0 + c0 + 2 * t;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) x += red[i * RB * NB + o];
-    if (b < batch) put(out + (static_cast<long long>(b) * heads + h) * out_stride + n0 + n, x * scale);
+    for (int j = 0; j < NT; ++j) {
+      put(o + 8 * j, acc[j][2 * half] * scale);
+      put(o + 8 * j + 1, acc[j][2 * half + 1] * scale);
+    }
   }
 }
 
-// qs = scale log2(e) [q_nope W_kc, q_pe]: grid (RANK / 16 + the rope's tiles, heads, batch / 32),
-// dynamic shared memory 4 * max(48 * NOPE, 4096) bytes.
-extern "C" __global__ void __launch_bounds__(256)
+// qs = scale log2(e) [q_nope W_kc, q_pe]: grid (RANK / 64 + the rope's tiles, heads, batch / 32),
+// 128 threads, dynamic shared memory 2 * (32 * (NOPE + 8) + NOPE * 72) bytes.
+extern "C" __global__ void __launch_bounds__(128)
     ejk_mla_absorb(const elem_t* __restrict__ q_nope, const elem_t* __restrict__ q_pe, const elem_t* __restrict__ w_kc,
                    float* __restrict__ qs, int batch, int heads, float scale) {
-  if (blockIdx.x * 16 < RANK) {
-    head_gemm<NOPE>(q_nope, w_kc, RANK, qs, WIDTH, batch, heads, scale);
+  if (blockIdx.x * 64 < RANK) {
+    head_gemm<64, NOPE>(q_nope, w_kc, RANK, qs, WIDTH, batch, heads, scale);
     return;
   }
-  const int n = (blockIdx.x * 16 - RANK) + threadIdx.x % 16, h = blockIdx.y;
+  const int n = (blockIdx.x * 64 - RANK) + threadIdx.x % 64, h = blockIdx.y;
   if (n >= ROPE) return;
-  for (int b = blockIdx.z * 32 + threadIdx.x / 16; b < min(batch, static_cast<int>(blockIdx.z) * 32 + 32); b += 16) {
+  for (int b = blockIdx.z * 32 + threadIdx.x / 64; b < min(batch, static_cast<int>(blockIdx.z) * 32 + 32); b += 2) {
     const long long bh = static_cast<long long>(b) * heads + h;
     qs[bh * WIDTH + RANK + n] = scale * to_f32(q_pe[bh * ROPE + n]);
   }
 }
 
-// The parts' o_lat merged by log-sum-exp and normalised, into o: one block of 128 threads a
-// (sequence, head); parts that saw no token have l = 0. The parts' weights first, so that a
-// thread's loads of the parts are independent of each other.
+// The parts' o_lat merged by log-sum-exp and normalised, into o in the element type (the
+// projection's A): one block of 128 threads a (sequence, head); parts that saw no token have
+// l = 0. The parts' weights first, so that a thread's loads of the parts are independent.
 extern "C" __global__ void __launch_bounds__(128)
-    ejk_mla_merge(const float* __restrict__ part_o, const float* __restrict__ part_ml, float* __restrict__ o, int splits) {
+    ejk_mla_merge(const float* __restrict__ part_o, const float* __restrict__ part_ml, elem_t* __restrict__ o, int splits) {
   __shared__ float weight[64];
   const long long bh = blockIdx.x;
   const float* ml = part_ml + bh * splits * 2;
@@ -337,13 +317,14 @@ extern "C" __global__ void __launch_bounds__(128)
     float x = 0.0f;
 #pragma unroll 8
     for (int s = 0; s < splits; ++s) x = fmaf(weight[s], part_o[(bh * splits + s) * RANK + c], x);
-    o[bh * RANK + c] = x;
+    o[bh * RANK + c] = to_elem(x);
   }
 }
 
-// out = o W_vc: grid (VDIM / 16, heads, batch / 32), dynamic shared memory 4 * max(48 * RANK, 4096) bytes.
-extern "C" __global__ void __launch_bounds__(256)
-    ejk_mla_project(const float* __restrict__ o, const elem_t* __restrict__ w_vc, elem_t* __restrict__ out, int batch,
+// out = o W_vc: grid (VDIM / 32, heads, batch / 32), 128 threads, dynamic shared memory
+// 2 * (32 * (RANK + 8) + RANK * 40) bytes.
+extern "C" __global__ void __launch_bounds__(128)
+    ejk_mla_project(const elem_t* __restrict__ o, const elem_t* __restrict__ w_vc, elem_t* __restrict__ out, int batch,
                     int heads) {
-  head_gemm<RANK>(o, w_vc, VDIM, out, VDIM, batch, heads, 1.0f);
+  head_gemm<32, RANK>(o, w_vc, VDIM, out, VDIM, batch, heads, 1.0f);
 }

@@ -50,6 +50,8 @@ struct DeviceInfo {
   bool bf16 = false;
   bool subgroups = false;
   std::vector<CoopMatShape> coopmat;
+  // Whether `coopmat` lists fragments of exactly this shape and these types.
+  bool offers(const CoopMatShape& shape) const;
 
   std::string id() const;  // "opencl:0"
   // Stable text naming backend, vendor, device and driver: the hardware/software part of a cache key.

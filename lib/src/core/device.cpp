@@ -47,6 +47,12 @@ std::string DeviceInfo::id() const {
   return backend == Backend::cpu ? std::string("cpu") : std::string(to_string(backend)) + ":" + std::to_string(index);
 }
 
+bool DeviceInfo::offers(const CoopMatShape& shape) const {
+  return std::any_of(coopmat.begin(), coopmat.end(), [&](const CoopMatShape& c) {
+    return c.m == shape.m && c.n == shape.n && c.k == shape.k && c.a == shape.a && c.c == shape.c;
+  });
+}
+
 std::string DeviceInfo::fingerprint() const {
   return std::string(to_string(backend)) + "|" + vendor + "|" + name + "|" + driver;
 }
