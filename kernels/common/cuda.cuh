@@ -1,6 +1,7 @@
 // What the CUDA C++ kernels share: 16-bit storage (f16 or bf16 by the build option BF16, whose
 // PTX type name is EJK_ELEM), conversions, fast exponentials, cp.async, ldmatrix and the sm_80
-// tensor-core instruction (mma.sync m16n8k16 with f32 accumulation).
+// tensor-core instruction (mma.sync m16n8k16 with f32 accumulation) and the online softmax's
+// rescale of its accumulators.
 #pragma once
 
 #if BF16
@@ -68,6 +69,19 @@ __device__ __forceinline__ void ldsm_x4_t(unsigned (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(shared_addr(p)));
+}
+
+// The online softmax's rescale of m16n8 accumulator tiles: this thread's elements of row g (0,
+// 1) by a0, of row g + 8 (2, 3) by a1.
+template <int N>
+__device__ __forceinline__ void scale_rows(float (&acc)[N][4], float a0, float a1) {
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    acc[j][0] *= a0;
+    acc[j][1] *= a0;
+    acc[j][2] *= a1;
+    acc[j][3] *= a1;
+  }
 }
 
 // d += a b for a 16 x 16 A fragment and a 16 x 8 B fragment (b0, b1).

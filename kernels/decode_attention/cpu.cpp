@@ -298,12 +298,9 @@ class CpuDecode final : public Implementation {
     P.q = data(args[static_cast<std::size_t>(e.at.q)]);
     P.k = data(args[static_cast<std::size_t>(e.at.k)]);
     P.v = data(args[static_cast<std::size_t>(e.at.v)]);
-    if (e.softcap > 0) {
-      P.qscale = static_cast<float>(e.scale / e.softcap);
-      P.cap2 = static_cast<float>(e.softcap * log2e);
-    } else {
-      P.qscale = static_cast<float>(e.scale * log2e);
-    }
+    const LogitScales z = logit_scales(e);
+    P.qscale = z.qscale;
+    P.cap2 = z.cap2;
     const std::int64_t parts = e.tokens * e.heads * P.splits;
     P.acc.assign(static_cast<std::size_t>(parts * e.head_dim), 0.f);
     P.ml.assign(static_cast<std::size_t>(parts * 2), 0.f);

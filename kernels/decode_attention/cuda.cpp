@@ -12,6 +12,7 @@
 #include "common/builtin.hpp"
 #include "decode_attention/engine.hpp"
 #include "decode_attention/impls.hpp"
+#include "decode_attention/reduce_pass.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::kernels::decode_attention {
@@ -19,9 +20,6 @@ namespace {
 
 constexpr const char* pass1_source = "decode_attention/decode_attention.cu";
 constexpr const char* reduce_source = "decode_attention/decode_attention.cl";
-constexpr double log2e = 1.4426950408889634;
-
-int dtype_code(DType t) { return t == DType::f32 ? 0 : t == DType::f16 ? 1 : 2; }
 
 // Shared memory of pass 1: the 16 query rows and every warp's ring of K and V tiles.
 std::int64_t shared_bytes(std::int64_t head_dim, std::int64_t warps, std::int64_t block_k, std::int64_t stages) {
@@ -41,9 +39,7 @@ class CudaDecode final : public Implementation {
     const Engine e = b_.engine(inv);
     if (e.dtype != DType::f16 && e.dtype != DType::bf16) return false;
     if (!dev.offers({16, 8, 16, e.dtype, DType::f32})) return false;
-    const double elems = static_cast<double>(std::max(e.tokens * e.heads, e.num_blocks * e.block_size * e.kv_heads)) *
-                         static_cast<double>(e.head_dim);
-    return e.head_dim % 64 == 0 && e.head_dim <= 256 && e.group() <= 16 && elems < 0x1p62 &&
+    return e.head_dim % 64 == 0 && e.head_dim <= 256 && e.group() <= 16 &&
            e.tokens + e.num_seqs < INT_MAX / 2 && static_cast<double>(e.num_seqs) * static_cast<double>(e.max_blocks) < INT_MAX &&
            static_cast<double>(e.capacity()) < INT_MAX / 2 &&
            shared_bytes(e.head_dim, 2, 16, 2) <= cuda::shared_max(dev);
@@ -117,40 +113,27 @@ class CudaDecode final : public Implementation {
       acc = dev.scratch(static_cast<std::size_t>(parts * e.head_dim) * 4);
       ml = dev.scratch(static_cast<std::size_t>(parts) * 8);
     }
-    auto ptr = [&](int slot) {
-      return dev.pointer(args[static_cast<std::size_t>(slot >= 0 ? slot : e.at.kv_end)].buffer());  // absent: never read
-    };
+    auto ptr = [&](int slot) { return dev.pointer(arg_at(e, args, slot).buffer()); };
     CUdeviceptr q = ptr(e.at.q), k = ptr(e.at.k), v = ptr(e.at.v), tables = ptr(e.at.block_tables);
     CUdeviceptr kv_begin = ptr(e.at.kv_begin), kv_end = ptr(e.at.kv_end), q_loc = ptr(e.at.q_loc);
     CUdeviceptr out = ptr(e.at.out), sinks = ptr(e.at.sinks);
     CUdeviceptr part_acc = acc ? dev.pointer(*acc) : out, part_ml = ml ? dev.pointer(*ml) : out;
     int sinks_dtype = dtype_code(e.sinks ? args[static_cast<std::size_t>(e.at.sinks)].dtype() : DType::f32);
-    int flags = (e.at.kv_begin >= 0 ? 2 : 0) | (e.varlen ? 4 : 0) | (e.sinks ? 8 : 0);
+    int flags = decode_attention::flags(e);
     auto i32 = [](std::int64_t x) { return static_cast<int>(x); };
     int num_seqs = i32(e.num_seqs), heads = i32(e.heads), kv_heads = i32(e.kv_heads), block_size = i32(e.block_size);
     int max_blocks = i32(e.max_blocks), num_blocks = i32(e.num_blocks), seq_len = i32(e.seq_len), n_splits = i32(splits);
     int window = i32(e.window);
-    float qscale = static_cast<float>(e.scale * log2e), cap2 = 0.f;
-    if (e.softcap > 0) {
-      qscale = static_cast<float>(e.scale / e.softcap);
-      cap2 = static_cast<float>(e.softcap * log2e);
-    }
+    LogitScales z = logit_scales(e);
     void* params[] = {&q,          &k,        &v,          &tables,   &kv_begin, &kv_end,     &q_loc,
                       &part_acc,   &part_ml,  &out,        &sinks,    &sinks_dtype, &flags,   &num_seqs,
                       &heads,      &kv_heads, &block_size, &max_blocks, &num_blocks, &seq_len, &n_splits,
-                      &window,     &qscale,   &cap2};
+                      &window,     &z.qscale, &z.cap2};
     dev.launch_cuda(*k1, {static_cast<unsigned>(splits), static_cast<unsigned>(e.kv_heads), static_cast<unsigned>(blocks)},
                     {static_cast<unsigned>(warps * 32), 1, 1},
                     static_cast<std::size_t>(shared_bytes(e.head_dim, warps, bk, stages)), params);
     if (splits == 1) return;
-    auto reduce = dev.kernel(reduce_source, reduce_options, "decode_reduce");
-    const std::int64_t dlocal = std::min<std::int64_t>(64, e.head_dim);
-    dev.launch(*reduce,
-               clc::Range(static_cast<std::size_t>((e.head_dim + dlocal - 1) / dlocal * dlocal),
-                          static_cast<std::size_t>(e.tokens * e.heads)),
-               clc::Range(static_cast<std::size_t>(dlocal), 1), *acc, *ml, args[static_cast<std::size_t>(e.at.sinks >= 0 ? e.at.sinks : e.at.kv_end)],
-               args[static_cast<std::size_t>(e.at.out)], args[static_cast<std::size_t>(e.at.q_loc >= 0 ? e.at.q_loc : e.at.kv_end)],
-               dtype_code(e.dtype), sinks_dtype, flags, num_seqs, i32(e.tokens), heads, i32(e.head_dim), n_splits);
+    launch_reduce(dev, *dev.kernel(reduce_source, reduce_options, "decode_reduce"), e, *acc, *ml, args, splits);
   }
 
  private:

@@ -220,13 +220,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     m1 = n1;
     l0 *= a0;
     l1 *= a1;
-#pragma unroll
-    for (int j = 0; j < NO; ++j) {
-      acc[j][0] *= a0;
-      acc[j][1] *= a0;
-      acc[j][2] *= a1;
-      acc[j][3] *= a1;
-    }
+    scale_rows(acc, a0, a1);
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
       sc[j][0] = fast_exp2(sc[j][0] - n0);

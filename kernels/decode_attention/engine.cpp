@@ -278,6 +278,19 @@ double moved_bytes(const Engine& e, std::int64_t keys_per_seq, std::int64_t inde
          4.0 * static_cast<double>(index_words);
 }
 
+int dtype_code(DType t) { return t == DType::f32 ? 0 : t == DType::f16 ? 1 : 2; }
+
+int flags(const Engine& e) {
+  return (e.layout == Layout::paged ? paged_flag : 0) | (e.at.kv_begin >= 0 ? has_begin_flag : 0) |
+         (e.varlen ? varlen_flag : 0) | (e.sinks ? sinks_flag : 0);
+}
+
+LogitScales logit_scales(const Engine& e) {
+  constexpr double log2e = 1.4426950408889634;
+  if (e.softcap > 0) return {static_cast<float>(e.scale / e.softcap), static_cast<float>(e.softcap * log2e)};
+  return {static_cast<float>(e.scale * log2e), 0.f};
+}
+
 Vars vars(const Engine& e) {
   return {{"num_seqs", e.num_seqs},
           {"tokens", e.tokens},

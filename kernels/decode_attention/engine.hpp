@@ -101,6 +101,22 @@ inline std::int64_t paged_keys(const Engine& e) { return std::min(e.capacity(), 
 // Named sizes for constraints and heuristics.
 Vars vars(const Engine& e);
 
+// How the device passes (decode_attention.cl, .glsl, .cu) and the CPU's are told an Engine:
+// storage dtype codes (0 f32, 1 f16, 2 bf16), flags, and the logits in base 2: z = cap2 *
+// tanh(qscale * q.k) with a soft cap, qscale * q.k (cap2 0) without.
+int dtype_code(DType t);
+enum Flag : int { paged_flag = 1, has_begin_flag = 2, varlen_flag = 4, sinks_flag = 8 };
+int flags(const Engine& e);
+struct LogitScales {
+  float qscale = 0.f, cap2 = 0.f;
+};
+LogitScales logit_scales(const Engine& e);
+// The call's argument at `slot`, or where the kernel has none (-1), another one: a placeholder
+// the passes bind but never read.
+inline const Tensor& arg_at(const Engine& e, std::span<const Tensor> args, int slot) {
+  return args[static_cast<std::size_t>(slot >= 0 ? slot : e.at.kv_end)];
+}
+
 // Rows (query head, token) that one workgroup of pass 1 holds.
 inline std::int64_t rows(const Engine& e, std::int64_t block_q) { return e.group() * block_q; }
 

@@ -10,21 +10,19 @@
 #include "common/builtin.hpp"
 #include "decode_attention/engine.hpp"
 #include "decode_attention/impls.hpp"
+#include "decode_attention/reduce_pass.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::kernels::decode_attention {
 namespace {
 
 constexpr const char* source_key = "decode_attention/decode_attention.cl";
-constexpr double log2e = 1.4426950408889634;
 
 std::int64_t dim_class(std::int64_t d) {
   std::int64_t c = 32;
   while (c < d) c *= 2;
   return c;
 }
-
-int dtype_code(DType t) { return t == DType::f32 ? 0 : t == DType::f16 ? 1 : 2; }
 
 // Local memory of pass 1 in bytes (the kernel's __local arrays), for rows R, keys bk, class dm:
 // decode_partial's, and decode_stream's (q, the larger of the partial dots and the key groups'
@@ -156,16 +154,9 @@ class OpenCLDecode final : public clc::Implementation {
     const std::int64_t parts = std::max<std::int64_t>(1, e.tokens * e.heads * splits);
     auto acc = dev.scratch(static_cast<std::size_t>(parts * e.head_dim) * 4);
     auto ml = dev.scratch(static_cast<std::size_t>(parts) * 8);
-    auto arg = [&](int slot) -> const Tensor& {
-      return args[static_cast<std::size_t>(slot >= 0 ? slot : e.at.kv_end)];  // absent: any buffer, never read
-    };
-    const int flags = (e.layout == Layout::paged ? 1 : 0) | (e.at.kv_begin >= 0 ? 2 : 0) | (e.varlen ? 4 : 0) |
-                      (e.sinks ? 8 : 0);
-    float qscale = static_cast<float>(e.scale * log2e), cap2 = 0.f;
-    if (e.softcap > 0) {
-      qscale = static_cast<float>(e.scale / e.softcap);
-      cap2 = static_cast<float>(e.softcap * log2e);
-    }
+    auto arg = [&](int slot) -> const Tensor& { return arg_at(e, args, slot); };
+    const int flags = decode_attention::flags(e);
+    const LogitScales z = logit_scales(e);
     auto i32 = [](std::int64_t x) { return static_cast<int>(x); };
     const std::int64_t blocks = query_blocks(e, bq);
     if (blocks > 0 && e.num_seqs > 0)
@@ -176,16 +167,8 @@ class OpenCLDecode final : public clc::Implementation {
                  arg(e.at.block_tables), arg(e.at.kv_begin), arg(e.at.kv_end), arg(e.at.q_loc), *acc, *ml,
                  dtype_code(e.dtype), flags, i32(e.num_seqs), i32(e.heads), i32(e.kv_heads), i32(e.head_dim),
                  i32(e.block_size), i32(e.max_blocks), i32(e.num_blocks), i32(e.seq_len), i32(splits), i32(e.window),
-                 qscale, cap2);
-    const std::int64_t dlocal = std::min<std::int64_t>(dm, 64);
-    const DType sinks_dtype = e.sinks ? args[static_cast<std::size_t>(e.at.sinks)].dtype() : DType::f32;
-    if (e.tokens > 0)
-      dev.launch(*reduce,
-                 clc::Range(static_cast<std::size_t>((e.head_dim + dlocal - 1) / dlocal * dlocal),
-                               static_cast<std::size_t>(e.tokens * e.heads)),
-                 clc::Range(static_cast<std::size_t>(dlocal), 1), *acc, *ml, arg(e.at.sinks), arg(e.at.out),
-                 arg(e.at.q_loc), dtype_code(e.dtype), dtype_code(sinks_dtype), flags, i32(e.num_seqs), i32(e.tokens),
-                 i32(e.heads), i32(e.head_dim), i32(splits));
+                 z.qscale, z.cap2);
+    launch_reduce(dev, *reduce, e, *acc, *ml, args, splits);
   }
 
  private:
@@ -193,6 +176,20 @@ class OpenCLDecode final : public clc::Implementation {
 };
 
 }  // namespace
+
+void launch_reduce(clc::Device& dev, clc::Kernel& reduce, const Engine& e, const Buffer& acc, const Buffer& ml,
+                   std::span<const Tensor> args, std::int64_t splits) {
+  if (e.tokens <= 0) return;
+  auto i32 = [](std::int64_t x) { return static_cast<int>(x); };
+  const std::int64_t dlocal = std::min<std::int64_t>(dim_class(e.head_dim), 64);
+  const DType sinks_dtype = e.sinks ? args[static_cast<std::size_t>(e.at.sinks)].dtype() : DType::f32;
+  dev.launch(reduce,
+             clc::Range(static_cast<std::size_t>((e.head_dim + dlocal - 1) / dlocal * dlocal),
+                        static_cast<std::size_t>(e.tokens * e.heads)),
+             clc::Range(static_cast<std::size_t>(dlocal), 1), acc, ml, arg_at(e, args, e.at.sinks), arg_at(e, args, e.at.out),
+             arg_at(e, args, e.at.q_loc), dtype_code(e.dtype), dtype_code(sinks_dtype), flags(e), i32(e.num_seqs),
+             i32(e.tokens), i32(e.heads), i32(e.head_dim), i32(splits));
+}
 
 // One implementation for every kernel the engine runs.
 EJK_BUILTIN(implementations, "decode_attention/opencl") {

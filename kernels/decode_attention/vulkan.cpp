@@ -15,7 +15,6 @@
 namespace ejk::kernels::decode_attention {
 namespace {
 
-constexpr double log2e = 1.4426950408889634;
 
 // Mirrors the shader's push-constant block.
 struct Push {
@@ -30,7 +29,6 @@ struct Push {
 static_assert(sizeof(Push) == 68, "the shader's block is 17 words");
 
 std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
-std::uint32_t dtype_code(DType t) { return t == DType::f32 ? 0u : t == DType::f16 ? 1u : 2u; }
 
 std::int64_t dim_class(std::int64_t d) {
   std::int64_t c = 32;
@@ -137,14 +135,11 @@ class VulkanDecode final : public Implementation {
     const std::int64_t parts = std::max<std::int64_t>(1, e.tokens * e.heads * splits);
     auto acc = dev.allocate(static_cast<std::size_t>(parts * e.head_dim) * 4);
     auto ml = dev.allocate(static_cast<std::size_t>(parts) * 8);
-    auto arg = [&](int slot) -> const Buffer* {
-      return &args[static_cast<std::size_t>(slot >= 0 ? slot : e.at.kv_end)].buffer();  // absent: never read
-    };
+    auto arg = [&](int slot) -> const Buffer* { return &arg_at(e, args, slot).buffer(); };
     Push push{};
-    push.dtype = dtype_code(e.dtype);
-    push.sinks_dtype = e.sinks ? dtype_code(args[static_cast<std::size_t>(e.at.sinks)].dtype()) : 0u;
-    push.flags = (e.layout == Layout::paged ? 1u : 0u) | (e.at.kv_begin >= 0 ? 2u : 0u) | (e.varlen ? 4u : 0u) |
-                 (e.sinks ? 8u : 0u);
+    push.dtype = u32(dtype_code(e.dtype));
+    push.sinks_dtype = e.sinks ? u32(dtype_code(args[static_cast<std::size_t>(e.at.sinks)].dtype())) : 0u;
+    push.flags = u32(flags(e));
     push.num_seqs = u32(e.num_seqs);
     push.tokens = u32(e.tokens);
     push.heads = u32(e.heads);
@@ -156,11 +151,9 @@ class VulkanDecode final : public Implementation {
     push.seq_len = u32(e.seq_len);
     push.splits = u32(splits);
     push.window = static_cast<std::int32_t>(e.window);
-    push.qscale = static_cast<float>(e.scale * log2e);
-    if (e.softcap > 0) {
-      push.qscale = static_cast<float>(e.scale / e.softcap);
-      push.cap2 = static_cast<float>(e.softcap * log2e);
-    }
+    const LogitScales z = logit_scales(e);
+    push.qscale = z.qscale;
+    push.cap2 = z.cap2;
 
     vulkan::Launch l;
     for (int slot : {e.at.q, e.at.k, e.at.v, e.at.block_tables, e.at.kv_begin, e.at.kv_end, e.at.q_loc, e.at.sinks, e.at.out})

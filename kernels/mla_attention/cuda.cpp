@@ -25,11 +25,14 @@ std::int64_t attend_shared(const Problem& p, std::int64_t bn, std::int64_t stage
   return (16 * row + stages * bn * row + 16 * (bn + 8)) * 2 + 2 * 4 * 16 * 4;
 }
 
-// The absorb and projection passes' shared memory (mla_decode.cu's head_gemm: 32 rows of the
-// left operand and 64 or 32 columns of the weights, rows padded by 8 elements), the larger.
-std::int64_t passes_shared(const Problem& p) {
-  return 2 * std::max(32 * (p.nope_dim + 8) + p.nope_dim * 72, 32 * (p.rank + 8) + p.rank * 40);
-}
+// The shared memory of mla_decode.cu's head_gemm: 32 rows of the left operand and `columns` of
+// the weights over `k`, rows padded by 8 elements. Absorb: k = nope_dim, 64 columns; projection:
+// k = rank, 32 columns.
+std::int64_t gemm_shared(std::int64_t k, std::int64_t columns) { return 2 * (32 * (k + 8) + k * (columns + 8)); }
+std::int64_t absorb_shared(const Problem& p) { return gemm_shared(p.nope_dim, 64); }
+std::int64_t project_shared(const Problem& p) { return gemm_shared(p.rank, 32); }
+// The merge's part weights (mla_decode.cu's ejk_mla_merge).
+constexpr std::int64_t max_splits = 64;
 
 class CudaMlaDecode final : public Implementation {
  public:
@@ -45,7 +48,7 @@ class CudaMlaDecode final : public Implementation {
     if (!dev.offers({16, 8, 16, p.dtype, DType::f32})) return false;
     return p.rank % 64 == 0 && p.width() % 32 == 0 && p.block_size % 32 == 0 && p.nope_dim % 16 == 0 &&
            p.v_dim % 32 == 0 && attend_shared(p, 32, 2) <= cuda::shared_max(dev) && p.batch * p.heads * p.width() < (std::int64_t{1} << 31) &&
-           passes_shared(p) <= cuda::shared_max(dev);
+           std::max(absorb_shared(p), project_shared(p)) <= cuda::shared_max(dev);
   }
 
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
@@ -83,7 +86,9 @@ class CudaMlaDecode final : public Implementation {
     const Problem p = Problem::of(inv);
     auto& dev = cuda::cuda_target(device);
     const std::int64_t bn = checked_block_n(config, p), splits = config.get("splits");
-    if (splits <= 0) throw InvalidArgument("mla_decode on CUDA: config " + config.canonical() + " needs splits > 0");
+    if (splits <= 0 || splits > max_splits)
+      throw InvalidArgument("mla_decode on CUDA: config " + config.canonical() + " needs splits from 1 to " +
+                            std::to_string(max_splits));
     if (p.batch == 0) return;
     auto absorb = kernel(p, config, dev, "ejk_mla_absorb");
     auto att = kernel(p, config, dev, "ejk_mla_attend_mma");
@@ -107,7 +112,7 @@ class CudaMlaDecode final : public Implementation {
 
     void* absorb_params[] = {&q_nope, &q_pe, &w_kc, &qs_p, &batch, &heads, &scale};
     dev.launch_cuda(*absorb, {u(p.rank / 64 + (p.rope_dim + 63) / 64), u(p.heads), u((p.batch + 31) / 32)}, {128, 1, 1},
-                    static_cast<std::size_t>(2 * (32 * (p.nope_dim + 8) + p.nope_dim * 72)), absorb_params);
+                    static_cast<std::size_t>(absorb_shared(p)), absorb_params);
     void* params[] = {&qs_p, &kv, &tables, &lens, &po, &pml, &heads, &block_size, &max_blocks, &n_splits};
     dev.launch_cuda(*att, {u(splits), u((p.heads + 15) / 16), u(p.batch)}, {128, 1, 1},
                     static_cast<std::size_t>(attend_shared(p, bn, config.get("stages"))), params);
@@ -115,7 +120,7 @@ class CudaMlaDecode final : public Implementation {
     dev.launch_cuda(*merge, {u(bh), 1, 1}, {128, 1, 1}, 0, merge_params);
     void* project_params[] = {&qs_p, &w_vc, &out, &batch, &heads};
     dev.launch_cuda(*project, {u(p.v_dim / 32), u(p.heads), u((p.batch + 31) / 32)}, {128, 1, 1},
-                    static_cast<std::size_t>(2 * (32 * (p.rank + 8) + p.rank * 40)), project_params);
+                    static_cast<std::size_t>(project_shared(p)), project_params);
   }
 
  private:

@@ -174,13 +174,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     l1 = l1 * a1 + z1;
 
     // O += P V, V the tile's first RANK columns, this warp's quarter of them.
-#pragma unroll
-    for (int j = 0; j < NT_O; ++j) {
-      acc[j][0] *= a0;
-      acc[j][1] *= a0;
-      acc[j][2] *= a1;
-      acc[j][3] *= a1;
-    }
+    scale_rows(acc, a0, a1);
 #pragma unroll
     for (int k = 0; k < BN; k += 16) {
       unsigned a[4];
