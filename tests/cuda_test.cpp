@@ -17,6 +17,7 @@
 #include "backends/cuda/cuda_device.hpp"
 #include "backends/cuda/opencl_c.hpp"
 #include "flash_attention/flash_attention.hpp"
+#include "grouped_matmul/grouped_matmul.hpp"
 #include "matmul/matmul.hpp"
 #include "mla_attention/mla_attention.hpp"
 #include "ragged_decode_attention/ragged_decode_attention.hpp"
@@ -163,6 +164,20 @@ TEST_P(CudaCompile, EveryProgramOfTheSpacesCompiles) {
         for (const Implementation* impl : impls)
           for (const Config& c : configs_to_compile(*impl, inv, info)) tasks.push_back({impl, inv, c});
       }
+  // The Hopper grouped matmuls take rows of 16-byte multiples only.
+  for (DType t : {DType::f16, DType::bf16})
+    for (const auto& [kernel, trans] : {std::pair{"grouped_matmul", false}, {"grouped_matmul", true}, {"grouped_matmul_tgmm", false}}) {
+      const Invocation inv = Registry::global().kernel(kernel).from_sizes(
+          {{"m", 200}, {"k", 64}, {"n", 72}, {"groups", 3}}, t,
+          trans ? nlohmann::json{{"trans_rhs", true}} : nlohmann::json::object());
+      std::size_t taken = 0;
+      for (const Implementation* impl : Registry::global().implementations(inv.kernel))
+        if (impl->backend() == Backend::cuda && impl->priority() >= 1 && impl->supports(inv, info)) {
+          for (const Config& c : configs_to_compile(*impl, inv, info)) tasks.push_back({impl, inv, c});
+          ++taken;
+        }
+      EXPECT_EQ(taken, cc >= 90 ? 1u : 0u) << "the Hopper grouped matmul for " << inv.signature();
+    }
   // The Hopper flash attention takes head_dim 64 and 128 only.
   for (DType t : {DType::f16, DType::bf16})
     for (std::int64_t dim : {64, 128})
@@ -308,6 +323,54 @@ TEST_P(Cuda, TensorCoreMatmulMatchesTheReference) {
           }
         }
   EXPECT_GT(runs, 100u);
+}
+
+// The Hopper grouped matmuls against the double reference: f16 and bf16, rhs transposed or not,
+// groups empty, shorter than a tile and straddling tiles, reductions ending inside a slice
+// (tgmm), under the heuristic's config and configs spread over the space.
+TEST_P(Cuda, HopperGroupedMatmulMatchesTheReference) {
+  namespace gm = kernels::grouped_matmul;
+  Context ctx(GetParam());
+  const DeviceInfo& info = ctx.device().info();
+  struct Case {
+    const char* kernel;
+    bool trans;
+    std::int64_t m, k, n;
+    std::vector<double> sizes;  // empty: the kernel's random split
+  };
+  const Case cases[] = {{"grouped_matmul", false, 300, 72, 136, {0, 130, 7, 163}},
+                        {"grouped_matmul", true, 300, 72, 136, {0, 130, 7, 163}},
+                        {"grouped_matmul", false, 1000, 256, 264, {}},
+                        {"grouped_matmul", true, 777, 8, 520, {}},
+                        {"grouped_matmul_tgmm", false, 300, 136, 72, {0, 130, 7, 163}},
+                        {"grouped_matmul_tgmm", false, 1000, 200, 264, {}},
+                        {"grouped_matmul_tgmm", false, 64, 64, 64, {64, 0}}};
+  std::size_t runs = 0;
+  for (DType t : {DType::f16, DType::bf16})
+    for (const Case& c : cases) {
+      const Kernel& kernel = Registry::global().kernel(c.kernel);
+      const auto groups = static_cast<std::int64_t>(c.sizes.empty() ? 5 : c.sizes.size());
+      const Invocation inv = kernel.from_sizes({{"m", c.m}, {"k", c.k}, {"n", c.n}, {"groups", groups}}, t,
+                                               c.trans ? nlohmann::json{{"trans_rhs", true}} : nlohmann::json::object());
+      const Implementation& impl = Registry::global().implementation(inv, info);
+      if (impl.sources().front() != "grouped_matmul/grouped_matmul.cu")
+        GTEST_SKIP() << info.name << " (" << info.architecture << ") has no wgmma (sm_90a)";
+      HostArrays in = kernel.inputs(inv, 11);
+      if (!c.sizes.empty()) in[gm::arg::group_sizes] = c.sizes;
+      const std::vector<double> want = kernel.reference(inv, in)[0];
+      std::vector<Config> configs{impl.heuristic(inv, info)};
+      const auto all = impl.space(inv, info).enumerate();
+      for (std::size_t i = 0; i < 6 && !all.empty(); ++i) configs.push_back(all[(i * 7919 + runs) % all.size()]);
+      for (const Config& config : configs) {
+        std::vector<Tensor> args;
+        for (std::size_t i = 0; i < gm::arg::count; ++i) args.push_back(ctx.from(inv.args[i].shape, inv.args[i].dtype, in[i]));
+        impl.run(inv, config, args, ctx.device());
+        EXPECT_LE(test::relative_error(args[gm::arg::out].read(), want), kernel.tolerance(inv))
+            << inv.signature() << " sizes " << nlohmann::json(in[gm::arg::group_sizes]).dump() << " " << config.canonical();
+        ++runs;
+      }
+    }
+  EXPECT_GT(runs, 60u);
 }
 
 // The Hopper flash attention forward (wgmma) against the double reference: f16 and bf16, head_dim

@@ -10,6 +10,7 @@
 
 #include "backends/cuda/cuda_device.hpp"
 #include "common/builtin.hpp"
+#include "common/gemm_wgmma.hpp"
 #include "ejk/error.hpp"
 #include "matmul/matmul.hpp"
 
@@ -139,23 +140,6 @@ class CudaMatmul final : public Implementation {
   }
 };
 
-// Hopper: BM x BN tiles, CW consumer warpgroups and a producer one, STAGES 64-wide K slices.
-struct WgmmaTiles {
-  std::int64_t bm, bn, cw, stages, group_m;
-  static WgmmaTiles of(const Config& c) {
-    return {c.get("bm"), c.get("bn"), c.get("cw"), c.get("stages"), c.get("group_m", 8)};
-  }
-  std::int64_t threads() const { return (cw + 1) * 128; }
-  // Stages, 1 KiB to align them to the swizzle's period, and two barriers a stage.
-  std::int64_t shared_bytes() const { return stages * (bm + bn) * 64 * 2 + 1024 + 16 * stages; }
-  void check(const Config& c) const {
-    const bool ok = (bm == 64 || bm == 128 || bm == 256) && (bn == 64 || bn == 128 || bn == 256) &&
-                    (cw == 1 || cw == 2) && bm % (64 * cw) == 0 && bm / (64 * cw) * bn <= 256 && stages >= 2 &&
-                    stages <= 8 && group_m >= 1 && shared_bytes() <= 227 * 1024;
-    if (!ok) throw InvalidArgument("matmul on CUDA (wgmma): inconsistent config " + c.canonical());
-  }
-};
-
 class WgmmaMatmul final : public Implementation {
  public:
   std::string_view kernel() const override { return "matmul"; }
@@ -163,7 +147,7 @@ class WgmmaMatmul final : public Implementation {
   // Before mma.sync wherever wgmma exists.
   int priority() const override { return 2; }
   std::vector<ArgDef> args() const override { return matmul_args(); }
-  std::vector<std::string> sources() const override { return {wgmma_source}; }
+  std::vector<std::string> sources() const override { return {wgmma_source, "common/gemm_wgmma.cuh"}; }
 
   // wgmma, setmaxnreg and TMA are sm_90a's alone (Blackwell has other instructions).
   bool supports(const Invocation& inv, const DeviceInfo& dev) const override {
@@ -171,43 +155,23 @@ class WgmmaMatmul final : public Implementation {
   }
 
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
-    ParamSpace s;
-    s.param("bm", {64, 128, 256})
-        .param("bn", {64, 128, 256})
-        .param("cw", {1, 2})
-        .param("stages", {2, 3, 4, 5, 6})
-        .param("group_m", {1, 8, 16})
-        // Whole m64 strips per consumer, at most 128 accumulators a thread.
-        .constraint("bm % (64 * cw) == 0 && bm / (64 * cw) * bn <= 256")
-        .constraint("stages * (bm + bn) * 128 + 1024 + 16 * stages <= " + std::to_string(227 * 1024))
-        .constraint("bm <= 64 || m > 64")
-        .constraint("bn <= 64 || n > 64")
-        .bind(MatmulKernel().vars(inv))
-        .bind(device_vars(dev));
+    ParamSpace s = wgmma_space("m", "n");
+    s.bind(MatmulKernel().vars(inv)).bind(device_vars(dev));
     return s;
   }
 
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
     const Problem p = Problem::of(inv);
-    const std::int64_t sms = std::max<std::int64_t>(dev.compute_units, 1);
-    auto tiles = [&](std::int64_t bm, std::int64_t bn) { return p.batch * tiles_of(p.m, bm) * tiles_of(p.n, bn); };
-    // 128 x 256 tiles over two consumer warpgroups (a 64 x 256 strip each) where they fill the
-    // device, else 128 x 128, else 64-row tiles of one consumer.
-    Config c{{"group_m", 8}, {"cw", 2}, {"bm", 128}};
-    if (p.m > 64 && p.n > 128 && tiles(128, 256) >= sms)
-      c.set("bn", 256), c.set("stages", 4);
-    else if (p.m > 64 && p.n > 64 && tiles(128, 128) >= sms)
-      c.set("bn", 128), c.set("stages", 5);
-    else
-      c.set("bm", 64), c.set("cw", 1), c.set("bn", p.n > 64 ? 128 : 64), c.set("stages", 4);
-    return c;
+    return wgmma_heuristic(p.m, p.n, std::max<std::int64_t>(dev.compute_units, 1), [&](std::int64_t bm, std::int64_t bn) {
+      return p.batch * tiles_of(p.m, bm) * tiles_of(p.n, bn);
+    });
   }
 
   void prepare(const Invocation& inv, const Config& config, Device& device) const override {
     const Problem p = Problem::of(inv);
     auto& dev = cuda::cuda_target(device);
     const WgmmaTiles t = WgmmaTiles::of(config);
-    t.check(config);
+    t.check("matmul on CUDA (wgmma)", config);
     (void)program(p, t, dev);
   }
 
@@ -215,7 +179,7 @@ class WgmmaMatmul final : public Implementation {
     const Problem p = Problem::of(inv);
     auto& dev = cuda::cuda_target(device);
     const WgmmaTiles t = WgmmaTiles::of(config);
-    t.check(config);
+    t.check("matmul on CUDA (wgmma)", config);
     if (p.m == 0 || p.n == 0 || p.batch == 0) return;
     auto k = program(p, t, dev);
     // An operand's map: (contiguous, other, batch) dimensions; where the contiguous one is M or
@@ -247,12 +211,10 @@ class WgmmaMatmul final : public Implementation {
 
  private:
   static std::shared_ptr<cuda::CudaKernel> program(const Problem& p, const WgmmaTiles& t, cuda::CudaTarget& dev) {
-    auto def = [](const char* name, std::int64_t v) { return std::string("-D") + name + "=" + std::to_string(v); };
-    return dev.cuda_kernel(wgmma_source,
-                           {def("BM", t.bm), def("BN", t.bn), def("CW", t.cw), def("STAGES", t.stages),
-                            def("GROUP_M", t.group_m), def("TRANS_A", p.trans_a), def("TRANS_B", p.trans_b),
-                            def("BF16", p.dtype == DType::bf16)},
-                           "ejk_gemm_wgmma");
+    auto options = t.build_options();
+    options.insert(options.end(), {"-DTRANS_A=" + std::to_string(p.trans_a), "-DTRANS_B=" + std::to_string(p.trans_b),
+                                   "-DBF16=" + std::to_string(p.dtype == DType::bf16)});
+    return dev.cuda_kernel(wgmma_source, options, "ejk_gemm_wgmma");
   }
 };
 
