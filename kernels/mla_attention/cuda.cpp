@@ -25,13 +25,20 @@ std::int64_t attend_shared(const Problem& p, std::int64_t bn, std::int64_t stage
   return (16 * row + stages * bn * row + 16 * (bn + 8)) * 2 + 2 * 4 * 16 * 4;
 }
 
-// The shared memory of mla_decode.cu's head_gemm: 32 rows of the left operand and `columns` of
-// the weights over `k`, rows padded by 8 elements. Absorb: k = nope_dim, 64 columns; projection:
-// k = rank, 32 columns.
+// The shared memory of mla_decode.cu's head_gemm (the absorb pass): 32 rows of the left operand
+// and `columns` of the weights over `k`, rows padded by 8 elements (k = nope_dim, 64 columns).
 std::int64_t gemm_shared(std::int64_t k, std::int64_t columns) { return 2 * (32 * (k + 8) + k * (columns + 8)); }
 std::int64_t absorb_shared(const Problem& p) { return gemm_shared(p.nope_dim, 64); }
-std::int64_t project_shared(const Problem& p) { return gemm_shared(p.rank, 32); }
-// The merge's part weights (mla_decode.cu's ejk_mla_merge).
+// mla_decode.cu's ejk_mla_merge_project with `pnb` columns a block: the 16 rows of the projection's
+// left operand, the rank x pnb slice of W_vc, and the part weights or the warps' partial products.
+std::int64_t merge_project_shared(const Problem& p, std::int64_t pnb) {
+  return 2 * (16 * (p.rank + 8) + p.rank * (pnb + 8)) + 4 * std::max<std::int64_t>(8 * 64, 64 * (pnb + 8));
+}
+// 64 columns a block where they fit the device's shared memory (and divide v_dim), else 32.
+std::int64_t project_columns(const Problem& p, const DeviceInfo& dev) {
+  return p.v_dim % 64 == 0 && merge_project_shared(p, 64) <= cuda::shared_max(dev) ? 64 : 32;
+}
+// The merge's part weights (mla_decode.cu's ejk_mla_merge_project: 64 a row).
 constexpr std::int64_t max_splits = 64;
 
 class CudaMlaDecode final : public Implementation {
@@ -48,7 +55,7 @@ class CudaMlaDecode final : public Implementation {
     if (!dev.offers({16, 8, 16, p.dtype, DType::f32})) return false;
     return p.rank % 64 == 0 && p.width() % 32 == 0 && p.block_size % 32 == 0 && p.nope_dim % 16 == 0 &&
            p.v_dim % 32 == 0 && attend_shared(p, 32, 2) <= cuda::shared_max(dev) && p.batch * p.heads * p.width() < (std::int64_t{1} << 31) &&
-           std::max(absorb_shared(p), project_shared(p)) <= cuda::shared_max(dev);
+           std::max(absorb_shared(p), merge_project_shared(p, 32)) <= cuda::shared_max(dev);
   }
 
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
@@ -92,12 +99,10 @@ class CudaMlaDecode final : public Implementation {
     if (p.batch == 0) return;
     auto absorb = kernel(p, config, dev, "ejk_mla_absorb");
     auto att = kernel(p, config, dev, "ejk_mla_attend_mma");
-    auto merge = kernel(p, config, dev, "ejk_mla_merge");
-    auto project = kernel(p, config, dev, "ejk_mla_project");
+    auto merge_project = kernel(p, config, dev, "ejk_mla_merge_project");
 
     const std::int64_t bh = p.batch * p.heads;
     if (bh == 0) return;
-    // qs, then (once the attention has read it) the merged o_lat in the element type.
     auto qs = dev.scratch(static_cast<std::size_t>(bh * p.width()) * 4);
     auto part_o = dev.scratch(static_cast<std::size_t>(bh * splits * p.rank) * 4);
     auto part_ml = dev.scratch(static_cast<std::size_t>(bh * splits * 2) * 4);
@@ -116,11 +121,10 @@ class CudaMlaDecode final : public Implementation {
     void* params[] = {&qs_p, &kv, &tables, &lens, &po, &pml, &heads, &block_size, &max_blocks, &n_splits};
     dev.launch_cuda(*att, {u(splits), u((p.heads + 15) / 16), u(p.batch)}, {128, 1, 1},
                     static_cast<std::size_t>(attend_shared(p, bn, config.get("stages"))), params);
-    void* merge_params[] = {&po, &pml, &qs_p, &n_splits};
-    dev.launch_cuda(*merge, {u(bh), 1, 1}, {128, 1, 1}, 0, merge_params);
-    void* project_params[] = {&qs_p, &w_vc, &out, &batch, &heads};
-    dev.launch_cuda(*project, {u(p.v_dim / 32), u(p.heads), u((p.batch + 31) / 32)}, {128, 1, 1},
-                    static_cast<std::size_t>(project_shared(p)), project_params);
+    void* project_params[] = {&po, &pml, &w_vc, &out, &batch, &heads, &n_splits};
+    const std::int64_t pnb = project_columns(p, dev.info());
+    dev.launch_cuda(*merge_project, {u(p.v_dim / pnb), u(p.heads), u((p.batch + 7) / 8)}, {256, 1, 1},
+                    static_cast<std::size_t>(merge_project_shared(p, pnb)), project_params);
   }
 
  private:
@@ -139,7 +143,7 @@ class CudaMlaDecode final : public Implementation {
     auto def = [](const char* n, std::int64_t v) { return std::string("-D") + n + "=" + std::to_string(v); };
     return dev.cuda_kernel(source,
                            {def("RANK", p.rank), def("ROPE", p.rope_dim), def("NOPE", p.nope_dim), def("VDIM", p.v_dim),
-                            def("BN", bn), def("STAGES", stages), def("BF16", p.dtype == DType::bf16)},
+                            def("PNB", project_columns(p, dev.info())), def("BN", bn), def("STAGES", stages), def("BF16", p.dtype == DType::bf16)},
                            name);
   }
 };

@@ -1,7 +1,7 @@
 // mla_decode on NVIDIA tensor cores (sm_80 and later), f16 or bf16: the absorb pass (queries
 // into the latent space, f32), the attention pass (each part's unnormalised o_lat and its running
-// max and sum, log2 domain, as mla_decode.cl's mla_attend), the merge of the parts and the value
-// projection.
+// max and sum, log2 domain, as mla_decode.cl's mla_attend), and the parts' merge with the value
+// projection in one pass.
 //
 // A block of four warps takes one part of the context of one sequence for 16 heads (the m16 of
 // mma.sync; heads past the last are zero rows). Tiles of BN cache rows are copied by cp.async
@@ -209,18 +209,15 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
   }
 }
 
-// The passes around the attention, per head as small GEMMs over the batch on tensor cores, so
-// that each head's weights are read once rather than once per sequence: out[b, h, n0 + n] =
+// The absorb pass, per head a small GEMM over the batch on tensor cores, so that each head's
+// weights are read once rather than once per sequence: out[b, h, n0 + n] =
 // scale * sum_k a[b, h, k] w[h, k, n] for 32 rows b and NB columns n a block of four warps (16
 // rows and NB / 2 columns a warp), a and w of the element type with f32 accumulation. The
 // block's rows of a and columns of w are copied whole by cp.async (rows padded by 16 bytes, so
 // ldmatrix's eight rows fall in distinct banks).
-__device__ __forceinline__ void put(float* p, float x) { *p = x; }
-__device__ __forceinline__ void put(elem_t* p, float x) { *p = to_elem(x); }
-
-template <int NB, int K, class TO>
+template <int NB, int K>
 __device__ __forceinline__ void head_gemm(const elem_t* __restrict__ a, const elem_t* __restrict__ w, int ndim,
-                                          TO* __restrict__ out, int out_stride, int batch, int heads, float scale) {
+                                          float* __restrict__ out, int out_stride, int batch, int heads, float scale) {
   constexpr int AR = K + 8, WR = NB + 8, NT = NB / 16;  // shared row strides; n8 tiles a warp
   static_assert(K % 16 == 0 && NB % 16 == 0, "whole mma.sync tiles");
   extern __shared__ __align__(16) unsigned char smem[];
@@ -261,11 +258,10 @@ __device__ __forceinline__ void head_gemm(const elem_t* __restrict__ a, const el
   for (int half = 0; half < 2; ++half) {
     const int b = b0 + r0 + g + 8 * half;
     if (b >= batch) continue;
-    TO* const o = out + (static_cast<long long>(b) * heads + h) * out_stride + n0 + c0 + 2 * t;
+    float* const o = out + (static_cast<long long>(b) * heads + h) * out_stride + n0 + c0 + 2 * t;
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-      put(o + 8 * j, acc[j][2 * half] * scale);
-      put(o + 8 * j + 1, acc[j][2 * half + 1] * scale);
+      *reinterpret_cast<float2*>(o + 8 * j) = make_float2(acc[j][2 * half] * scale, acc[j][2 * half + 1] * scale);
     }
   }
 }
@@ -287,38 +283,108 @@ extern "C" __global__ void __launch_bounds__(128)
   }
 }
 
-// The parts' o_lat merged by log-sum-exp and normalised, into o in the element type (the
-// projection's A): one block of 128 threads a (sequence, head); parts that saw no token have
-// l = 0. The parts' weights first, so that a thread's loads of the parts are independent.
-extern "C" __global__ void __launch_bounds__(128)
-    ejk_mla_merge(const float* __restrict__ part_o, const float* __restrict__ part_ml, elem_t* __restrict__ o, int splits) {
-  __shared__ float weight[64];
-  const long long bh = blockIdx.x;
-  const float* ml = part_ml + bh * splits * 2;
-  if (threadIdx.x < 32) {
+// out = o W_vc with o the parts' o_lat merged by log-sum-exp and normalised, straight into the
+// projection's left operand in shared memory (in the element type, as the reference rounds it):
+// one pass, no merged o_lat in global memory. A block takes 8 sequences of one head (rows 8-15
+// of mma.sync's A are zeros) and PNB columns of out: grid (VDIM / PNB, heads, batch / 8), 256
+// threads, dynamic shared memory merge_project_shared (cuda.cpp). W_vc's slice is copied first,
+// so that its copy runs while the parts are merged; each thread keeps 16 loads of the parts in
+// flight (the pass is bound by their latency). Parts that saw no token have l = 0. The eight
+// warps take every eighth 16-wide step of the latent rank and add their products through shared memory.
+extern "C" __global__ void __launch_bounds__(256)
+    ejk_mla_merge_project(const float* __restrict__ part_o, const float* __restrict__ part_ml,
+                          const elem_t* __restrict__ w_vc, elem_t* __restrict__ out, int batch, int heads, int splits) {
+  constexpr int AR = RANK + 8, WR = PNB + 8, SR = PNB + 8, NT = PNB / 8, ITEMS = (8 * (RANK / 4) + 255) / 256;
+  static_assert(RANK % 16 == 0 && PNB % 16 == 0, "whole mma.sync tiles");
+  extern __shared__ __align__(16) unsigned char smem[];
+  elem_t* const a_s = reinterpret_cast<elem_t*>(smem);              // [16][AR], rows 8-15 zero
+  elem_t* const w_s = a_s + 16 * AR;                                 // [RANK][WR]
+  float* const weight = reinterpret_cast<float*>(w_s + RANK * WR);  // [8][64]; then [8][8][SR] partial sums
+  const int n0 = blockIdx.x * PNB, h = blockIdx.y, b0 = blockIdx.z * 8, tid = threadIdx.x;
+  const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+
+  for (int c = tid; c < RANK * (PNB / 8); c += 256) {
+    const int k = c / (PNB / 8), n = c % (PNB / 8) * 8;
+    cp16(w_s + k * WR + n, w_vc + (static_cast<long long>(h) * RANK + k) * VDIM + n0 + n, 16);
+  }
+  cp_commit();
+  for (int c = tid; c < 8 * AR / 2; c += 256) reinterpret_cast<unsigned*>(a_s + 8 * AR)[c] = 0u;
+
+  {
+    const int r = warp, b = b0 + r;  // a warp a row
+    const float* ml = part_ml + (static_cast<long long>(b) * heads + h) * splits * 2;
     float mx = NEG_INF, total = 0.0f;
-    for (int s = threadIdx.x; s < splits; s += 32)
-      if (ml[2 * s + 1] > 0.0f) mx = fmaxf(mx, ml[2 * s]);
-    for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    for (int s = threadIdx.x; s < splits; s += 32)
-      if (ml[2 * s + 1] > 0.0f) total += fast_exp2(ml[2 * s] - mx) * ml[2 * s + 1];
-    for (int off = 16; off > 0; off /= 2) total += __shfl_xor_sync(0xffffffffu, total, off);
+    if (b < batch) {
+      for (int s = lane; s < splits; s += 32)
+        if (ml[2 * s + 1] > 0.0f) mx = fmaxf(mx, ml[2 * s]);
+      for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+      for (int s = lane; s < splits; s += 32)
+        if (ml[2 * s + 1] > 0.0f) total += fast_exp2(ml[2 * s] - mx) * ml[2 * s + 1];
+      for (int off = 16; off > 0; off /= 2) total += __shfl_xor_sync(0xffffffffu, total, off);
+    }
     const float inv = total > 0.0f ? 1.0f / total : 0.0f;
-    for (int s = threadIdx.x; s < splits; s += 32) weight[s] = ml[2 * s + 1] > 0.0f ? fast_exp2(ml[2 * s] - mx) * inv : 0.0f;
+    for (int s = lane; s < splits; s += 32)
+      weight[r * 64 + s] = b < batch && ml[2 * s + 1] > 0.0f ? fast_exp2(ml[2 * s] - mx) * inv : 0.0f;
   }
   __syncthreads();
-  for (int c = threadIdx.x; c < RANK; c += 128) {
-    float x = 0.0f;
-#pragma unroll 8
-    for (int s = 0; s < splits; ++s) x = fmaf(weight[s], part_o[(bh * splits + s) * RANK + c], x);
-    o[bh * RANK + c] = to_elem(x);
+  float4 x[ITEMS];
+  const float* po[ITEMS];
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int c = min(tid + 256 * i, 8 * (RANK / 4) - 1), r = c / (RANK / 4), b = min(b0 + r, batch - 1);
+    x[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    po[i] = part_o + (static_cast<long long>(b) * heads + h) * splits * RANK + c % (RANK / 4) * 4;
   }
-}
+#pragma unroll 4
+  for (int s = 0; s < splits; ++s)
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+      const float w = weight[min(tid + 256 * i, 8 * (RANK / 4) - 1) / (RANK / 4) * 64 + s];  // 0 past the batch
+      const float4 v = *reinterpret_cast<const float4*>(po[i] + static_cast<long long>(s) * RANK);
+      x[i].x = fmaf(w, v.x, x[i].x);
+      x[i].y = fmaf(w, v.y, x[i].y);
+      x[i].z = fmaf(w, v.z, x[i].z);
+      x[i].w = fmaf(w, v.w, x[i].w);
+    }
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int c = tid + 256 * i, r = c / (RANK / 4), col = c % (RANK / 4) * 4;
+    if (c < 8 * (RANK / 4)) *reinterpret_cast<uint2*>(a_s + r * AR + col) = make_uint2(pack2(x[i].x, x[i].y), pack2(x[i].z, x[i].w));
+  }
+  cp_wait<0>();
+  __syncthreads();
 
-// out = o W_vc: grid (VDIM / 32, heads, batch / 32), 128 threads, dynamic shared memory
-// 2 * (32 * (RANK + 8) + RANK * 40) bytes.
-extern "C" __global__ void __launch_bounds__(128)
-    ejk_mla_project(const elem_t* __restrict__ o, const elem_t* __restrict__ w_vc, elem_t* __restrict__ out, int batch,
-                    int heads) {
-  head_gemm<32, RANK>(o, w_vc, VDIM, out, VDIM, batch, heads, 1.0f);
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+#pragma unroll 2
+  for (int k = warp * 16; k < RANK; k += 8 * 16) {
+    unsigned fa[4];
+    ldsm_x4(fa, a_s + (lane & 15) * AR + k + ((lane >> 4) << 3));
+#pragma unroll
+    for (int j = 0; j < NT; j += 2) {
+      unsigned fb[4];
+      // Stored [k][n]: matrices (k 0-7, 8-15) x (n 0-7, 8-15), transposed.
+      ldsm_x4_t(fb, w_s + (k + (lane & 7) + (((lane >> 3) & 1) << 3)) * WR + j * 8 + ((lane >> 4) << 3));
+      mma(acc[j], fa, fb[0], fb[1]);
+      mma(acc[j + 1], fa, fb[2], fb[3]);
+    }
+  }
+  // The weights are read: their room takes the warps' partial products (rows 0-7: c0 and c1).
+  float* const sum = weight;
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+    *reinterpret_cast<float2*>(sum + (warp * 8 + g) * SR + j * 8 + 2 * t) = make_float2(acc[j][0], acc[j][1]);
+  __syncthreads();
+  for (int c = tid; c < 8 * PNB / 2; c += 256) {
+    const int r = c / (PNB / 2), n = c % (PNB / 2) * 2, b = b0 + r;
+    if (b >= batch) continue;
+    float x0 = 0.0f, x1 = 0.0f;
+#pragma unroll
+    for (int w = 0; w < 8; ++w) {
+      x0 += sum[(w * 8 + r) * SR + n];
+      x1 += sum[(w * 8 + r) * SR + n + 1];
+    }
+    *reinterpret_cast<unsigned*>(out + (static_cast<long long>(b) * heads + h) * VDIM + n0 + n) = pack2(x0, x1);
+  }
 }
