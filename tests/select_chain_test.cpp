@@ -2,6 +2,8 @@
 // keys that follow the kernel version, and recording.
 #include <thread>
 
+#include <unistd.h>
+
 #include "ejk/detail/embedded.hpp"
 #include "select_support.hpp"
 #include "support.hpp"
@@ -444,6 +446,48 @@ TEST_F(Chain, LogsOneLinePerSelection) {
     EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 2) << out;
     EXPECT_TRUE(contains(out, "-> memory: heuristic")) << out;
   }
+}
+
+// EJK_TRACE: every call a Chrome trace "complete" event with its selection and device time, the
+// file a JSON array that parses once the last executor tracing into it is gone.
+TEST_F(Chain, TracesEveryCallAsChromeEvents) {
+  const std::string path = (dir / "trace-%p.json").string();
+  ::setenv("EJK_TRACE", path.c_str(), 1);
+  auto ex = make();
+  auto second = make();
+  ::unsetenv("EJK_TRACE");
+  Tensor x(dev, {64}, DType::f32);
+  for (int i = 0; i < 3; ++i) ex->run(probe(64), std::span(&x, 1));
+  second->run(probe(64), std::span(&x, 1), cfg(8, 2));
+  ex.reset();
+  second.reset();
+  const fs::path file = dir / ("trace-" + std::to_string(::getpid()) + ".json");
+  std::ifstream in(file);
+  ASSERT_TRUE(in) << file;
+  const nlohmann::json events = nlohmann::json::parse(in);  // throws unless closed and well formed
+  ASSERT_TRUE(events.is_array());
+  std::vector<nlohmann::json> calls;
+  for (const auto& e : events)
+    if (e.at("ph") == "X") calls.push_back(e);
+  ASSERT_EQ(calls.size(), 4u) << events.dump(1);
+  EXPECT_EQ(events.front().at("name"), "process_name");
+  double last = -1;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    const auto& e = calls[i];
+    const auto& a = e.at("args");
+    EXPECT_EQ(e.at("name"), probe(64).kernel);
+    EXPECT_EQ(a.at("signature"), probe(64).signature());
+    EXPECT_EQ(a.at("device"), "cpu");
+    EXPECT_GE(e.at("ts").get<double>(), last);
+    last = e.at("ts").get<double>();
+    EXPECT_GE(e.at("dur").get<double>(), 0.0);
+    EXPECT_GE(a.at("device_us").get<double>(), 0.0);
+    EXPECT_FALSE(a.at("reason").get<std::string>().empty());
+  }
+  EXPECT_EQ(calls[0].at("args").at("tier"), "heuristic");
+  EXPECT_EQ(calls[1].at("args").at("tier"), "memory");
+  EXPECT_EQ(calls[3].at("args").at("tier"), "override");
+  EXPECT_EQ(calls[3].at("args").at("config"), cfg(8, 2).canonical());
 }
 
 TEST_F(Chain, RecordsEveryCallFromSeveralProcesses) {

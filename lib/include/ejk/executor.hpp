@@ -52,7 +52,7 @@ struct ExecutorOptions {
 
 class Executor {
  public:
-  // Reads EJK_AUTOTUNE_POLICY, EJK_STRICT, EJK_LOG_SELECTION and EJK_RECORD now.
+  // Reads EJK_AUTOTUNE_POLICY, EJK_STRICT, EJK_LOG_SELECTION, EJK_RECORD and EJK_TRACE now.
   explicit Executor(std::shared_ptr<Device> device, ExecutorOptions options = {});
   ~Executor();
   Executor(const Executor&) = delete;

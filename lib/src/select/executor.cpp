@@ -22,6 +22,7 @@
 #include "ejk/version.hpp"
 #include "select/profile.hpp"
 #include "select/recorder.hpp"
+#include "select/trace.hpp"
 
 namespace ejk {
 
@@ -245,6 +246,7 @@ struct Executor::State {
   std::shared_ptr<const select::ProfileStore> profiles;
 
   std::shared_ptr<select::Recorder> recorder;
+  std::shared_ptr<select::Trace> trace;
 
   const DeviceInfo& dev() const { return device->info(); }
 
@@ -521,6 +523,7 @@ Executor::Executor(std::shared_ptr<Device> device, ExecutorOptions options)
   }
   state_->profile_dirs = options.profile_dirs ? *options.profile_dirs : default_profile_dirs();
   if (const char* rec = std::getenv("EJK_RECORD"); rec && *rec) state_->recorder = select::Recorder::open(rec);
+  if (const char* trace = std::getenv("EJK_TRACE"); trace && *trace) state_->trace = select::Trace::open(trace);
 }
 
 Executor::~Executor() = default;
@@ -550,7 +553,13 @@ std::shared_ptr<const Selection> Executor::run(const Invocation& inv, std::span<
   Site& s = state_->site(inv);
   auto sel = state_->resolve(s, inv, override_config);
   if (state_->recorder) state_->record(s, inv, *sel);
-  s.impl->run(inv, sel->config, args, *device_);
+  if (state_->trace) {
+    const auto start = std::chrono::steady_clock::now();
+    const double device_ns = device_->time_ns([&] { s.impl->run(inv, sel->config, args, *device_); });
+    state_->trace->call(inv, device_->info(), *s.impl, *sel, start, device_ns);
+  } else {
+    s.impl->run(inv, sel->config, args, *device_);
+  }
   SelectionRecorder::record(inv.kernel, sel);
   return sel;
 }
