@@ -6,9 +6,11 @@
 #include <set>
 #include <unistd.h>
 
+#include "select_support.hpp"
 #include "tune_support.hpp"
 #include "tune/search.hpp"
 #include "tune/stats.hpp"
+#include "tune/verdict.hpp"
 
 namespace ejk {
 namespace {
@@ -314,6 +316,34 @@ TEST(TuneSearch, StoredResultsReplayInSimulation) {
     if (m.status == Status::ok && (best == 0 || m.stats.median_ns < best)) best = m.stats.median_ns;
   EXPECT_DOUBLE_EQ(replay.evaluated[replay.best].stats.median_ns, best);
   EXPECT_THROW(MeasurementTable::load("/nonexistent/table.json"), IoError);
+}
+
+// A tune stores its best config only when the paired re-run puts it at least the margin ahead of
+// the heuristic's; under it, the heuristic's config with its re-run measurement.
+TEST(TuneVerdict, TheBestDisplacesTheHeuristicOnlyByTheMargin) {
+  const Config heuristic{{"tile", 8}}, other{{"tile", 16}};
+  TuneResult out;
+  out.heuristic = heuristic;
+  out.rerank = {test::meas(other, Status::ok, {100, 1, 99, 15}), test::meas(heuristic, Status::ok, {101, 1, 100, 15})};
+  const Measurement best = out.rerank[0];
+  bool kept = true;
+  out.speedup = 1.0 + tuning::displace_margin / 2;
+  EXPECT_EQ(tuning::keep_heuristic_unless_ahead(out, &best, true, kept), &out.rerank[1]);
+  EXPECT_TRUE(kept);
+  out.speedup = 1.0 + tuning::displace_margin;
+  EXPECT_EQ(tuning::keep_heuristic_unless_ahead(out, &best, true, kept), &best);
+  EXPECT_FALSE(kept);
+  // No paired lead, or the heuristic's re-run failed: nothing to judge by.
+  out.speedup = 1.001;
+  EXPECT_EQ(tuning::keep_heuristic_unless_ahead(out, &best, false, kept), &best);
+  EXPECT_FALSE(kept);
+  out.rerank[1].status = Status::runtime;
+  EXPECT_EQ(tuning::keep_heuristic_unless_ahead(out, &best, true, kept), &best);
+  EXPECT_FALSE(kept);
+  // The heuristic itself best, or no best.
+  const Measurement own = out.rerank[1];
+  EXPECT_EQ(tuning::keep_heuristic_unless_ahead(out, &own, true, kept), &own);
+  EXPECT_EQ(tuning::keep_heuristic_unless_ahead(out, nullptr, true, kept), nullptr);
 }
 
 }  // namespace

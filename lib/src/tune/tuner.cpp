@@ -16,6 +16,7 @@
 #include "tune/prebuild.hpp"
 #include "tune/search.hpp"
 #include "tune/stats.hpp"
+#include "tune/verdict.hpp"
 #include "tune/worker.hpp"
 
 namespace ejk {
@@ -306,6 +307,21 @@ std::string report_of(const TuneResult& out, const SearchResult& r, const Measur
 
 }  // namespace
 
+namespace tuning {
+
+const Measurement* keep_heuristic_unless_ahead(const TuneResult& out, const Measurement* best, bool paired, bool& kept) {
+  kept = false;
+  if (!best || !paired || best->config == out.heuristic || out.speedup >= 1.0 + displace_margin) return best;
+  for (const auto& m : out.rerank)
+    if (m.config == out.heuristic && m.status == Status::ok) {
+      kept = true;
+      return &m;
+    }
+  return best;
+}
+
+}  // namespace tuning
+
 // Phases: the candidates, a runner for them, the search (the heuristic first, programs built
 // ahead), a paired re-run of the best, the cache entry and the report.
 TuneResult tune(const Invocation& inv, const Implementation& impl, Device& device, const TuneOptions& o) {
@@ -349,13 +365,19 @@ TuneResult tune(const Invocation& inv, const Implementation& impl, Device& devic
     for (const auto& m : out.measurements)
       if (m.config == out.heuristic) out.heuristic_measurement = m;
 
-  bool paired = false;
-  const Measurement* winner = rerun_best(out, runner, o.timing, paired);
+  bool paired = false, kept = false;
+  const Measurement* best = rerun_best(out, runner, o.timing, paired);
+  const Measurement* winner = tuning::keep_heuristic_unless_ahead(out, best, paired, kept);
+  const double lead = out.speedup;
+  if (kept) out.speedup = 1.0;  // what is stored is the heuristic's config
   out.validated = runner.validated();
   out.tuned = winner != nullptr;
   out.entry = entry_of(out, impl, dev, winner);
   out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  out.report = report_of(out, r, winner, paired, runner.restarts());
+  out.report = report_of(out, r, best, paired, runner.restarts());
+  if (kept)
+    out.report += "kept the heuristic's config: the best was " + format_g(lead, "%.3g") +
+                  "x faster in the paired re-run, under the " + format_g(100 * tuning::displace_margin, "%.3g") + "% margin\n";
   return out;
 }
 

@@ -1,0 +1,17 @@
+#pragma once
+// Which measured config a tune stores.
+#include "ejk/tuner.hpp"
+
+namespace ejk::tuning {
+
+// Noise is not a win: the best candidate displaces the heuristic's config only when the paired
+// re-run puts it at least this far ahead; otherwise the heuristic's config is stored with its
+// re-run measurement, so a tuned cache or a shipped bundle never carries a tie as a "win".
+constexpr double displace_margin = 0.02;
+
+// `best` (the paired re-run's winner, out.speedup its lead over the heuristic), or the
+// heuristic's re-run measurement in out.rerank where that lead is under displace_margin; `kept`
+// says which. Without a paired lead there is nothing to judge by: `best` stands.
+const Measurement* keep_heuristic_unless_ahead(const TuneResult& out, const Measurement* best, bool paired, bool& kept);
+
+}  // namespace ejk::tuning
