@@ -5,10 +5,9 @@
 
 #include <cerrno>
 #include <cstring>
-#include <map>
-#include <mutex>
 
 #include "ejk/error.hpp"
+#include "select/per_path.hpp"
 
 namespace ejk::select {
 
@@ -22,16 +21,7 @@ Recorder::Recorder(const std::filesystem::path& path) : path_(path) {
 
 Recorder::~Recorder() { ::close(fd_); }
 
-std::shared_ptr<Recorder> Recorder::open(const std::filesystem::path& path) {
-  static std::mutex mutex;
-  static auto* open = new std::map<std::string, std::weak_ptr<Recorder>>;
-  std::lock_guard lock(mutex);
-  auto& slot = (*open)[std::filesystem::absolute(path).string()];
-  if (auto r = slot.lock()) return r;
-  auto r = std::make_shared<Recorder>(path);
-  slot = r;
-  return r;
-}
+std::shared_ptr<Recorder> Recorder::open(const std::filesystem::path& path) { return one_per_path<Recorder>(path); }
 
 void Recorder::append(std::string_view line) {
   // A regular-file write with O_APPEND positions and writes under the inode lock, so one

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ejk/error.hpp"
+#include "select/per_path.hpp"
 
 namespace ejk::select {
 namespace {
@@ -20,17 +21,7 @@ std::string expand(std::string path) {
 
 }  // namespace
 
-std::shared_ptr<Trace> Trace::open(const std::string& path) {
-  static std::mutex mutex;
-  static auto* open = new std::map<std::string, std::weak_ptr<Trace>>;
-  const std::filesystem::path p = expand(path);
-  std::lock_guard lock(mutex);
-  auto& slot = (*open)[std::filesystem::absolute(p).string()];
-  if (auto t = slot.lock()) return t;
-  auto t = std::make_shared<Trace>(p);
-  slot = t;
-  return t;
-}
+std::shared_ptr<Trace> Trace::open(const std::string& path) { return one_per_path<Trace>(expand(path)); }
 
 Trace::Trace(const std::filesystem::path& path)
     : file_(std::fopen(path.c_str(), "w")), path_(path), origin_(std::chrono::steady_clock::now()) {
