@@ -11,6 +11,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "backends/cuda/compile_only.hpp"
 #include "backends/cuda/cuda_api.hpp"
@@ -90,13 +91,14 @@ std::vector<Config> configs_to_compile(const Implementation& impl, const Invocat
   return out;
 }
 
+// f32 operands take the tf32 option: TF32 tensor cores.
 Invocation tc_matmul(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb, DType t,
                      double alpha, double beta) {
   auto spec = [&](std::int64_t r, std::int64_t c) {
     return batch > 1 ? TensorSpec{{batch, r, c}, t} : TensorSpec{{r, c}, t};
   };
   return kernels::matmul::invocation(ta ? spec(k, m) : spec(m, k), tb ? spec(n, k) : spec(k, n), spec(m, n), ta, tb,
-                                     alpha, beta);
+                                     alpha, beta, t == DType::f32);
 }
 
 // The tensor-core matmuls (CUDA C++, priority above the OpenCL C one) taking `inv`, the first
@@ -153,13 +155,14 @@ TEST_P(CudaCompile, EveryProgramOfTheSpacesCompiles) {
       }
     }
   }
-  // The tensor-core matmul takes no smallest workload (rows of 16-byte multiples only).
-  for (DType t : {DType::f16, DType::bf16})
+  // The tensor-core matmul takes no smallest workload (rows of 16-byte multiples only), and f32
+  // only with tf32 (mma.sync alone: no wgmma on TF32).
+  for (DType t : {DType::f16, DType::bf16, DType::f32})
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
         const Invocation inv = tc_matmul(1, 64, 64, 64, ta, tb, t, 1, 0);
         const auto impls = tensor_core_matmuls(inv, info);
-        EXPECT_EQ(impls.size(), cc >= 90 ? 2u : 1u) << "tensor-core matmuls taking " << inv.signature();
+        EXPECT_EQ(impls.size(), cc >= 90 && t != DType::f32 ? 2u : 1u) << "tensor-core matmuls taking " << inv.signature();
         for (const Implementation* impl : impls)
           for (const Config& c : configs_to_compile(*impl, inv, info)) tasks.push_back({impl, inv, c});
       }
@@ -269,9 +272,9 @@ TEST_P(Cuda, LaunchChecksArgumentsAndTimesOnTheDevice) {
   EXPECT_THROW(dev().kernel(src, "", "no_such_kernel"), NotFound);
 }
 
-// The tensor-core matmul against the double reference: every transpose, both dtypes, edges of
-// every tile size, a batch, alpha and beta, under the heuristic's config and configs spread over
-// its space.
+// The tensor-core matmul against the double reference: every transpose, f16, bf16 and f32 with
+// tf32, edges of every tile size, a batch, alpha and beta, under the heuristic's config and
+// configs spread over its space.
 TEST_P(Cuda, TensorCoreMatmulMatchesTheReference) {
   Context ctx(GetParam());
   const DeviceInfo& info = ctx.device().info();
@@ -280,13 +283,17 @@ TEST_P(Cuda, TensorCoreMatmulMatchesTheReference) {
     std::int64_t batch, m, n, k;
     double alpha, beta;
   };
-  const Shape3 shapes[] = {{1, 64, 64, 64, 1, 0}, {2, 200, 136, 72, 0.5, 0.75}, {1, 8, 264, 1000, 1, 0}, {1, 520, 24, 8, -1, 1}};
+  const std::vector<Shape3> shapes = {{1, 64, 64, 64, 1, 0}, {2, 200, 136, 72, 0.5, 0.75}, {1, 8, 264, 1000, 1, 0}, {1, 520, 24, 8, -1, 1}};
+  // f32 with tf32 on TF32 mma.sync, also with rows of 4-float multiples (36, 44, 52) and k short
+  // of one slice.
+  std::vector<Shape3> tf32_shapes = shapes;
+  tf32_shapes.insert(tf32_shapes.end(), {{3, 36, 44, 52, 1, 0.5}, {1, 300, 260, 4, 2, 0}});
   const kernels::matmul::MatmulKernel mk;
   std::size_t runs = 0;
-  for (DType t : {DType::f16, DType::bf16})
+  for (DType t : {DType::f16, DType::bf16, DType::f32})
     for (bool ta : {false, true})
       for (bool tb : {false, true})
-        for (const auto& sh : shapes) {
+        for (const auto& sh : t == DType::f32 ? std::as_const(tf32_shapes) : shapes) {
           const Invocation inv = tc_matmul(sh.batch, sh.m, sh.n, sh.k, ta, tb, t, sh.alpha, sh.beta);
           const auto impls = tensor_core_matmuls(inv, info);
           ASSERT_FALSE(impls.empty()) << inv.signature();
@@ -307,7 +314,7 @@ TEST_P(Cuda, TensorCoreMatmulMatchesTheReference) {
             }
           }
         }
-  EXPECT_GT(runs, 100u);
+  EXPECT_GT(runs, 150u);
 }
 
 // The Hopper flash attention forward (wgmma) against the double reference: f16 and bf16, head_dim
