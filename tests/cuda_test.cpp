@@ -91,13 +91,14 @@ std::vector<Config> configs_to_compile(const Implementation& impl, const Invocat
   return out;
 }
 
+// f32 operands take the tf32 option: TF32 tensor cores.
 Invocation tc_matmul(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb, DType t,
                      double alpha, double beta) {
   auto spec = [&](std::int64_t r, std::int64_t c) {
     return batch > 1 ? TensorSpec{{batch, r, c}, t} : TensorSpec{{r, c}, t};
   };
   return kernels::matmul::invocation(ta ? spec(k, m) : spec(m, k), tb ? spec(n, k) : spec(k, n), spec(m, n), ta, tb,
-                                     alpha, beta);
+                                     alpha, beta, t == DType::f32);
 }
 
 // The tensor-core matmuls (CUDA C++, priority above the OpenCL C one) taking `inv`, the first
@@ -154,13 +155,14 @@ TEST_P(CudaCompile, EveryProgramOfTheSpacesCompiles) {
       }
     }
   }
-  // The tensor-core matmul takes no smallest workload (rows of 16-byte multiples only).
-  for (DType t : {DType::f16, DType::bf16})
+  // The tensor-core matmul takes no smallest workload (rows of 16-byte multiples only), and f32
+  // only with tf32 (mma.sync alone: no wgmma on TF32).
+  for (DType t : {DType::f16, DType::bf16, DType::f32})
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
         const Invocation inv = tc_matmul(1, 64, 64, 64, ta, tb, t, 1, 0);
         const auto impls = tensor_core_matmuls(inv, info);
-        EXPECT_EQ(impls.size(), cc >= 90 ? 2u : 1u) << "tensor-core matmuls taking " << inv.signature();
+        EXPECT_EQ(impls.size(), cc >= 90 && t != DType::f32 ? 2u : 1u) << "tensor-core matmuls taking " << inv.signature();
         for (const Implementation* impl : impls)
           for (const Config& c : configs_to_compile(*impl, inv, info)) tasks.push_back({impl, inv, c});
       }
@@ -284,45 +286,65 @@ TEST_P(Cuda, LaunchChecksArgumentsAndTimesOnTheDevice) {
   EXPECT_THROW(dev().kernel(src, "", "no_such_kernel"), NotFound);
 }
 
-// The tensor-core matmul against the double reference: every transpose, both dtypes, edges of
-// every tile size, a batch, alpha and beta, under the heuristic's config and configs spread over
-// its space.
-TEST_P(Cuda, TensorCoreMatmulMatchesTheReference) {
-  Context ctx(GetParam());
+struct Shape3 {
+  std::int64_t batch, m, n, k;
+  double alpha, beta;
+};
+
+// Runs every tensor-core matmul taking each (layout, shape) of dtype `t` against the double
+// reference, under the heuristic's config and configs spread over its space; returns the runs.
+std::size_t expect_tensor_core_matmuls(const Context& ctx, DType t, const std::vector<Shape3>& shapes) {
   const DeviceInfo& info = ctx.device().info();
-  if (info.coopmat.empty()) GTEST_SKIP() << info.name << " has no mma.sync (sm_80 and later)";
-  struct Shape3 {
-    std::int64_t batch, m, n, k;
-    double alpha, beta;
-  };
-  const Shape3 shapes[] = {{1, 64, 64, 64, 1, 0}, {2, 200, 136, 72, 0.5, 0.75}, {1, 8, 264, 1000, 1, 0}, {1, 520, 24, 8, -1, 1}};
   const kernels::matmul::MatmulKernel mk;
   std::size_t runs = 0;
-  for (DType t : {DType::f16, DType::bf16})
-    for (bool ta : {false, true})
-      for (bool tb : {false, true})
-        for (const auto& sh : shapes) {
-          const Invocation inv = tc_matmul(sh.batch, sh.m, sh.n, sh.k, ta, tb, t, sh.alpha, sh.beta);
-          const auto impls = tensor_core_matmuls(inv, info);
-          ASSERT_FALSE(impls.empty()) << inv.signature();
-          EXPECT_EQ(&Registry::global().implementation(inv, info), impls.front()) << inv.signature();
-          const HostArrays in = mk.inputs(inv, 7);
-          const std::vector<double> want = mk.reference(inv, in)[0];
-          for (const Implementation* impl : impls) {
-            std::vector<Config> configs{impl->heuristic(inv, info)};
-            const auto all = impl->space(inv, info).enumerate();
-            for (std::size_t i = 0; i < 6 && !all.empty(); ++i) configs.push_back(all[(i * 7919 + runs) % all.size()]);
-            for (const Config& c : configs) {
-              std::vector<Tensor> args;
-              for (std::size_t i = 0; i < 3; ++i) args.push_back(ctx.from(inv.args[i].shape, t, in[i]));
-              impl->run(inv, c, args, ctx.device());
-              EXPECT_LE(test::relative_error(args[2].read(), want), mk.tolerance(inv))
-                  << inv.signature() << " " << impl->sources().front() << " " << c.canonical();
-              ++runs;
-            }
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (const auto& sh : shapes) {
+        const Invocation inv = tc_matmul(sh.batch, sh.m, sh.n, sh.k, ta, tb, t, sh.alpha, sh.beta);
+        const auto impls = tensor_core_matmuls(inv, info);
+        EXPECT_FALSE(impls.empty()) << inv.signature();
+        if (impls.empty()) continue;
+        EXPECT_EQ(&Registry::global().implementation(inv, info), impls.front()) << inv.signature();
+        const HostArrays in = mk.inputs(inv, 7);
+        const std::vector<double> want = mk.reference(inv, in)[0];
+        for (const Implementation* impl : impls) {
+          std::vector<Config> configs{impl->heuristic(inv, info)};
+          const auto all = impl->space(inv, info).enumerate();
+          for (std::size_t i = 0; i < 6 && !all.empty(); ++i) configs.push_back(all[(i * 7919 + runs) % all.size()]);
+          for (const Config& c : configs) {
+            std::vector<Tensor> args;
+            for (std::size_t i = 0; i < 3; ++i) args.push_back(ctx.from(inv.args[i].shape, t, in[i]));
+            impl->run(inv, c, args, ctx.device());
+            EXPECT_LE(test::relative_error(args[2].read(), want), mk.tolerance(inv))
+                << inv.signature() << " " << impl->sources().front() << " " << c.canonical();
+            ++runs;
           }
         }
+      }
+  return runs;
+}
+
+const std::vector<Shape3> tensor_core_shapes = {
+    {1, 64, 64, 64, 1, 0}, {2, 200, 136, 72, 0.5, 0.75}, {1, 8, 264, 1000, 1, 0}, {1, 520, 24, 8, -1, 1}};
+
+// The tensor-core matmuls against the double reference: every transpose, both dtypes, edges of
+// every tile size, a batch, alpha and beta.
+TEST_P(Cuda, TensorCoreMatmulMatchesTheReference) {
+  Context ctx(GetParam());
+  if (ctx.device().info().coopmat.empty()) GTEST_SKIP() << ctx.device().info().name << " has no mma.sync (sm_80 and later)";
+  std::size_t runs = 0;
+  for (DType t : {DType::f16, DType::bf16}) runs += expect_tensor_core_matmuls(ctx, t, tensor_core_shapes);
   EXPECT_GT(runs, 100u);
+}
+
+// f32 with tf32 on TF32 mma.sync the same way, also with rows of 4-float multiples (36, 44, 52)
+// and k short of one slice.
+TEST_P(Cuda, Tf32MatmulMatchesTheReference) {
+  Context ctx(GetParam());
+  if (ctx.device().info().coopmat.empty()) GTEST_SKIP() << ctx.device().info().name << " has no mma.sync (sm_80 and later)";
+  std::vector<Shape3> shapes = tensor_core_shapes;
+  shapes.insert(shapes.end(), {{3, 36, 44, 52, 1, 0.5}, {1, 300, 260, 4, 2, 0}});
+  EXPECT_GT(expect_tensor_core_matmuls(ctx, DType::f32, shapes), 150u);
 }
 
 // The Hopper grouped matmuls against the double reference: f16 and bf16, rhs transposed or not,

@@ -17,21 +17,22 @@ struct Case {
 };
 
 // Runs one case with `config` (or the selector's choice) and returns the relative error.
-double run_case(Context& ctx, DType t, const Case& c, const std::optional<Config>& config = {}) {
+double run_case(Context& ctx, DType t, const Case& c, const std::optional<Config>& config = {}, bool tf32 = false) {
   auto shape = [&](std::int64_t r, std::int64_t col) {
     return c.batch > 1 ? Shape{c.batch, r, col} : Shape{r, col};
   };
   Tensor a = ctx.random(c.ta ? shape(c.k, c.m) : shape(c.m, c.k), t);
   Tensor b = ctx.random(c.tb ? shape(c.n, c.k) : shape(c.k, c.n), t);
   Tensor out = ctx.random(shape(c.m, c.n), t);
-  Invocation inv = kernels::matmul::invocation(a.spec(), b.spec(), out.spec(), c.ta, c.tb, c.alpha, c.beta);
+  Invocation inv = kernels::matmul::invocation(a.spec(), b.spec(), out.spec(), c.ta, c.tb, c.alpha, c.beta, tf32);
   auto want = kernels::matmul::MatmulKernel().reference(inv, {a.read(), b.read(), out.read()})[0];
-  matmul(ctx, a, b, out, {.trans_a = c.ta, .trans_b = c.tb, .alpha = c.alpha, .beta = c.beta, .config = config});
+  matmul(ctx, a, b, out,
+         {.trans_a = c.ta, .trans_b = c.tb, .tf32 = tf32, .alpha = c.alpha, .beta = c.beta, .config = config});
   return test::relative_error(out.read(), want);
 }
 
-double tolerance(DType t, const Case& c) {
-  Invocation inv = kernels::matmul::invocation({{c.m, c.k}, t}, {{c.k, c.n}, t}, {{c.m, c.n}, t}, false, false, 1, 0);
+double tolerance(DType t, const Case& c, bool tf32 = false) {
+  Invocation inv = kernels::matmul::invocation({{c.m, c.k}, t}, {{c.k, c.n}, t}, {{c.m, c.n}, t}, false, false, 1, 0, tf32);
   return kernels::matmul::MatmulKernel().tolerance(inv);
 }
 
@@ -110,6 +111,32 @@ TEST_P(Matmul, DtypesTransposesOddShapes) {
     }
 }
 
+// tf32 lets f32 operands be rounded to TF32 (CUDA's tensor cores do; other devices compute in
+// full f32, which the contract allows): within the widened tolerance on every device, whatever the
+// layout, edges, batch and scalars. Other dtypes refuse it.
+TEST_P(Matmul, Tf32WithinItsToleranceAndF32Only) {
+  Context ctx(GetParam());
+  const Case cases[] = {
+      {1, 64, 64, 64, false, false, 1, 0},    {2, 36, 52, 100, true, false, 0.5, 0.75},
+      {1, 17, 33, 1000, false, true, 1, 0},   {1, 128, 96, 40, true, true, -1, 1},
+      {3, 200, 136, 72, false, false, 1, 0.5}, {1, 5, 7, 9, true, false, 1, 0},
+  };
+  for (const auto& c : cases) {
+    const double tol = tolerance(DType::f32, c, true);
+    EXPECT_GT(tol, tolerance(DType::f32, c));
+    EXPECT_LE(run_case(ctx, DType::f32, c, {}, true), tol)
+        << GetParam() << " batch " << c.batch << " m " << c.m << " n " << c.n << " k " << c.k << " ta " << c.ta
+        << " tb " << c.tb;
+  }
+  for (DType t : {DType::f16, DType::bf16}) {
+    Tensor a = ctx.random({8, 4}, t), b = ctx.random({4, 8}, t), out = ctx.random({8, 8}, t);
+    const auto before = out.read();
+    test::expect_error([&] { matmul(ctx, a, b, out, {.tf32 = true}); },
+                       "matmul option 'tf32' takes f32 operands, not " + std::string(to_string(t)));
+    EXPECT_EQ(out.read(), before);
+  }
+}
+
 TEST_P(Matmul, LargeSquare) {
   Context ctx(GetParam());
   Case c{1, 1000, 1000, 1000, false, false, 1, 0};
@@ -150,8 +177,8 @@ TEST_P(Matmul, SampledConfigsOfTheSpace) {
 TEST_P(Matmul, HeuristicIsInTheSpace) {
   Context ctx(GetParam());
   for (auto [m, n, k] : {std::tuple{1, 4096, 4096}, {2048, 4096, 4096}, {17, 3, 1000}, {1024, 1024, 1024}})
-    for (DType t : {DType::f32, DType::f16}) {
-      Invocation inv = kernels::matmul::invocation({{m, k}, t}, {{k, n}, t}, {{m, n}, t}, false, false, 1, 0);
+    for (auto [t, tf32] : {std::pair{DType::f32, false}, {DType::f32, true}, {DType::f16, false}}) {
+      Invocation inv = kernels::matmul::invocation({{m, k}, t}, {{k, n}, t}, {{m, n}, t}, false, false, 1, 0, tf32);
       const auto& impl = Registry::global().implementation(inv, ctx.device().info());
       auto space = impl.space(inv, ctx.device().info());
       Config h = impl.heuristic(inv, ctx.device().info());

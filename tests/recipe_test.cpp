@@ -156,6 +156,32 @@ TEST(Recipe, ExpansionIsBounded) {
             "r.yaml:5:14: a workload's options (defaults included) hold more than 256 values");
 }
 
+// tf32 is a key option when set; `tf32: false` is the key of leaving it out. f16 operands refuse it.
+TEST(Recipe, MatmulTf32Option) {
+  auto r = app::parse_recipe(R"(
+name: tf32
+workloads:
+  - kernel: matmul
+    shape: {m: 64, n: 32, k: 16}
+    options: {tf32: true, trans_b: true}
+  - kernel: matmul
+    shape: {m: 64, n: 32, k: 16}
+    options: {tf32: false}
+  - kernel: matmul
+    shape: {m: 64, n: 32, k: 16}
+)",
+                             "r.yaml");
+  ASSERT_EQ(r.workloads.size(), 3u);
+  EXPECT_EQ(r.workloads[0].invocation.options.at("tf32"), true);
+  EXPECT_EQ(r.workloads[0].invocation.args[1].shape, (Shape{32, 16}));
+  EXPECT_NE(r.workloads[0].invocation.signature(), r.workloads[2].invocation.signature());
+  EXPECT_EQ(r.workloads[1].invocation.signature(), r.workloads[2].invocation.signature());
+  EXPECT_EQ(error_of("name: x\ndefaults: {dtype: f16}\nworkloads:\n  - kernel: matmul\n    shape: {m: 1, n: 1, k: 1}\n    options: {tf32: true}\n"),
+            "r.yaml:4:5: matmul option 'tf32' takes f32 operands, not f16 (a [1, 1] f16)");
+  EXPECT_EQ(error_of("name: x\nworkloads:\n  - kernel: matmul\n    shape: {m: 1, n: 1, k: 1}\n    options: {tf32: 1}\n"),
+            "r.yaml:3:5: matmul option 'tf32' must be a boolean, got 1");
+}
+
 TEST(Recipe, DefaultOptionsApplyToEveryWorkload) {
   auto r = app::parse_recipe(R"(
 name: defaults
@@ -173,7 +199,7 @@ workloads:
   EXPECT_EQ(r.workloads[1].invocation.options.at("causal"), false);  // a workload's own option wins
   // A default option a workload's kernel does not take is that kernel's located error.
   EXPECT_EQ(error_of("name: x\ndefaults: {options: {causal: true}}\nworkloads:\n  - kernel: matmul\n    shape: {m: 1, n: 1, k: 1}\n"),
-            "r.yaml:4:5: matmul has no option 'causal' (options: trans_a, trans_b)");
+            "r.yaml:4:5: matmul has no option 'causal' (options: trans_a, trans_b, tf32)");
   EXPECT_EQ(error_of("name: x\ndefaults: {options: [causal]}\nworkloads: []\n"),
             "r.yaml:2:21: defaults.options must be a mapping, not a list");
 }

@@ -1,7 +1,7 @@
 // What the CUDA C++ kernels share: 16-bit storage (f16 or bf16 by the build option BF16, whose
 // PTX type name is EJK_ELEM), conversions, fast exponentials, cp.async, ldmatrix and the sm_80
-// tensor-core instruction (mma.sync m16n8k16 with f32 accumulation) and the online softmax's
-// rescale of its accumulators.
+// tensor-core instructions (mma.sync m16n8k16 on 16-bit operands and m16n8k8 on TF32, both with
+// f32 accumulation) and the online softmax's rescale of its accumulators.
 #pragma once
 
 #if BF16
@@ -88,6 +88,21 @@ __device__ __forceinline__ void scale_rows(float (&acc)[N][4], float a0, float a
 __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." EJK_ELEM "." EJK_ELEM
                ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// f32 to TF32 (10-bit mantissa), to nearest with ties away from zero: the tf32 mma would
+// otherwise drop the low 13 bits, a truncation biased toward zero.
+__device__ __forceinline__ unsigned to_tf32(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+
+// d += a b for a 16 x 8 TF32 A fragment and an 8 x 8 B fragment (b0, b1).
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }

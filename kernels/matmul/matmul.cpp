@@ -14,11 +14,12 @@ std::vector<ArgDef> matmul_args() { return {{"a", Role::in}, {"b", Role::in}, {"
 std::vector<ArgDef> MatmulKernel::args() const { return matmul_args(); }
 
 Invocation invocation(const TensorSpec& a, const TensorSpec& b, const TensorSpec& c, bool trans_a, bool trans_b,
-                      double alpha, double beta) {
+                      double alpha, double beta, bool tf32) {
   Invocation inv;
   inv.kernel = "matmul";
   inv.args = {a, b, c};
   inv.options = {{"trans_a", trans_a}, {"trans_b", trans_b}};
+  if (tf32) inv.options["tf32"] = true;
   inv.scalars = {{"alpha", alpha}, {"beta", beta}};
   return inv;
 }
@@ -49,12 +50,13 @@ Problem Problem::of(const Invocation& inv) {
   if (inv.args.size() != 3)
     throw InvalidArgument("matmul takes 3 arguments (a, b, c), got " + std::to_string(inv.args.size()));
   for (const auto& [key, _] : inv.options.items())
-    if (key != "trans_a" && key != "trans_b")
-      throw InvalidArgument("matmul has no option '" + key + "' (options: trans_a, trans_b)");
+    if (key != "trans_a" && key != "trans_b" && key != "tf32")
+      throw InvalidArgument("matmul has no option '" + key + "' (options: trans_a, trans_b, tf32)");
   const TensorSpec &a = inv.args[0], &b = inv.args[1], &c = inv.args[2];
   Problem p;
   p.trans_a = option(inv.options, "trans_a");
   p.trans_b = option(inv.options, "trans_b");
+  p.tf32 = option(inv.options, "tf32");
   p.alpha = scalar(inv, "alpha", 1.0);
   p.beta = scalar(inv, "beta", 0.0);
   const char* names[] = {"a", "b", "c"};
@@ -67,6 +69,9 @@ Problem Problem::of(const Invocation& inv) {
   if (a.dtype != b.dtype || a.dtype != c.dtype)
     throw InvalidArgument("matmul: dtypes differ: " + describe("a", a) + ", " + describe("b", b) + ", " + describe("c", c));
   p.dtype = a.dtype;
+  if (p.tf32 && p.dtype != DType::f32)
+    throw InvalidArgument("matmul option 'tf32' takes f32 operands, not " + std::string(to_string(p.dtype)) + " (" +
+                          describe("a", a) + ")");
   auto last2 = [](const TensorSpec& s, std::int64_t& r, std::int64_t& col) {
     r = s.shape[s.shape.size() - 2];
     col = s.shape[s.shape.size() - 1];
@@ -198,20 +203,27 @@ double MatmulKernel::tolerance(const Invocation& inv) const {
   // f32 accumulation over k terms: error grows like sqrt(k) ulps, relative to the row's magnitude.
   Problem p = Problem::of(inv);
   double growth = std::sqrt(static_cast<double>(std::max<std::int64_t>(p.k, 1)) / 64.0);
-  return default_tolerance(p.dtype) * std::max(1.0, growth);
+  // TF32 keeps 10 of f32's 23 mantissa bits: rounding a and b to nearest costs each product up to
+  // 2 * 2^-11 ~ 1e-3 of its magnitude. Over k terms of random sign those errors add like sqrt(k)
+  // and so does the sum, which leaves ~1e-3 of the largest output; 2e-3 keeps room for the worst
+  // element of a large output and for f32 accumulation, with the same sqrt(k / 64) growth as f32.
+  const double base = p.tf32 ? 2e-3 : default_tolerance(p.dtype);
+  return base * std::max(1.0, growth);
 }
 
 Invocation MatmulKernel::from_sizes(const std::map<std::string, std::int64_t>& sizes, DType dtype,
                                    const nlohmann::json& options) const {
   const RecipeSizes size("matmul", sizes, size_names(), "m, n, k, batch");
   const std::int64_t m = size("m", -1), n = size("n", -1), k = size("k", -1);
-  const bool ta = option(options, "trans_a"), tb = option(options, "trans_b");
+  const bool ta = option(options, "trans_a"), tb = option(options, "trans_b"), tf = option(options, "tf32");
   auto shape = [&](std::int64_t r, std::int64_t c) {
     return sizes.count("batch") ? Shape{sizes.at("batch"), r, c} : Shape{r, c};
   };
   Invocation inv = invocation({ta ? shape(k, m) : shape(m, k), dtype}, {tb ? shape(n, k) : shape(k, n), dtype},
-                              {shape(m, n), dtype}, ta, tb, 1.0, 0.0);
+                              {shape(m, n), dtype}, ta, tb, 1.0, 0.0, tf);
   for (const auto& [key, v] : options.items()) inv.options[key] = v;
+  // `tf32: false` is the default: the same workload key as leaving it out.
+  if (!tf) inv.options.erase("tf32");
   validate(inv);
   return inv;
 }
@@ -223,7 +235,7 @@ EJK_BUILTIN(kernels, "matmul") { r.add(std::make_shared<MatmulKernel>()); }
 namespace ejk {
 
 void matmul(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& c, const MatmulOptions& o) {
-  Invocation inv = kernels::matmul::invocation(a.spec(), b.spec(), c.spec(), o.trans_a, o.trans_b, o.alpha, o.beta);
+  Invocation inv = kernels::matmul::invocation(a.spec(), b.spec(), c.spec(), o.trans_a, o.trans_b, o.alpha, o.beta, o.tf32);
   const Tensor args[] = {a, b, c};
   ctx.executor().run(inv, args, o.config);
 }

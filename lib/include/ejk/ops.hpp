@@ -11,6 +11,8 @@ namespace ejk {
 struct MatmulOptions {
   bool trans_a = false;  // a is stored [batch, k, m]
   bool trans_b = false;  // b is stored [batch, n, k]
+  // f32 only: operands may be rounded to TF32 (10-bit mantissa) on tensor cores; f32 accumulation.
+  bool tf32 = false;
   double alpha = 1.0;
   double beta = 0.0;
   std::optional<Config> config;  // override the selector chain
