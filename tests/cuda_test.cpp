@@ -156,13 +156,14 @@ TEST_P(CudaCompile, EveryProgramOfTheSpacesCompiles) {
     }
   }
   // The tensor-core matmul takes no smallest workload (rows of 16-byte multiples only), and f32
-  // only with tf32 (mma.sync alone: no wgmma on TF32).
+  // only with tf32 (wgmma only with a K-major b: transposed).
   for (DType t : {DType::f16, DType::bf16, DType::f32})
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
         const Invocation inv = tc_matmul(1, 64, 64, 64, ta, tb, t, 1, 0);
         const auto impls = tensor_core_matmuls(inv, info);
-        EXPECT_EQ(impls.size(), cc >= 90 && t != DType::f32 ? 2u : 1u) << "tensor-core matmuls taking " << inv.signature();
+        const bool wgmma = cc >= 90 && (t != DType::f32 || (!ta && tb));
+        EXPECT_EQ(impls.size(), wgmma ? 2u : 1u) << "tensor-core matmuls taking " << inv.signature();
         for (const Implementation* impl : impls)
           for (const Config& c : configs_to_compile(*impl, inv, info)) tasks.push_back({impl, inv, c});
       }

@@ -7,18 +7,28 @@
 // keeping one slice's wgmmas in flight while the next slice's are issued. The producer hands its
 // registers to the consumers (setmaxnreg). Operands stored M- or N-major (TRANS_A set, TRANS_B
 // not) arrive as 64 x 64 boxes read with wgmma's transpose bit, so all four layouts take the same
-// path. A kernel supplies where its slices come from (the copies) and where its tile goes.
+// path. With TF32 the operands are f32, read as TF32 by wgmma m64nNk8 (which takes K-major
+// operands only: TRANS_A 0, TRANS_B 1) and C is f32. A slice is 128 bytes of K either way (64
+// 16-bit or 32 f32 elements), so the K-major layouts and descriptors are the same. A kernel
+// supplies where its slices come from (the copies) and where its tile goes.
 //
-// Build options: BM BN CW STAGES TRANS_A TRANS_B BF16.
+// Build options: BM BN CW STAGES TRANS_A TRANS_B BF16 TF32.
 #pragma once
 #include "common/hopper.cuh"
 #include "common/wgmma.cuh"
 
+#if TF32
+typedef float out_t;
+#define BK 32
+static_assert(!TRANS_A && TRANS_B, "wgmma reads TF32 operands K-major only");
+#else
+typedef elem_t out_t;
 #define BK 64
+#endif
 #define MT (BM / (64 * CW))  // m64 strips a consumer warpgroup computes
 #define THREADS ((CW + 1) * 128)
-#define A_BYTES (BM * BK * 2)
-#define B_BYTES (BN * BK * 2)
+#define A_BYTES (BM * 128)  // a slice: 128 bytes of K a row
+#define B_BYTES (BN * 128)
 #define STAGE_BYTES (A_BYTES + B_BYTES)
 #define BOX_BYTES (64 * 64 * 2)  // one 64 x 64 box of an M- or N-major operand
 
@@ -101,8 +111,9 @@ __device__ __forceinline__ void gemm_consume(const GemmRing& r, int c, int slice
       asm volatile("fence.proxy.async.shared::cta;\nbar.sync 1, %0;\n" ::"n"(CW * 128) : "memory");
     }
     wgmma_fence();
+    // Four k-steps of 32 bytes: k16 on 16-bit operands, k8 on TF32.
 #pragma unroll
-    for (int kk = 0; kk < BK / 16; ++kk) {
+    for (int kk = 0; kk < 4; ++kk) {
 #if TRANS_B
       const unsigned long long db = smem_desc(bs + kk * 32, 16, 1024);
 #else
@@ -116,7 +127,11 @@ __device__ __forceinline__ void gemm_consume(const GemmRing& r, int c, int slice
 #else
         const unsigned long long da = smem_desc(as + strip * 64 * 128 + kk * 32, 16, 1024);
 #endif
+#if TF32
+        WgmmaTf32<BN>::run(d[i], da, db, 1);
+#else
         Wgmma<BN, TRANS_A, !TRANS_B>::run(d[i], da, db, 1);
+#endif
       }
     }
     wgmma_commit();
@@ -131,9 +146,32 @@ __device__ __forceinline__ void gemm_consume(const GemmRing& r, int c, int slice
   for (int i = 0; i < MT; ++i) wgmma_hold(d[i]);
 }
 
+// out = v (+ beta * out), one element or a pair of neighbours, in the output's type.
+__device__ __forceinline__ void put1(elem_t* out, float v, float beta) {
+  if (beta != 0.0f) v += beta * to_f32(*out);
+  *out = to_elem(v);
+}
+__device__ __forceinline__ void put1(float* out, float v, float beta) { *out = beta != 0.0f ? v + beta * *out : v; }
+__device__ __forceinline__ void put2(elem_t* out, float v0, float v1, float beta) {
+  if (beta != 0.0f) {
+    const unsigned old = *reinterpret_cast<const unsigned*>(out);
+    v0 += beta * to_f32(static_cast<elem_t>(old & 0xffffu));
+    v1 += beta * to_f32(static_cast<elem_t>(old >> 16));
+  }
+  *reinterpret_cast<unsigned*>(out) = pack2(v0, v1);
+}
+__device__ __forceinline__ void put2(float* out, float v0, float v1, float beta) {
+  if (beta != 0.0f) {
+    const float2 old = *reinterpret_cast<const float2*>(out);
+    v0 += beta * old.x;
+    v1 += beta * old.y;
+  }
+  *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
+}
+
 // C[m0.., n0..] = alpha * d + beta * C for the rows below `rows` and columns below `cols` of C
 // (ldc elements a row; `pairs` where two neighbouring elements may be written as one word).
-__device__ __forceinline__ void gemm_store(const float (&d)[MT][BN / 2], int c, elem_t* C, long long ldc, int m0,
+__device__ __forceinline__ void gemm_store(const float (&d)[MT][BN / 2], int c, out_t* C, long long ldc, int m0,
                                            int n0, int rows, int cols, float alpha, float beta, bool pairs) {
   // Accumulator layout of m64nN: warp w holds rows 16w + g and 16w + g + 8 (g = lane / 4), and
   // of every 8 columns the pair 2t, 2t + 1 (t = lane % 4): d[4j + 2h + e] is row 16w + g + 8h,
@@ -145,27 +183,17 @@ __device__ __forceinline__ void gemm_store(const float (&d)[MT][BN / 2], int c, 
     for (int h = 0; h < 2; ++h) {
       const int m = m0 + (c * MT + i) * 64 + warp * 16 + g + 8 * h;
       if (m >= rows) continue;
-      elem_t* row = C + static_cast<long long>(m) * ldc;
+      out_t* row = C + static_cast<long long>(m) * ldc;
 #pragma unroll
       for (int j = 0; j < BN / 8; ++j) {
         const int n = n0 + 8 * j + 2 * t;
         if (n >= cols) continue;
-        float v0 = alpha * d[i][4 * j + 2 * h], v1 = alpha * d[i][4 * j + 2 * h + 1];
-        elem_t* out = row + n;
+        const float v0 = alpha * d[i][4 * j + 2 * h], v1 = alpha * d[i][4 * j + 2 * h + 1];
         if (n + 1 < cols && pairs) {
-          if (beta != 0.0f) {
-            const unsigned old = *reinterpret_cast<const unsigned*>(out);
-            v0 += beta * to_f32(static_cast<elem_t>(old & 0xffffu));
-            v1 += beta * to_f32(static_cast<elem_t>(old >> 16));
-          }
-          *reinterpret_cast<unsigned*>(out) = pack2(v0, v1);
+          put2(row + n, v0, v1, beta);
         } else {
-          if (beta != 0.0f) v0 += beta * to_f32(out[0]);
-          out[0] = to_elem(v0);
-          if (n + 1 < cols) {
-            if (beta != 0.0f) v1 += beta * to_f32(out[1]);
-            out[1] = to_elem(v1);
-          }
+          put1(row + n, v0, beta);
+          if (n + 1 < cols) put1(row + n + 1, v1, beta);
         }
       }
     }

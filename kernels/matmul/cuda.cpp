@@ -1,6 +1,7 @@
 // matmul on CUDA tensor cores: f16 and bf16 with f32 accumulation, by wgmma with TMA on Hopper
 // (matmul_wgmma.cu) and by mma.sync from sm_80 (matmul.cu); f32 with the tf32 option by mma.sync
-// on TF32 from sm_80 (matmul.cu built with TF32). f32 without tf32, and operands whose rows are
+// on TF32 from sm_80 (matmul.cu built with TF32) and on Hopper by wgmma where both operands are
+// K-major (matmul_wgmma.cu built with TF32). f32 without tf32, and operands whose rows are
 // not 16-byte multiples (cp.async and TMA move 16-byte units), fall to the OpenCL C implementation
 // on the same device.
 #include <algorithm>
@@ -192,8 +193,12 @@ class WgmmaMatmul final : public Implementation {
   std::vector<std::string> sources() const override { return {wgmma_source, "common/gemm_wgmma.cuh"}; }
 
   // wgmma, setmaxnreg and TMA are sm_90a's alone (Blackwell has other instructions).
+  // f32 with tf32 too where both operands are K-major (a as stored, b transposed): wgmma reads
+  // TF32 in no other layout.
   bool supports(const Invocation& inv, const DeviceInfo& dev) const override {
-    return dev.architecture == "sm_90" && tensor_core_operands(Problem::of(inv), dev);
+    const Problem p = Problem::of(inv);
+    return dev.architecture == "sm_90" &&
+           (tensor_core_operands(p, dev) || (tf32_operands(p, dev) && !p.trans_a && p.trans_b));
   }
 
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
@@ -226,6 +231,8 @@ class WgmmaMatmul final : public Implementation {
     auto k = program(p, t, dev);
     // An operand's map: (contiguous, other, batch) dimensions; where the contiguous one is M or
     // N, 64 x 64 boxes, where it is K, a box of 64-wide K slices of `tile` rows.
+    // Boxes are 128 bytes wide: 64 16-bit elements or 32 f32 ones.
+    const std::uint64_t esize = p.tf32 ? 4 : 2;
     auto map = [&](const Buffer& buf, bool k_major, std::int64_t rows, std::int64_t batch_stride, std::int64_t tile) {
       const auto inner = static_cast<std::uint64_t>(std::max<std::int64_t>(k_major ? p.k : rows, 1));
       const auto outer = static_cast<std::uint64_t>(std::max<std::int64_t>(k_major ? rows : p.k, 1));
@@ -233,9 +240,9 @@ class WgmmaMatmul final : public Implementation {
       cuda::TensorMapShape s;
       s.dims = {inner, outer, batched ? static_cast<std::uint64_t>(p.batch) : 1};
       // (A row of 16 bytes where K = 0 gives a one-element dimension the kernel never reads.)
-      const std::uint64_t row = std::max<std::uint64_t>(inner * 2, 16);
-      s.strides = {row, batched ? static_cast<std::uint64_t>(batch_stride) * 2 : row * outer};
-      s.box = {64, static_cast<std::uint32_t>(k_major ? tile : 64), 1};
+      const std::uint64_t row = std::max<std::uint64_t>(inner * esize, 16);
+      s.strides = {row, batched ? static_cast<std::uint64_t>(batch_stride) * esize : row * outer};
+      s.box = {static_cast<std::uint32_t>(128 / esize), static_cast<std::uint32_t>(k_major ? tile : 64), 1};
       return std::pair{dev.tensor_map(buf, s), batched ? 1 : 0};
     };
     // A is K-major unless transposed (rows m); B is K-major when transposed (rows n).
@@ -255,7 +262,7 @@ class WgmmaMatmul final : public Implementation {
   static std::shared_ptr<cuda::CudaKernel> program(const Problem& p, const WgmmaTiles& t, cuda::CudaTarget& dev) {
     auto options = t.build_options();
     options.insert(options.end(), {"-DTRANS_A=" + std::to_string(p.trans_a), "-DTRANS_B=" + std::to_string(p.trans_b),
-                                   "-DBF16=" + std::to_string(p.dtype == DType::bf16)});
+                                   "-DBF16=" + std::to_string(p.dtype == DType::bf16), "-DTF32=" + std::to_string(p.tf32)});
     return dev.cuda_kernel(wgmma_source, options, "ejk_gemm_wgmma");
   }
 };

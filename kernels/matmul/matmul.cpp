@@ -207,6 +207,7 @@ double MatmulKernel::tolerance(const Invocation& inv) const {
   // 2 * 2^-11 ~ 1e-3 of its magnitude. Over k terms of random sign those errors add like sqrt(k)
   // and so does the sum, which leaves ~1e-3 of the largest output; 2e-3 keeps room for the worst
   // element of a large output and for f32 accumulation, with the same sqrt(k / 64) growth as f32.
+  // (wgmma truncates instead: up to 2^-10 an operand, biased, but the products' signs are random.)
   const double base = p.tf32 ? 2e-3 : default_tolerance(p.dtype);
   return base * std::max(1.0, growth);
 }

@@ -1,9 +1,9 @@
 // matmul on Hopper's warpgroup tensor cores (sm_90a): C = alpha * op(A) op(B) + beta * C in f16
-// or bf16 with f32 accumulation, on the shared TMA + wgmma GEMM (common/gemm_wgmma.cuh). A's and
-// B's 64-wide K slices come as one box of K-major rows or as 64 x 64 boxes of an M- or N-major
-// operand; TMA zero-fills past the matrix edges.
+// or bf16, or in f32 read as TF32 (A K-major, B transposed), with f32 accumulation, on the shared
+// TMA + wgmma GEMM (common/gemm_wgmma.cuh). A's and B's K slices come as one box of K-major rows
+// or as 64 x 64 boxes of an M- or N-major operand; TMA zero-fills past the matrix edges.
 //
-// Build options (kernels/matmul/cuda.cpp): BM BN CW STAGES GROUP_M TRANS_A TRANS_B BF16.
+// Build options (kernels/matmul/cuda.cpp): BM BN CW STAGES GROUP_M TRANS_A TRANS_B BF16 TF32.
 
 #include "common/gemm_wgmma.cuh"
 
@@ -27,7 +27,7 @@ __device__ __forceinline__ void load_slice(unsigned as, unsigned bs, unsigned ba
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
     ejk_gemm_wgmma(const __grid_constant__ TensorMap a_map, const __grid_constant__ TensorMap b_map, int M, int N,
-                   int K, float alpha, float beta, int a_batched, int b_batched, elem_t* __restrict__ C, int ldc,
+                   int K, float alpha, float beta, int a_batched, int b_batched, out_t* __restrict__ C, int ldc,
                    long long stride_c) {
   extern __shared__ unsigned char smem_raw[];
   const GemmRing ring = gemm_ring(smem_raw);
