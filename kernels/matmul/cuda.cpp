@@ -243,6 +243,7 @@ class WgmmaMatmul final : public Implementation {
       const std::uint64_t row = std::max<std::uint64_t>(inner * esize, 16);
       s.strides = {row, batched ? static_cast<std::uint64_t>(batch_stride) * esize : row * outer};
       s.box = {static_cast<std::uint32_t>(128 / esize), static_cast<std::uint32_t>(k_major ? tile : 64), 1};
+      s.element_bytes = static_cast<std::uint32_t>(esize);
       return std::pair{dev.tensor_map(buf, s), batched ? 1 : 0};
     };
     // A is K-major unless transposed (rows m); B is K-major when transposed (rows n).

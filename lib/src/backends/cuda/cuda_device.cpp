@@ -470,7 +470,10 @@ void check_tensor_map(const TensorMapShape& shape) {
       fail("dimension " + std::to_string(i) + " of " + std::to_string(shape.dims[i]) + " elements");
     if (shape.box[i] < 1 || shape.box[i] > 256) fail("box of " + std::to_string(shape.box[i]) + " elements");
   }
-  if (shape.box[0] * 2 > 128) fail("a 128-byte swizzled box row of " + std::to_string(shape.box[0] * 2) + " bytes");
+  if (shape.element_bytes != 2 && shape.element_bytes != 4)
+    fail("elements of " + std::to_string(shape.element_bytes) + " bytes");
+  if (shape.box[0] * shape.element_bytes > 128)
+    fail("a 128-byte swizzled box row of " + std::to_string(shape.box[0] * shape.element_bytes) + " bytes");
   for (std::uint64_t s : shape.strides)
     if (s % 16 != 0 || s >= (std::uint64_t{1} << 40)) fail("a stride of " + std::to_string(s) + " bytes");
 }
@@ -484,7 +487,8 @@ CUtensorMap CudaDevice::tensor_map(const Buffer& b, const TensorMapShape& shape)
   std::vector<cuuint32_t> box(shape.box.begin(), shape.box.end()), element_strides(rank, 1);
   CUtensorMap map{};
   current();
-  check(driver_.cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, rank, reinterpret_cast<void*>(p),
+  const auto type = shape.element_bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32 : CU_TENSOR_MAP_DATA_TYPE_UINT16;
+  check(driver_.cuTensorMapEncodeTiled(&map, type, rank, reinterpret_cast<void*>(p),
                                        dims.data(), strides.data(), box.data(), element_strides.data(),
                                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),

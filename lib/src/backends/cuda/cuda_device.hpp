@@ -87,16 +87,18 @@ std::string nvrtc_arch(int major, int minor);
 std::vector<unsigned char> compile(std::string_view source, const std::vector<std::string>& options,
                                    std::string_view arch, std::string_view origin);
 
-// A tiled TMA descriptor (what Hopper's bulk tensor copies read) over a tensor of 16-bit elements
-// in a buffer, copied in boxes into shared memory with 128-byte swizzling; elements past the
-// tensor's edges read as zeros.
+// A tiled TMA descriptor (what Hopper's bulk tensor copies read) over a tensor of 16- or 32-bit
+// elements in a buffer, copied in boxes into shared memory with 128-byte swizzling; elements past
+// the tensor's edges read as zeros.
 struct TensorMapShape {
   std::vector<std::uint64_t> dims;     // elements per dimension, innermost first
   std::vector<std::uint64_t> strides;  // bytes from one index of dimension i + 1 to the next
   std::vector<std::uint32_t> box;      // elements a copy moves per dimension
+  std::uint32_t element_bytes = 2;     // 2 or 4: what a box's bytes, and so the copy's, count
 };
 // Throws InvalidArgument naming what TMA cannot describe: rank 1..5, dims in 1..2^32, strides
-// 16-byte multiples below 2^40, boxes 1..256 elements with 128 bytes at most innermost.
+// 16-byte multiples below 2^40, boxes 1..256 elements with 128 bytes at most innermost, elements
+// of 2 or 4 bytes.
 void check_tensor_map(const TensorMapShape& shape);
 
 // What CUDA C++ implementations run on: a CudaDevice, or a CompileOnlyDevice (compile_only.hpp)
