@@ -101,6 +101,15 @@ Invocation tc_matmul(std::int64_t batch, std::int64_t m, std::int64_t n, std::in
                                      alpha, beta, t == DType::f32);
 }
 
+// The heuristic's config and six spread over the space, a different six for each `salt`.
+std::vector<Config> heuristic_and_spread(const Implementation& impl, const Invocation& inv, const DeviceInfo& info,
+                                         std::size_t salt) {
+  std::vector<Config> configs{impl.heuristic(inv, info)};
+  const auto all = impl.space(inv, info).enumerate();
+  for (std::size_t i = 0; i < 6 && !all.empty(); ++i) configs.push_back(all[(i * 7919 + salt) % all.size()]);
+  return configs;
+}
+
 // The tensor-core matmuls (CUDA C++, priority above the OpenCL C one) taking `inv`, the first
 // the one selection picks.
 std::vector<const Implementation*> tensor_core_matmuls(const Invocation& inv, const DeviceInfo& info) {
@@ -309,10 +318,7 @@ std::size_t expect_tensor_core_matmuls(const Context& ctx, DType t, const std::v
         const HostArrays in = mk.inputs(inv, 7);
         const std::vector<double> want = mk.reference(inv, in)[0];
         for (const Implementation* impl : impls) {
-          std::vector<Config> configs{impl->heuristic(inv, info)};
-          const auto all = impl->space(inv, info).enumerate();
-          for (std::size_t i = 0; i < 6 && !all.empty(); ++i) configs.push_back(all[(i * 7919 + runs) % all.size()]);
-          for (const Config& c : configs) {
+          for (const Config& c : heuristic_and_spread(*impl, inv, info, runs)) {
             std::vector<Tensor> args;
             for (std::size_t i = 0; i < 3; ++i) args.push_back(ctx.from(inv.args[i].shape, t, in[i]));
             impl->run(inv, c, args, ctx.device());
@@ -381,10 +387,7 @@ TEST_P(Cuda, HopperGroupedMatmulMatchesTheReference) {
       HostArrays in = kernel.inputs(inv, 11);
       if (!c.sizes.empty()) in[gm::arg::group_sizes] = c.sizes;
       const std::vector<double> want = kernel.reference(inv, in)[0];
-      std::vector<Config> configs{impl.heuristic(inv, info)};
-      const auto all = impl.space(inv, info).enumerate();
-      for (std::size_t i = 0; i < 6 && !all.empty(); ++i) configs.push_back(all[(i * 7919 + runs) % all.size()]);
-      for (const Config& config : configs) {
+      for (const Config& config : heuristic_and_spread(impl, inv, info, runs)) {
         std::vector<Tensor> args;
         for (std::size_t i = 0; i < gm::arg::count; ++i) args.push_back(ctx.from(inv.args[i].shape, inv.args[i].dtype, in[i]));
         impl.run(inv, config, args, ctx.device());
