@@ -84,6 +84,30 @@ __device__ __forceinline__ void scale_rows(float (&acc)[N][4], float a0, float a
   }
 }
 
+// out = v (+ beta * out), one element or a pair of neighbours, in the output's type
+// (16-bit storage or f32): a GEMM's store of C.
+__device__ __forceinline__ void put1(elem_t* out, float v, float beta) {
+  if (beta != 0.0f) v += beta * to_f32(*out);
+  *out = to_elem(v);
+}
+__device__ __forceinline__ void put1(float* out, float v, float beta) { *out = beta != 0.0f ? v + beta * *out : v; }
+__device__ __forceinline__ void put2(elem_t* out, float v0, float v1, float beta) {
+  if (beta != 0.0f) {
+    const unsigned old = *reinterpret_cast<const unsigned*>(out);
+    v0 += beta * to_f32(static_cast<elem_t>(old & 0xffffu));
+    v1 += beta * to_f32(static_cast<elem_t>(old >> 16));
+  }
+  *reinterpret_cast<unsigned*>(out) = pack2(v0, v1);
+}
+__device__ __forceinline__ void put2(float* out, float v0, float v1, float beta) {
+  if (beta != 0.0f) {
+    const float2 old = *reinterpret_cast<const float2*>(out);
+    v0 += beta * old.x;
+    v1 += beta * old.y;
+  }
+  *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
+}
+
 // d += a b for a 16 x 16 A fragment and a 16 x 8 B fragment (b0, b1).
 __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." EJK_ELEM "." EJK_ELEM

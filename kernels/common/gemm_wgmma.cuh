@@ -146,29 +146,6 @@ __device__ __forceinline__ void gemm_consume(const GemmRing& r, int c, int slice
   for (int i = 0; i < MT; ++i) wgmma_hold(d[i]);
 }
 
-// out = v (+ beta * out), one element or a pair of neighbours, in the output's type.
-__device__ __forceinline__ void put1(elem_t* out, float v, float beta) {
-  if (beta != 0.0f) v += beta * to_f32(*out);
-  *out = to_elem(v);
-}
-__device__ __forceinline__ void put1(float* out, float v, float beta) { *out = beta != 0.0f ? v + beta * *out : v; }
-__device__ __forceinline__ void put2(elem_t* out, float v0, float v1, float beta) {
-  if (beta != 0.0f) {
-    const unsigned old = *reinterpret_cast<const unsigned*>(out);
-    v0 += beta * to_f32(static_cast<elem_t>(old & 0xffffu));
-    v1 += beta * to_f32(static_cast<elem_t>(old >> 16));
-  }
-  *reinterpret_cast<unsigned*>(out) = pack2(v0, v1);
-}
-__device__ __forceinline__ void put2(float* out, float v0, float v1, float beta) {
-  if (beta != 0.0f) {
-    const float2 old = *reinterpret_cast<const float2*>(out);
-    v0 += beta * old.x;
-    v1 += beta * old.y;
-  }
-  *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
-}
-
 // C[m0.., n0..] = alpha * d + beta * C for the rows below `rows` and columns below `cols` of C
 // (ldc elements a row; `pairs` where two neighbouring elements may be written as one word).
 __device__ __forceinline__ void gemm_store(const float (&d)[MT][BN / 2], int c, out_t* C, long long ldc, int m0,

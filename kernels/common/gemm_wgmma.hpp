@@ -1,11 +1,13 @@
 #pragma once
 // The host side of the Hopper GEMM (gemm_wgmma.cuh) that matmul and grouped_matmul share: its
 // tile parameters, their space and checks, and the shared memory and threads a launch takes.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "backends/cuda/cuda_device.hpp"
 #include "ejk/error.hpp"
 #include "ejk/kernel.hpp"
 
@@ -35,6 +37,24 @@ struct WgmmaTiles {
     return {def("BM", bm), def("BN", bn), def("CW", cw), def("STAGES", stages), def("GROUP_M", group_m)};
   }
 };
+
+// The TMA descriptor shape of a GEMM operand: `batch` row-major matrices of rows x cols elements
+// of `element_bytes`, batch_stride elements apart (0: one after another), copied in boxes of
+// 128-byte rows (64 16-bit or 32 f32 elements) by box_rows. An empty dimension is one element
+// the kernels never read (rows of at least 16 bytes).
+inline cuda::TensorMapShape wgmma_operand(std::int64_t rows, std::int64_t cols, std::int64_t batch,
+                                          std::int64_t batch_stride, std::int64_t box_rows,
+                                          std::uint32_t element_bytes) {
+  const auto inner = static_cast<std::uint64_t>(std::max<std::int64_t>(cols, 1)),
+             outer = static_cast<std::uint64_t>(std::max<std::int64_t>(rows, 1));
+  const std::uint64_t row = std::max<std::uint64_t>(inner * element_bytes, 16);
+  cuda::TensorMapShape s;
+  s.dims = {inner, outer, static_cast<std::uint64_t>(batch)};
+  s.strides = {row, batch_stride ? static_cast<std::uint64_t>(batch_stride) * element_bytes : row * outer};
+  s.box = {128 / element_bytes, static_cast<std::uint32_t>(box_rows), 1};
+  s.element_bytes = element_bytes;
+  return s;
+}
 
 // The tile parameters and what constrains them; `rows` and `cols` name the variables (bound by
 // the caller) of the output's extent a tile covers, so that no tile is larger than they need.

@@ -73,18 +73,10 @@ class WgmmaGroupedMatmul final : public Implementation {
     const bool gmm = p.mode == Mode::gmm;
     if (p.n == 0 || (gmm ? p.m == 0 : p.k == 0)) return;
     auto k = program(p, t, dev);
-    // A row-major [rows, cols] operand (of `batch` matrices) as TMA's (cols, rows, batch) in boxes
-    // of box_cols x box_rows; an empty dimension as one element the kernels never read.
-    auto map = [&](const Tensor& arg, std::int64_t rows, std::int64_t cols, std::int64_t batch, std::int64_t box_cols,
-                   std::int64_t box_rows) {
-      const auto inner = static_cast<std::uint64_t>(std::max<std::int64_t>(cols, 1)),
-                 outer = static_cast<std::uint64_t>(std::max<std::int64_t>(rows, 1));
-      const std::uint64_t row = std::max<std::uint64_t>(inner * 2, 16);
-      cuda::TensorMapShape s;
-      s.dims = {inner, outer, static_cast<std::uint64_t>(batch)};
-      s.strides = {row, row * outer};
-      s.box = {static_cast<std::uint32_t>(box_cols), static_cast<std::uint32_t>(box_rows), 1};
-      return dev.tensor_map(arg.buffer(), s);
+    // A row-major [rows, cols] operand (of `batch` matrices one after another) in boxes of
+    // 64 x box_rows.
+    auto map = [&](const Tensor& arg, std::int64_t rows, std::int64_t cols, std::int64_t batch, std::int64_t box_rows) {
+      return dev.tensor_map(arg.buffer(), wgmma_operand(rows, cols, batch, 0, box_rows, 2));
     };
     int m = static_cast<int>(p.m), n = static_cast<int>(p.n), kk = static_cast<int>(p.k),
         groups = static_cast<int>(p.groups);
@@ -92,14 +84,14 @@ class WgmmaGroupedMatmul final : public Implementation {
     const auto block = std::array<unsigned, 3>{static_cast<unsigned>(t.threads()), 1, 1};
     const auto shared = static_cast<std::size_t>(t.shared_bytes());
     if (gmm) {
-      CUtensorMap lhs = map(args[arg::lhs], p.m, p.k, 1, 64, t.bm);
-      CUtensorMap rhs = p.trans_rhs ? map(args[arg::rhs], p.n, p.k, p.groups, 64, t.bn)
-                                    : map(args[arg::rhs], p.k, p.n, p.groups, 64, 64);
+      CUtensorMap lhs = map(args[arg::lhs], p.m, p.k, 1, t.bm);
+      CUtensorMap rhs = p.trans_rhs ? map(args[arg::rhs], p.n, p.k, p.groups, t.bn)
+                                    : map(args[arg::rhs], p.k, p.n, p.groups, 64);
       void* params[] = {&lhs, &rhs, &sizes, &m, &n, &kk, &groups, &out};
       const auto slots = ceil_div(p.m, t.bm) + p.groups;
       dev.launch_cuda(*k, {static_cast<unsigned>(slots * ceil_div(p.n, t.bn)), 1, 1}, block, shared, params);
     } else {
-      CUtensorMap lhs = map(args[arg::lhs], p.m, p.k, 1, 64, 64), grad = map(args[arg::rhs], p.m, p.n, 1, 64, 64);
+      CUtensorMap lhs = map(args[arg::lhs], p.m, p.k, 1, 64), grad = map(args[arg::rhs], p.m, p.n, 1, 64);
       void* params[] = {&lhs, &grad, &sizes, &m, &n, &kk, &out};
       dev.launch_cuda(*k, {static_cast<unsigned>(ceil_div(p.k, t.bm) * ceil_div(p.n, t.bn)), 1, static_cast<unsigned>(p.groups)},
                       block, shared, params);

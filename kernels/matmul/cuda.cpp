@@ -231,20 +231,14 @@ class WgmmaMatmul final : public Implementation {
     auto k = program(p, t, dev);
     // An operand's map: (contiguous, other, batch) dimensions; where the contiguous one is M or
     // N, 64 x 64 boxes, where it is K, a box of 64-wide K slices of `tile` rows.
-    // Boxes are 128 bytes wide: 64 16-bit elements or 32 f32 ones.
-    const std::uint64_t esize = p.tf32 ? 4 : 2;
+    // An operand's map: (contiguous, other, batch) dimensions; where the contiguous one is M or
+    // N, 64 x 64 boxes (16-bit only), where it is K, 128-byte K slices of `tile` rows.
+    const std::uint32_t esize = p.tf32 ? 4 : 2;
     auto map = [&](const Buffer& buf, bool k_major, std::int64_t rows, std::int64_t batch_stride, std::int64_t tile) {
-      const auto inner = static_cast<std::uint64_t>(std::max<std::int64_t>(k_major ? p.k : rows, 1));
-      const auto outer = static_cast<std::uint64_t>(std::max<std::int64_t>(k_major ? rows : p.k, 1));
       const bool batched = batch_stride != 0 && p.batch > 1;
-      cuda::TensorMapShape s;
-      s.dims = {inner, outer, batched ? static_cast<std::uint64_t>(p.batch) : 1};
-      // (A row of 16 bytes where K = 0 gives a one-element dimension the kernel never reads.)
-      const std::uint64_t row = std::max<std::uint64_t>(inner * esize, 16);
-      s.strides = {row, batched ? static_cast<std::uint64_t>(batch_stride) * esize : row * outer};
-      s.box = {static_cast<std::uint32_t>(128 / esize), static_cast<std::uint32_t>(k_major ? tile : 64), 1};
-      s.element_bytes = static_cast<std::uint32_t>(esize);
-      return std::pair{dev.tensor_map(buf, s), batched ? 1 : 0};
+      const auto shape = wgmma_operand(k_major ? rows : p.k, k_major ? p.k : rows, batched ? p.batch : 1,
+                                       batched ? batch_stride : 0, k_major ? tile : 64, esize);
+      return std::pair{dev.tensor_map(buf, shape), batched ? 1 : 0};
     };
     // A is K-major unless transposed (rows m); B is K-major when transposed (rows n).
     auto [a_map, a_batched] = map(args[0].buffer(), !p.trans_a, p.m, p.batch_stride_a, t.bm);

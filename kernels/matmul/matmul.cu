@@ -68,22 +68,6 @@ __device__ __forceinline__ void load_slice(op_t* as, op_t* bs, const op_t* A, co
   else load_tile<BK, BN, B_ROW>(bs, B, ldb, K, N, k0, n0, tid);
 }
 
-// C's elements as f32, and two adjacent ones at an aligned pair.
-#if TF32
-__device__ __forceinline__ float load_c(const float* p) { return *p; }
-__device__ __forceinline__ void store_c(float* p, float v) { *p = v; }
-__device__ __forceinline__ float2 load_c2(const float* p) { return *reinterpret_cast<const float2*>(p); }
-__device__ __forceinline__ void store_c2(float* p, float v0, float v1) { *reinterpret_cast<float2*>(p) = make_float2(v0, v1); }
-#else
-__device__ __forceinline__ float load_c(const elem_t* p) { return to_f32(*p); }
-__device__ __forceinline__ void store_c(elem_t* p, float v) { *p = to_elem(v); }
-__device__ __forceinline__ float2 load_c2(const elem_t* p) {
-  const unsigned old = *reinterpret_cast<const unsigned*>(p);
-  return make_float2(to_f32(static_cast<elem_t>(old & 0xffffu)), to_f32(static_cast<elem_t>(old >> 16)));
-}
-__device__ __forceinline__ void store_c2(elem_t* p, float v0, float v1) { *reinterpret_cast<unsigned*>(p) = pack2(v0, v1); }
-#endif
-
 extern "C" __global__ void __launch_bounds__(THREADS) ejk_gemm_mma(int M, int N, int K, float alpha, float beta,
                                                                    const op_t* __restrict__ A, int lda,
                                                                    long long stride_a, const op_t* __restrict__ B,
@@ -220,21 +204,12 @@ extern "C" __global__ void __launch_bounds__(THREADS) ejk_gemm_mma(int M, int N,
         const int m = m0 + wm * WTM + i * 16 + g + h * 8, n = n0 + wn * WTN + j * 8 + 2 * t;
         if (m >= M || n >= N) continue;
         op_t* out = C + static_cast<long long>(m) * ldc + n;
-        float v0 = alpha * acc[i][j][2 * h], v1 = alpha * acc[i][j][2 * h + 1];
+        const float v0 = alpha * acc[i][j][2 * h], v1 = alpha * acc[i][j][2 * h + 1];
         if (n + 1 < N && pairs) {
-          if (beta != 0.0f) {
-            const float2 old = load_c2(out);
-            v0 += beta * old.x;
-            v1 += beta * old.y;
-          }
-          store_c2(out, v0, v1);
+          put2(out, v0, v1, beta);
         } else {
-          if (beta != 0.0f) v0 += beta * load_c(out);
-          store_c(out, v0);
-          if (n + 1 < N) {
-            if (beta != 0.0f) v1 += beta * load_c(out + 1);
-            store_c(out + 1, v1);
-          }
+          put1(out, v0, beta);
+          if (n + 1 < N) put1(out + 1, v1, beta);
         }
       }
 }
