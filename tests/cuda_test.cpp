@@ -12,6 +12,7 @@
 #include <set>
 #include <thread>
 
+#include "backends/clc/clc_device.hpp"
 #include "backends/cuda/compile_only.hpp"
 #include "backends/cuda/cuda_api.hpp"
 #include "backends/cuda/cuda_device.hpp"
@@ -21,6 +22,7 @@
 #include "matmul/matmul.hpp"
 #include "mla_attention/mla_attention.hpp"
 #include "ragged_decode_attention/ragged_decode_attention.hpp"
+#include "ejk/detail/embedded.hpp"
 #include "support.hpp"
 
 namespace ejk {
@@ -44,6 +46,21 @@ TEST(CudaOpenCLC, QualifiersAndVectorLiteralsAreRewritten) {
   EXPECT_EQ(cuda::translate_opencl_c("#pragma OPENCL FP_CONTRACT OFF\n").options.back(), "-fmad=false");
   EXPECT_EQ(cuda::translate_options(" -DA=1  -cl-mad-enable -DB=x"), (std::vector<std::string>{"-DA=1", "-DB=x"}));
   EXPECT_THROW(cuda::translate_options("-cl-kernel-arg-info -Ifoo"), InvalidArgument);
+}
+
+// mla_decode.cu includes common/cuda.cuh and, on Hopper, common/hopper.cuh, which includes it
+// too: a `#pragma once` header is expanded once, or the compiler sees its definitions twice.
+TEST(CudaSources, PragmaOnceHeadersAreExpandedOnce) {
+  const std::string key = "mla_attention/mla_decode.cu";
+  const std::string text = clc::with_includes(key, detail::embedded(key).text());
+  auto count = [&](std::string_view what) {
+    std::size_t n = 0;
+    for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("unsigned shared_addr(const void* p)"), 1u);
+  EXPECT_EQ(count("void mbar_init(unsigned bar, unsigned count)"), 1u);
+  EXPECT_EQ(count("#pragma once"), 2u);  // cuda.cuh's and hopper.cuh's, each once
 }
 
 // A device like an H100 (or an A100 for sm_80): what the spaces read.

@@ -55,6 +55,21 @@ __device__ __forceinline__ void cp_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// A kernel launched early (CudaTarget::launch_cuda's Launch::early) waits here until the
+// stream's previous kernel has finished and its writes are visible; a kernel calls start_next()
+// once its blocks no longer need the next kernel to stay out. Both are no-ops before sm_90 and
+// in a kernel launched in order.
+__device__ __forceinline__ void wait_previous() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void start_next() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ void ldsm_x2(unsigned (&r)[2], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
                : "=r"(r[0]), "=r"(r[1])

@@ -19,10 +19,11 @@ namespace {
 constexpr const char* source = "mla_attention/mla_decode.cu";
 constexpr double log2e = 1.4426950408889634;
 
-// mla_decode.cu's layout: 16 query rows, a ring of tiles, P, and the softmax scratch.
+// mla_decode.cu's layout: 16 query rows, a ring of tiles, P, the softmax scratch, the four warps'
+// partial scores and a barrier a stage.
 std::int64_t attend_shared(const Problem& p, std::int64_t bn, std::int64_t stages) {
   const std::int64_t row = p.width() + 8;
-  return (16 * row + stages * bn * row + 16 * (bn + 8)) * 2 + 2 * 4 * 16 * 4;
+  return (16 * row + stages * bn * row + 16 * (bn + 8)) * 2 + 2 * 4 * 16 * 4 + 4 * 16 * (bn + 8) * 4 + 8 * stages;
 }
 
 // The shared memory of mla_decode.cu's head_gemm (the absorb pass): 32 rows of the left operand
@@ -65,7 +66,7 @@ class CudaMlaDecode final : public Implementation {
         .param("splits", {1, 2, 4, 8, 16, 32})
         .constraint("block_size % block_n == 0")
         .constraint("splits == 1 || splits * block_n <= max_context")
-        .constraint("(16 * (kv_lora_rank + rope_dim + 8) + stages * block_n * (kv_lora_rank + rope_dim + 8) + 16 * (block_n + 8)) * 2 + 512 <= " +
+        .constraint("(16 * (kv_lora_rank + rope_dim + 8) + stages * block_n * (kv_lora_rank + rope_dim + 8) + 16 * (block_n + 8)) * 2 + 512 + 256 * (block_n + 8) + 8 * stages <= " +
                     std::to_string(cuda::shared_max(dev)))
         .bind(MlaDecodeKernel().vars(inv))
         .bind(device_vars(dev));
@@ -120,11 +121,11 @@ class CudaMlaDecode final : public Implementation {
                     static_cast<std::size_t>(absorb_shared(p)), absorb_params);
     void* params[] = {&qs_p, &kv, &tables, &lens, &po, &pml, &heads, &block_size, &max_blocks, &n_splits};
     dev.launch_cuda(*att, {u(splits), u((p.heads + 15) / 16), u(p.batch)}, {128, 1, 1},
-                    static_cast<std::size_t>(attend_shared(p, bn, config.get("stages"))), params);
+                    static_cast<std::size_t>(attend_shared(p, bn, config.get("stages"))), params, cuda::Launch::early);
     void* project_params[] = {&po, &pml, &w_vc, &out, &batch, &heads, &n_splits};
     const std::int64_t pnb = project_columns(p, dev.info());
     dev.launch_cuda(*merge_project, {u(p.v_dim / pnb), u(p.heads), u((p.batch + 7) / 8)}, {256, 1, 1},
-                    static_cast<std::size_t>(merge_project_shared(p, pnb)), project_params);
+                    static_cast<std::size_t>(merge_project_shared(p, pnb)), project_params, cuda::Launch::early);
   }
 
  private:

@@ -12,23 +12,47 @@
 // Build options (kernels/mla_attention/cuda.cpp): RANK ROPE BN STAGES BF16 (and NOPE, VDIM for the passes).
 
 #include "common/cuda.cuh"
+#if __CUDA_ARCH__ >= 900
+#include "common/hopper.cuh"
+#define BULK 1  // tiles by the bulk copy engine, a row a copy, completing on a barrier per stage
+#else
+#define BULK 0
+#endif
 
 #define WIDTH (RANK + ROPE)
 #define ROW (WIDTH + 8)  // shared row stride in elements: 16 bytes of padding spread ldmatrix's rows
 #define P_ROW (BN + 8)
 #define WARPS 4
 #define NT_S (BN / WARPS / 8)      // n8 tiles of scores a warp
+#define KS (WIDTH / 16)            // k16 steps of the scores
+#define QK ((KS + WARPS - 1) / WARPS)  // of them a warp
+#define S_ROW (BN + 8)             // partial scores' row stride in floats: float2 stores without bank conflicts
 #define NT_O (RANK / WARPS / 8)    // n8 tiles of o_lat a warp
 #define CHUNKS (WIDTH / 8)         // 16-byte chunks a cache row
 
-// Rows [t0, t0 + BN) of the sequence's cache, which lie in page `page`, into `dst`, zeros past `end`.
-__device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* kv, int page, int block_size, int t0, int end) {
-  const long long base = (static_cast<long long>(page) * block_size + t0 % block_size) * WIDTH;
+// Rows [t0, t0 + BN) of the sequence's cache, which lie in page `page`, into `dst`. Rows past
+// `end` are masked out of the scores; their P is 0 and they must be finite: zeros through
+// cp.async, or copies of row end - 1 (the same page) through the bulk engine, which cannot
+// zero-fill. With BULK, warp 0 issues the copies, completing on `bar`.
+__device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* kv, int page, int block_size, int t0, int end,
+                                          unsigned bar) {
+  const long long base = static_cast<long long>(page) * block_size - t0 / block_size * block_size;
+#if BULK
+  if (threadIdx.x >= 32) return;
+  if (threadIdx.x == 0) mbar_expect(bar, BN * WIDTH * 2);
+  __syncwarp();
+  for (int r = threadIdx.x; r < BN; r += 32) {
+    const long long row = base + min(t0 + r, end - 1);
+    bulk_load(shared_addr(dst + r * ROW), kv + row * WIDTH, WIDTH * 2, bar);
+  }
+#else
+  (void)bar;
   for (int c = threadIdx.x; c < BN * CHUNKS; c += WARPS * 32) {
     const int r = c / CHUNKS, col = (c % CHUNKS) * 8;
     const bool in = t0 + r < end;
-    cp16(dst + r * ROW + col, in ? kv + base + static_cast<long long>(r) * WIDTH + col : kv, in ? 16 : 0);
+    cp16(dst + r * ROW + col, in ? kv + (base + t0 + r) * WIDTH + col : kv, in ? 16 : 0);
   }
+#endif
 }
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
@@ -40,16 +64,20 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
   elem_t* const kv_s = q_s + 16 * ROW;                  // STAGES x BN x ROW
   elem_t* const p_s = kv_s + STAGES * BN * ROW;         // 16 x P_ROW
   float* const red = reinterpret_cast<float*>(p_s + 16 * P_ROW);  // [2][WARPS][16]: maxima, sums
+  float* const part_s = red + 2 * WARPS * 16;                       // [WARPS][16][S_ROW]: partial scores
+  const unsigned bars = shared_addr(part_s + WARPS * 16 * S_ROW);   // STAGES barriers (BULK)
 
   const int split = blockIdx.x, h0 = blockIdx.y * 16, b = blockIdx.z;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int* table = block_tables + static_cast<long long>(b) * max_blocks;
-
-  for (int e = tid; e < 16 * WIDTH; e += WARPS * 32) {
-    const int r = e / WIDTH, c = e % WIDTH;
-    const float x = h0 + r < heads ? qs[(static_cast<long long>(b) * heads + h0 + r) * WIDTH + c] : 0.0f;
-    q_s[r * ROW + c] = static_cast<elem_t>(pack2(x, 0.0f) & 0xffffu);
+  start_next();
+#if BULK
+  if (tid == 0) {
+    for (int i = 0; i < STAGES; ++i) mbar_init(bars + 8 * i, 1);
+    mbar_fence_init();
   }
+  __syncthreads();
+#endif
 
   const int n = context_lens[b];
   const int per = (n + splits - 1) / splits;
@@ -72,8 +100,33 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
   for (int i = 0; i < STAGES - 1; ++i) {
     const int page = next_page;
     next_page = page_of(i + 1);
-    if (i < tiles) load_tile(kv_s + i * BN * ROW, kv, page, block_size, start + i * BN, end);
+    if (i < tiles) load_tile(kv_s + i * BN * ROW, kv, page, block_size, start + i * BN, end, bars + 8 * i);
     cp_commit();
+  }
+  // The queries come from the absorb pass, which may still be running (Launch::early): the first
+  // tiles are on their way before they are waited for, and they are read in one round trip.
+  wait_previous();
+  {
+    constexpr int Q4 = 16 * WIDTH / 4, QI = (Q4 + WARPS * 32 - 1) / (WARPS * 32);
+    const float* qb = qs + (static_cast<long long>(b) * heads + h0) * WIDTH;
+    float4 x[QI];
+#pragma unroll
+    for (int i = 0; i < QI; ++i) {
+      const int e = tid + i * WARPS * 32, r = e / (WIDTH / 4), c = e % (WIDTH / 4) * 4;
+      x[i] = e < Q4 && h0 + r < heads ? *reinterpret_cast<const float4*>(qb + r * WIDTH + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int i = 0; i < QI; ++i) {
+      const int e = tid + i * WARPS * 32, r = e / (WIDTH / 4), c = e % (WIDTH / 4) * 4;
+      if (e < Q4) *reinterpret_cast<uint2*>(q_s + r * ROW + c) = make_uint2(pack2(x[i].x, x[i].y), pack2(x[i].z, x[i].w));
+    }
+  }
+  __syncthreads();
+  unsigned qf[QK][4];  // this warp's k16 steps of Q, as mma.sync's A
+#pragma unroll
+  for (int i = 0; i < QK; ++i) {
+    const int ks = warp + i * WARPS;
+    if (KS % WARPS == 0 || ks < KS) ldsm_x4(qf[i], q_s + (lane & 15) * ROW + ks * 16 + ((lane >> 4) << 3));
   }
   for (int i = 0; i < tiles; ++i) {
     const int t0 = start + i * BN;
@@ -81,37 +134,60 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     {
       const int j = i + STAGES - 1, page = next_page;
       next_page = page_of(j + 1);
-      if (j < tiles) load_tile(kv_s + (j % STAGES) * BN * ROW, kv, page, block_size, start + j * BN, end);
+      if (j < tiles) load_tile(kv_s + (j % STAGES) * BN * ROW, kv, page, block_size, start + j * BN, end, bars + 8 * (j % STAGES));
     }
+#if BULK
+    mbar_wait(bars + 8 * (i % STAGES), (i / STAGES) & 1);
+#else
     cp_commit();
     cp_wait<STAGES - 1>();
+#endif
     __syncthreads();
 
-    // S: 16 heads x this warp's NT_S * 8 tokens, over the whole width; even and odd 16-wide
-    // steps into two accumulators, halving the chain of dependent mma.sync.
-    float s[NT_S][4], s2[NT_S][4];
+    // S = Q C^T for the tile's BN tokens over this warp's k16 steps of the width (warp, warp +
+    // WARPS, ...), Q from registers; then the warps' partial sums meet in shared memory and each
+    // warp takes its NT_S * 8 tokens of the total.
+    float ps[BN / 8][4];
 #pragma unroll
-    for (int j = 0; j < NT_S; ++j)
+    for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[j][e] = s2[j][e] = 0.0f;
-#pragma unroll 2
-    for (int k = 0; k < WIDTH; k += 32) {
-      unsigned a[4], a2[4];
-      ldsm_x4(a, q_s + (lane & 15) * ROW + k + ((lane >> 4) << 3));
-      ldsm_x4(a2, q_s + (lane & 15) * ROW + k + 16 + ((lane >> 4) << 3));
+      for (int e = 0; e < 4; ++e) ps[j][e] = 0.0f;
 #pragma unroll
-      for (int j = 0; j < NT_S; ++j) {
-        unsigned bf[4];
-        const int tok = (warp * NT_S + j) * 8 + (lane & 7);
-        ldsm_x4(bf, cur + tok * ROW + k + ((lane >> 3) << 3));
-        mma(s[j], a, bf[0], bf[1]);
-        mma(s2[j], a2, bf[2], bf[3]);
+    for (int i = 0; i < QK; ++i) {
+      const int ks = warp + i * WARPS;
+      if (KS % WARPS == 0 || ks < KS) {
+#pragma unroll
+        for (int j = 0; j < BN / 8; j += 2) {
+          unsigned bf[4];
+          // Matrices (tokens 0-7, 8-15 of the pair) x (k 0-7, 8-15).
+          ldsm_x4(bf, cur + (j * 8 + (lane & 7) + ((lane >> 4) << 3)) * ROW + ks * 16 + (((lane >> 3) & 1) << 3));
+          mma(ps[j], qf[i], bf[0], bf[1]);
+          mma(ps[j + 1], qf[i], bf[2], bf[3]);
+        }
       }
     }
 #pragma unroll
-    for (int j = 0; j < NT_S; ++j)
+    for (int j = 0; j < BN / 8; ++j) {
+      float* const row = part_s + (warp * 16 + g) * S_ROW + j * 8 + 2 * t;
+      *reinterpret_cast<float2*>(row) = make_float2(ps[j][0], ps[j][1]);
+      *reinterpret_cast<float2*>(row + 8 * S_ROW) = make_float2(ps[j][2], ps[j][3]);
+    }
+    __syncthreads();
+    float s[NT_S][4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[j][e] += s2[j][e];
+    for (int j = 0; j < NT_S; ++j) {
+      s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+      const int col = (warp * NT_S + j) * 8 + 2 * t;
+#pragma unroll
+      for (int w = 0; w < WARPS; ++w) {
+        const float2 lo = *reinterpret_cast<const float2*>(part_s + (w * 16 + g) * S_ROW + col);
+        const float2 hi = *reinterpret_cast<const float2*>(part_s + (w * 16 + g + 8) * S_ROW + col);
+        s[j][0] += lo.x;
+        s[j][1] += lo.y;
+        s[j][2] += hi.x;
+        s[j][3] += hi.y;
+      }
+    }
 
     // Online softmax over the tile: maxima and sums across the warps through shared memory.
     float x0 = NEG_INF, x1 = NEG_INF;
@@ -271,6 +347,7 @@ __device__ __forceinline__ void head_gemm(const elem_t* __restrict__ a, const el
 extern "C" __global__ void __launch_bounds__(128)
     ejk_mla_absorb(const elem_t* __restrict__ q_nope, const elem_t* __restrict__ q_pe, const elem_t* __restrict__ w_kc,
                    float* __restrict__ qs, int batch, int heads, float scale) {
+  start_next();
   if (blockIdx.x * 64 < RANK) {
     head_gemm<64, NOPE>(q_nope, w_kc, RANK, qs, WIDTH, batch, heads, scale);
     return;
@@ -309,6 +386,7 @@ extern "C" __global__ void __launch_bounds__(256)
   }
   cp_commit();
   for (int c = tid; c < 8 * AR / 2; c += 256) reinterpret_cast<unsigned*>(a_s + 8 * AR)[c] = 0u;
+  wait_previous();  // the parts come from the attention pass (Launch::early)
 
   {
     const int r = warp, b = b0 + r;  // a warp a row

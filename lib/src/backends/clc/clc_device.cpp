@@ -1,6 +1,7 @@
 #include "backends/clc/clc_device.hpp"
 
 #include <algorithm>
+#include <set>
 
 #include "backends/backends.hpp"
 #include "core/difference.hpp"
@@ -11,7 +12,8 @@
 namespace ejk::clc {
 namespace {
 
-std::string expand(std::string_view key, std::string_view text, int depth) {
+// Headers marked `#pragma once` are expanded once: the compilers see one text, not files.
+std::string expand(std::string_view key, std::string_view text, int depth, std::set<std::string>& once) {
   if (depth > 8) throw InvalidArgument("OpenCL C source " + std::string(key) + ": includes nested more than 8 deep");
   const std::size_t slash = key.rfind('/');
   const std::string folder(slash == std::string_view::npos ? std::string_view() : key.substr(0, slash + 1));
@@ -35,7 +37,12 @@ std::string expand(std::string_view key, std::string_view text, int depth) {
       auto it = find(folder + name);
       if (it == files.end()) it = find(name);  // "common/philox.h": a path below kernels/
       if (it != files.end()) {
-        out += expand((*it)->key, (*it)->text(), depth + 1);
+        const std::string_view included = (*it)->text();
+        if (included.find("#pragma once") != std::string_view::npos && !once.insert((*it)->key).second) {
+          out += '\n';  // keeps the lines' numbers
+          continue;
+        }
+        out += expand((*it)->key, included, depth + 1, once);
         out += "\n#line " + std::to_string(line_no + 1) + "\n";
         continue;
       }
@@ -48,7 +55,10 @@ std::string expand(std::string_view key, std::string_view text, int depth) {
 
 }  // namespace
 
-std::string with_includes(std::string_view key, std::string_view text) { return expand(key, text, 0); }
+std::string with_includes(std::string_view key, std::string_view text) {
+  std::set<std::string> once;
+  return expand(key, text, 0, once);
+}
 
 void Device::check_ranges(const Kernel& k, const Range& global, const Range& local) const {
   const DeviceInfo& in = info();

@@ -109,7 +109,7 @@ std::shared_ptr<CudaKernel> CompileOnlyDevice::cuda_kernel(std::string_view sour
 }
 
 void CompileOnlyDevice::launch_cuda(CudaKernel& k, std::array<unsigned, 3>, std::array<unsigned, 3> block,
-                                    std::size_t dynamic_shared, std::span<void* const>) {
+                                    std::size_t dynamic_shared, std::span<void* const>, Launch) {
   if (static_cast<std::uint64_t>(block[0]) * block[1] * block[2] > k.max_workgroup_size())
     throw ResourceError("launch of " + k.name() + ": a block larger than 1024 threads");
   if (dynamic_shared > 227 * 1024) throw ResourceError("launch of " + k.name() + ": more than 227 KiB of shared memory");

@@ -33,7 +33,7 @@ class CompileOnlyDevice final : public CudaTarget {
   std::shared_ptr<CudaKernel> cuda_kernel(std::string_view source_key, const std::vector<std::string>& options,
                                           std::string_view name) override;
   void launch_cuda(CudaKernel& k, std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
-                   std::size_t dynamic_shared, std::span<void* const> params) override;
+                   std::size_t dynamic_shared, std::span<void* const> params, Launch order = Launch::after) override;
   CUdeviceptr pointer(const Buffer&) const override { return 0; }
   // Checked, and all zeros.
   CUtensorMap tensor_map(const Buffer& b, const TensorMapShape& shape) override;

@@ -65,7 +65,7 @@ Loaded load_driver() {
   EJK_TAKE(cuFuncGetAttribute, "cuFuncGetAttribute")
   EJK_TAKE(cuFuncSetAttribute, "cuFuncSetAttribute")
   EJK_TAKE(cuFuncGetParamInfo, "cuFuncGetParamInfo")
-  EJK_TAKE(cuLaunchKernel, "cuLaunchKernel")
+  EJK_TAKE(cuLaunchKernelEx, "cuLaunchKernelEx")
   EJK_TAKE(cuEventCreate, "cuEventCreate")
   EJK_TAKE(cuEventDestroy, "cuEventDestroy_v2")
   EJK_TAKE(cuEventRecord, "cuEventRecord")

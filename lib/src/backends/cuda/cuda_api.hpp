@@ -40,7 +40,7 @@ struct Driver {
   EJK_CU_FN(cuFuncGetAttribute)
   EJK_CU_FN(cuFuncSetAttribute)
   EJK_CU_FN(cuFuncGetParamInfo)
-  EJK_CU_FN(cuLaunchKernel)
+  EJK_CU_FN(cuLaunchKernelEx)
   EJK_CU_FN(cuEventCreate)
   EJK_CU_FN(cuEventDestroy)
   EJK_CU_FN(cuEventRecord)

@@ -380,7 +380,7 @@ ModuleCacheStats CudaDevice::module_cache_stats() const {
 }
 
 void CudaDevice::launch_cuda(CudaKernel& k, std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
-                             std::size_t dynamic_shared, std::span<void* const> params) {
+                             std::size_t dynamic_shared, std::span<void* const> params, Launch order) {
   if (params.size() != k.param_sizes().size())
     throw InvalidArgument("kernel " + k.name() + " takes " + std::to_string(k.param_sizes().size()) +
                           " arguments, launched with " + std::to_string(params.size()));
@@ -402,10 +402,24 @@ void CudaDevice::launch_cuda(CudaKernel& k, std::array<unsigned, 3> grid, std::a
     k.dynamic_limit_ = dynamic_shared;
   }
   std::lock_guard stream_lock(stream_mutex_);
-  const CUresult r = driver_.cuLaunchKernel(k.function(), grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                                            static_cast<unsigned>(dynamic_shared), stream_,
-                                            const_cast<void**>(params.data()), nullptr);
-  check(r, "cuLaunchKernel(" + k.name() + ")");
+  CUlaunchAttribute early{};
+  early.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  early.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig launch{};
+  launch.gridDimX = grid[0];
+  launch.gridDimY = grid[1];
+  launch.gridDimZ = grid[2];
+  launch.blockDimX = block[0];
+  launch.blockDimY = block[1];
+  launch.blockDimZ = block[2];
+  launch.sharedMemBytes = static_cast<unsigned>(dynamic_shared);
+  launch.hStream = stream_;
+  if (order == Launch::early && cc_ >= 90) {
+    launch.attrs = &early;
+    launch.numAttrs = 1;
+  }
+  const CUresult r = driver_.cuLaunchKernelEx(&launch, k.function(), const_cast<void**>(params.data()), nullptr);
+  check(r, "cuLaunchKernelEx(" + k.name() + ")");
   submitted();
 }
 

@@ -101,6 +101,10 @@ struct TensorMapShape {
 // of 2 or 4 bytes.
 void check_tensor_map(const TensorMapShape& shape);
 
+// How a kernel is ordered after the stream's previous one: `after` it completes, or `early`
+// (programmatic dependent launch; CudaTarget::launch_cuda).
+enum class Launch { after, early };
+
 // What CUDA C++ implementations run on: a CudaDevice, or a CompileOnlyDevice (compile_only.hpp)
 // that compiles and launches nothing.
 class CudaTarget : public clc::Device {
@@ -111,8 +115,12 @@ class CudaTarget : public clc::Device {
                                                   std::string_view name) = 0;
   // Launches a CUDA kernel: grid and block in blocks and threads, `params` as cuLaunchKernel
   // takes them. Throws ResourceError for a block or shared memory the kernel cannot have.
+  // Launch::early (sm_90 and later; ignored before): the kernel's blocks may start once every
+  // block of the stream's previous kernel has called start_next() (common/cuda.cuh), so its
+  // prologue overlaps that kernel's tail; it must call wait_previous() before it touches what
+  // that kernel writes (or anything the kernels before it read).
   virtual void launch_cuda(CudaKernel& k, std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
-                           std::size_t dynamic_shared, std::span<void* const> params) = 0;
+                           std::size_t dynamic_shared, std::span<void* const> params, Launch order = Launch::after) = 0;
   // The device address of one of its buffers.
   virtual CUdeviceptr pointer(const Buffer& b) const = 0;
   // The TMA descriptor of `shape` over buffer `b` (check_tensor_map's rules).
@@ -159,7 +167,7 @@ class CudaDevice final : public CudaTarget {
   std::uint64_t shared_optin() const { return shared_optin_; }
 
   void launch_cuda(CudaKernel& k, std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
-                   std::size_t dynamic_shared, std::span<void* const> params) override;
+                   std::size_t dynamic_shared, std::span<void* const> params, Launch order = Launch::after) override;
 
  protected:
   void launch_args(clc::Kernel& k, const clc::Range& global, const clc::Range& local,
