@@ -203,6 +203,37 @@ TEST_F(Chain, ProfileFallsBackFromDeviceToArchitectureToNearestWorkload) {
   EXPECT_EQ(stranger->select(probe(64)).tier, Tier::heuristic) << "another vendor gets nothing";
 }
 
+// A tune starts from the heuristic and from the config of the nearest workload this device has
+// tuned (its own entry when re-tuned), else from what the profile tier would answer.
+TEST_F(Chain, WarmStartIsTheNearestCachedWorkloadThenTheProfile) {
+  fs::path profiles = dir / "profiles";
+  write_bundle(profiles / "shipped.json",
+               Bundle::make({DeviceRecord::of(dev->info())}, {entry_for(probe(1024), cfg(32, 2))}));
+  auto ex = make({profiles});
+  auto from_profile = ex->warm_start(probe(64));
+  ASSERT_TRUE(from_profile);
+  EXPECT_EQ(from_profile->config, cfg(32, 2));
+  EXPECT_EQ(from_profile->source, "profile: nearest workload, n 1024 for 64 (exact device, shipped.json)");
+
+  ex->persistent_cache()->put(entry_for(probe(48), cfg(8, 2)));
+  ex->persistent_cache()->put(entry_for(probe(4096), cfg(16, 1)));
+  auto near = ex->warm_start(probe(64));
+  ASSERT_TRUE(near);
+  EXPECT_EQ(near->config, cfg(8, 2));
+  EXPECT_EQ(near->source, "persistent cache: nearest workload on this device, n 48 for 64");
+  auto own = ex->warm_start(probe(4096));
+  ASSERT_TRUE(own);
+  EXPECT_EQ(own->config, cfg(16, 1));
+  EXPECT_EQ(own->source, "persistent cache: this workload's entry");
+  // Only configs inside the space: tile 8 and 16 exceed n = 6, and the profile's 32 does too.
+  EXPECT_FALSE(ex->warm_start(probe(6)));
+  // Another dtype or other options are another kind of workload.
+  EXPECT_FALSE(ex->warm_start(probe(64, DType::f16)));
+  // Entries of another device are not this device's measurements.
+  auto other = make({}, nullptr, test::fake_device(test::fake_info("Probe Two", "2.0", "acme-gen2")));
+  EXPECT_FALSE(other->warm_start(probe(64)));
+}
+
 TEST_F(Chain, ADamagedBundleIsSkippedAndReported) {
   fs::path profiles = dir / "profiles";
   write_bundle(profiles / "good.json",

@@ -251,6 +251,7 @@ TEST(TuneSearch, AnnealAndModelPlanWhatTheyEvaluateNext) {
 
 using test::matmul_f32;
 using test::quick_tune;
+using test::cfg;
 
 TEST(TuneSearch, OnHardwareTheRandomSequenceFollowsTheSeed) {
   auto dev = open_device("cpu");
@@ -344,6 +345,61 @@ TEST(TuneVerdict, TheBestDisplacesTheHeuristicOnlyByTheMargin) {
   const Measurement own = out.rerank[1];
   EXPECT_EQ(tuning::keep_heuristic_unless_ahead(out, &own, true, kept), &own);
   EXPECT_EQ(tuning::keep_heuristic_unless_ahead(out, nullptr, true, kept), nullptr);
+}
+
+// How many evaluations a tune needed to come within 5% of its best, and the share of the gain
+// over the heuristic its warm start gave alone.
+TEST(TuneVerdict, NearBestCountsEvaluationsAndTheWarmStartItsShareOfTheGain) {
+  TuneResult out;
+  out.measurements = {test::meas(cfg(4, 1), Status::ok, {200, 1, 199, 5}), test::meas(cfg(8, 1), Status::ok, {120, 1, 119, 5}),
+                      test::meas(cfg(16, 1), Status::runtime), test::meas(cfg(2, 1), Status::ok, {104, 1, 103, 5}),
+                      test::meas(cfg(1, 1), Status::ok, {100, 1, 99, 5})};
+  EXPECT_EQ(tuning::evaluations_to_near_best(out.measurements), 4u);
+  EXPECT_EQ(tuning::evaluations_to_near_best({test::meas(cfg(1, 1), Status::runtime)}), 0u);
+  out.heuristic_measurement = out.measurements[0];
+  EXPECT_FALSE(tuning::warm_share(out));
+  out.warm_measurement = out.measurements[1];
+  ASSERT_TRUE(tuning::warm_share(out));
+  EXPECT_DOUBLE_EQ(*tuning::warm_share(out), 0.8);
+  out.warm_measurement = out.measurements[2];  // failed
+  EXPECT_FALSE(tuning::warm_share(out));
+  out.warm_measurement = out.measurements[4];
+  EXPECT_DOUBLE_EQ(*tuning::warm_share(out), 1.0);
+}
+
+// The warm start is measured right after the heuristic; one outside the space is left out.
+TEST(TuneSearch, TheWarmStartIsMeasuredSecond) {
+  auto dev = open_device("cpu");
+  Invocation inv = matmul_f32(40, 33, 24);
+  TuneOptions o = quick_tune();
+  o.strategy = Strategy::random;
+  o.budget.evaluations = 4;
+  o.seed = 3;
+  const auto& impl = Registry::global().implementation(inv, dev->info());
+  const Config heuristic = impl.heuristic(inv, dev->info());
+  std::optional<Config> other;
+  for (const Config& c : impl.space(inv, dev->info()).enumerate())
+    if (c != heuristic) other = c;
+  ASSERT_TRUE(other);
+  o.warm_start = WarmStart{*other, "given"};
+  TuneResult r = tune(inv, *dev, o);
+  ASSERT_GE(r.measurements.size(), 2u) << r.report;
+  EXPECT_EQ(r.measurements[0].config, heuristic);
+  EXPECT_EQ(r.measurements[1].config, *other);
+  ASSERT_TRUE(r.warm_start);
+  ASSERT_TRUE(r.warm_measurement);
+  EXPECT_EQ(r.warm_measurement->config, *other);
+  EXPECT_GE(r.evaluations_to_near_best, 1u);
+  EXPECT_NE(r.report.find("warm start " + other->canonical() + " (given)"), std::string::npos) << r.report;
+  TuneResult back = TuneResult::from_json(r.to_json());
+  ASSERT_TRUE(back.warm_start);
+  EXPECT_EQ(back.warm_start->source, "given");
+  EXPECT_EQ(back.evaluations_to_near_best, r.evaluations_to_near_best);
+
+  o.warm_start = WarmStart{Config{{"no_such_parameter", 1}}, "elsewhere"};
+  TuneResult outside = tune(inv, *dev, o);
+  EXPECT_FALSE(outside.warm_start);
+  EXPECT_EQ(outside.measurements[0].config, heuristic);
 }
 
 }  // namespace

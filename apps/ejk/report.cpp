@@ -133,6 +133,8 @@ nlohmann::json benchmark_json(const DeviceInfo& device, const std::vector<Row>& 
       b["heuristic_ns"] = r.heuristic_ns;
       b["speedup"] = r.speedup;
       b["tune_seconds"] = r.seconds;
+      if (r.near_best_at > 0) b["evaluations_to_near_best"] = r.near_best_at;
+      if (!r.warm_start.empty()) b["warm_start"] = r.warm_start;
     }
     benchmarks.push_back(std::move(b));
   }

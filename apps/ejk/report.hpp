@@ -27,6 +27,8 @@ struct Row {
   // Tuning only:
   double heuristic_ns = 0, speedup = 0;
   int evaluations = 0, failures = 0;
+  int near_best_at = 0;    // evaluations until the first within 5% of the best
+  std::string warm_start;  // the config the search also started from, and its source
   std::size_t space = 0;
   double seconds = 0;
 };

@@ -24,6 +24,7 @@ struct TuneFlags {
   std::string evals, seconds, race, seed;
   bool isolate = false;
   bool force = false;
+  bool cold = false;
   std::string bundle;
 };
 
@@ -42,6 +43,8 @@ Row row_of(const Item& item, const TuneResult& r) {
                          : 0;
   row.speedup = r.speedup;
   row.evaluations = static_cast<int>(r.measurements.size());
+  row.near_best_at = static_cast<int>(r.evaluations_to_near_best);
+  if (r.warm_start) row.warm_start = r.warm_start->config.canonical() + " (" + r.warm_start->source + ")";
   for (const auto& m : r.measurements)
     if (m.status != Status::ok) ++row.failures;
   row.space = r.space_size;
@@ -229,7 +232,9 @@ void tune_here(const Workset& w, const TuneOptions& options, const TuneFlags& f,
     Executor& ex = *p.executors[item.device];
     TuneResult r;
     try {
-      r = ejk::tune(item.invocation, ex.device(), opts);
+      TuneOptions these = opts;
+      if (!f.cold) these.warm_start = ex.warm_start(item.invocation);
+      r = ejk::tune(item.invocation, ex.device(), these);
     } catch (const IoError&) {
       throw;  // the cache or the worker's files, not this workload
     } catch (const Error& e) {
@@ -352,6 +357,8 @@ void add_tune(CLI::App& app, Globals& g) {
   cmd->add_option("--seed", f->seed, "search seed, 0 to 2^63-1; 0: a fresh one (default: the recipe's)");
   cmd->add_flag("--isolate", f->isolate, "run candidates in a worker process that is killed on a crash or hang");
   cmd->add_flag("--force", f->force, "tune again invocations the persistent cache already has");
+  cmd->add_flag("--cold", f->cold,
+                "start every search from the heuristic alone, not also from the nearest cached or profiled workload's config");
   cmd->add_option("--bundle", f->bundle, "also write this run's entries (tuned now or already cached) as a bundle to FILE");
   cmd->callback([f, &g] {
     // The options first: a mistake in them is reported before the workload is read.

@@ -34,6 +34,12 @@ struct TuneOutcome {
   std::vector<Measurement> measurements;
 };
 
+// A config a tune measures right after the heuristic's, and where it came from.
+struct WarmStart {
+  Config config;
+  std::string source;  // "persistent cache: nearest workload on this device, m 4096 for 3000"
+};
+
 // Tunes one invocation on a device; nullopt when no candidate ran and validated.
 using Autotuner = std::function<std::optional<TuneOutcome>(const Invocation&, const Implementation&,
                                                           const std::shared_ptr<Device>&)>;
@@ -75,6 +81,11 @@ class Executor {
   std::string key(const Invocation& inv);
   // Forgets every remembered selection, so the next call walks the chain again.
   void clear_memory();
+  // Where a tune of `inv` should start besides the heuristic: the config of the nearest
+  // workload of the same kernel and version in this device's persistent cache (the workload's
+  // own entry when it is there), else the profile tier's answer; only a config inside inv's
+  // space. nullopt when there is none.
+  std::optional<WarmStart> warm_start(const Invocation& inv);
   // The persistent cache this executor reads and writes, or nullptr when it is off or
   // could not be opened (the reason was reported on stderr).
   PersistentCache* persistent_cache();

@@ -89,6 +89,9 @@ struct TuneOptions {
   // device times others, for strategies that know their order (exhaustive, random). -1: up to
   // 8 on a discrete GPU, none elsewhere (building would share the cores a CPU device times on).
   int prebuild_threads = -1;
+  // A config measured right after the heuristic's (Executor::warm_start finds one): the search
+  // starts from the better of the two. Ignored when it is outside the (constrained) space.
+  std::optional<WarmStart> warm_start;
   // Called after each candidate: its measurement, how many were evaluated, the space size.
   std::function<void(const Measurement&, std::size_t evaluated, std::size_t space_size)> progress;
 };
@@ -109,6 +112,12 @@ struct TuneResult {
   // The interleaved, paired re-run of the best few (and the heuristic): one entry per config.
   std::vector<Measurement> rerank;
   double speedup = 0;     // heuristic time / winner time in the paired re-run; 0 if unknown
+  // The warm start given (when it was in the space) and its measurement.
+  std::optional<WarmStart> warm_start;
+  std::optional<Measurement> warm_measurement;
+  // Evaluations until the first within 5% (tuning::near_best) of the best measured; 0 when none
+  // passed. What a warm start saves shows here.
+  std::size_t evaluations_to_near_best = 0;
   std::string validated;  // "reference", "trusted heuristic config" or "off"
   double seconds = 0;     // wall-clock time of the whole tune
   std::string report;     // a few human-readable lines, including why it fell back

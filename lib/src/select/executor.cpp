@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <functional>
@@ -20,6 +21,7 @@
 #include "ejk/registry.hpp"
 #include "ejk/tuner.hpp"
 #include "ejk/version.hpp"
+#include "select/nearest.hpp"
 #include "select/profile.hpp"
 #include "select/recorder.hpp"
 #include "select/trace.hpp"
@@ -317,6 +319,38 @@ struct Executor::State {
     return profiles.get();
   }
 
+  std::optional<WarmStart> warm_start(Site& s, const Invocation& inv) {
+    if (PersistentCache* pc = persistent()) {
+      try {
+        const std::string fingerprint = dev().fingerprint();
+        std::optional<CacheEntry> nearest;
+        double nearest_d = INFINITY;
+        Invocation nearest_inv;
+        for (CacheEntry& e : pc->list(s.inv.kernel)) {
+          if (e.fingerprint != fingerprint || e.version != s.version) continue;
+          Invocation stored = select::invocation_of(e.kernel, e.signature);
+          const double d = select::log_distance(stored, s.inv);
+          if (d < nearest_d && mismatch(s, e.config).empty()) {
+            nearest_d = d;
+            nearest = std::move(e);
+            nearest_inv = std::move(stored);
+          }
+        }
+        if (nearest) {
+          const std::string diff = select::differences(*s.kernel, nearest_inv, s.inv);
+          return WarmStart{nearest->config, "persistent cache: " + (diff.empty() ? std::string("this workload's entry")
+                                                                                 : "nearest workload on this device, " + diff)};
+        }
+      } catch (const std::exception& e) {
+        if (!cache_warned.exchange(true)) std::fprintf(stderr, "ejk: persistent cache read failed: %s\n", e.what());
+      }
+    }
+    if (const auto* store = profile_store())
+      if (auto hit = store->find(inv, *s.kernel, s.version, dev(), [&](const Config& c) { return mismatch(s, c); }))
+        return WarmStart{std::move(hit->config), std::move(hit->reason)};
+    return std::nullopt;
+  }
+
   bool may_tune(const Site& s, const Policy& p) const {
     return s.origin == Tier::heuristic && !s.tune_failed && p.autotune == AutotunePolicy::autotune &&
            p.strict >= Tier::autotune && autotuner_slot().installed.load(std::memory_order_acquire);
@@ -575,6 +609,11 @@ void Executor::clear_memory() {
       s->tune_failed = false;
     }
   }
+}
+
+std::optional<WarmStart> Executor::warm_start(const Invocation& inv) {
+  Site& s = state_->site(inv);
+  return state_->warm_start(s, inv);
 }
 
 PersistentCache* Executor::persistent_cache() { return state_->persistent(); }

@@ -8,6 +8,7 @@
 
 #include "ejk/error.hpp"
 #include "ejk/text.hpp"
+#include "select/nearest.hpp"
 
 namespace ejk::select {
 
@@ -28,9 +29,7 @@ ProfileStore::ProfileStore(const std::vector<fs::path>& dirs) {
         Bundle b = read_bundle(f);
         std::vector<Item> items;  // all of a bundle or none of it
         for (auto& e : b.entries) {
-          nlohmann::json sig = nlohmann::json::parse(e.signature);
-          sig["kernel"] = e.kernel;
-          Item item{e, {}, f.filename().string(), Invocation::from_json(sig)};
+          Item item{e, {}, f.filename().string(), invocation_of(e.kernel, e.signature)};
           for (const auto& d : b.devices)
             if (d.fingerprint == e.fingerprint) item.device = d;
           items.push_back(std::move(item));
@@ -62,41 +61,6 @@ namespace {
 bool same_architecture(const DeviceRecord& d, const DeviceInfo& dev) {
   return !dev.architecture.empty() && d.backend == to_string(dev.backend) && d.vendor == dev.vendor &&
          d.architecture == dev.architecture;
-}
-
-// Sum over every dimension of |ln a - ln b|: a workload twice as large in one dimension is
-// as far as one half as large. Infinite when the invocations are not of the same kind.
-double log_distance(const Invocation& a, const Invocation& b) {
-  if (a.options != b.options || a.args.size() != b.args.size()) return INFINITY;
-  double d = 0;
-  for (std::size_t i = 0; i < a.args.size(); ++i) {
-    const auto &x = a.args[i], &y = b.args[i];
-    if (x.dtype != y.dtype || x.shape.size() != y.shape.size()) return INFINITY;
-    for (std::size_t j = 0; j < x.shape.size(); ++j)
-      d += std::abs(std::log(static_cast<double>(std::max<std::int64_t>(x.shape[j], 1))) -
-                    std::log(static_cast<double>(std::max<std::int64_t>(y.shape[j], 1))));
-  }
-  return d;
-}
-
-// "m 4096 for 3000, k 512 for 500": the kernel's named sizes that differ.
-std::string differences(const Kernel& kernel, const Invocation& stored, const Invocation& wanted) {
-  std::string out;
-  try {
-    Vars a = kernel.vars(stored), b = kernel.vars(wanted);
-    for (const auto& [name, value] : a) {
-      auto it = b.find(name);
-      if (it == b.end() || it->second == value) continue;
-      out += (out.empty() ? "" : ", ") + name + " " + to_string(value) + " for " + to_string(it->second);
-    }
-  } catch (const std::exception&) {
-  }
-  if (!out.empty()) return out;
-  for (std::size_t i = 0; i < stored.args.size() && i < wanted.args.size(); ++i)
-    if (stored.args[i].shape != wanted.args[i].shape)
-      out += (out.empty() ? "arg " : ", arg ") + std::to_string(i) + " " + to_string(stored.args[i].shape) + " for " +
-             to_string(wanted.args[i].shape);
-  return out;
 }
 
 }  // namespace

@@ -95,6 +95,10 @@ nlohmann::json TuneResult::to_json() const {
           {"heuristic_measurement", heuristic_measurement ? heuristic_measurement->to_json() : nlohmann::json()},
           {"rerank", rr},
           {"speedup", speedup},
+          {"warm_start", warm_start ? nlohmann::json{{"config", warm_start->config.to_json()}, {"source", warm_start->source}}
+                                    : nlohmann::json()},
+          {"warm_measurement", warm_measurement ? warm_measurement->to_json() : nlohmann::json()},
+          {"evaluations_to_near_best", evaluations_to_near_best},
           {"validated", validated},
           {"seconds", seconds},
           {"report", report}};
@@ -117,6 +121,11 @@ TuneResult TuneResult::from_json(const nlohmann::json& j) {
     if (j.contains("rerank"))
       for (const auto& m : j.at("rerank")) r.rerank.push_back(Measurement::from_json(m));
     r.speedup = j.value("speedup", 0.0);
+    if (j.contains("warm_start") && !j.at("warm_start").is_null())
+      r.warm_start = WarmStart{Config::from_json(j.at("warm_start").at("config")), j.at("warm_start").value("source", "")};
+    if (j.contains("warm_measurement") && !j.at("warm_measurement").is_null())
+      r.warm_measurement = Measurement::from_json(j.at("warm_measurement"));
+    r.evaluations_to_near_best = j.value("evaluations_to_near_best", std::size_t{0});
     r.validated = j.value("validated", "");
     r.seconds = j.value("seconds", 0.0);
     r.report = j.value("report", "");
@@ -305,9 +314,56 @@ std::string report_of(const TuneResult& out, const SearchResult& r, const Measur
   return rep + "\n";
 }
 
+// "warm start {...} (persistent cache: ...): 1.2 ms, 1.31x the heuristic, 92% of the gain;
+// within 5% of the best after 2 evaluations".
+std::string warm_line(const TuneResult& out) {
+  std::string line;
+  if (out.warm_start) {
+    line = "warm start " + out.warm_start->config.canonical() + " (" + out.warm_start->source + ")";
+    const Measurement* w = out.warm_measurement ? &*out.warm_measurement : nullptr;
+    if (w && w->status == Status::ok && w->stats.median_ns > 0) {
+      line += ": " + format_ns(w->stats.median_ns);
+      if (out.heuristic_measurement && out.heuristic_measurement->status == Status::ok)
+        line += ", " + format_g(out.heuristic_measurement->stats.median_ns / w->stats.median_ns, "%.3g") + "x the heuristic";
+      if (auto share = tuning::warm_share(out)) line += ", " + format_g(100 * *share, "%.3g") + "% of the gain";
+    } else if (w) {
+      line += ": " + std::string(to_string(w->status));
+    }
+    line += "; ";
+  }
+  if (out.evaluations_to_near_best)
+    line += "within " + format_g(100 * tuning::near_best, "%.3g") + "% of the best after " +
+            std::to_string(out.evaluations_to_near_best) + " evaluations";
+  return line.empty() ? line : line + "\n";
+}
+
 }  // namespace
 
 namespace tuning {
+
+std::size_t evaluations_to_near_best(const std::vector<Measurement>& measured) {
+  double best = 0;
+  for (const auto& m : measured)
+    if (m.status == Status::ok && m.stats.median_ns > 0 && (best == 0 || m.stats.median_ns < best)) best = m.stats.median_ns;
+  if (best == 0) return 0;
+  for (std::size_t i = 0; i < measured.size(); ++i)
+    if (measured[i].status == Status::ok && measured[i].stats.median_ns > 0 &&
+        measured[i].stats.median_ns <= best * (1 + near_best))
+      return i + 1;
+  return 0;
+}
+
+std::optional<double> warm_share(const TuneResult& out) {
+  if (!out.warm_measurement || !out.heuristic_measurement) return std::nullopt;
+  const Measurement &w = *out.warm_measurement, &h = *out.heuristic_measurement;
+  if (w.status != Status::ok || h.status != Status::ok) return std::nullopt;
+  double best = 0;
+  for (const auto& m : out.measurements)
+    if (m.status == Status::ok && m.stats.median_ns > 0 && (best == 0 || m.stats.median_ns < best)) best = m.stats.median_ns;
+  const double gain = h.stats.median_ns - best;
+  if (best == 0 || gain <= 0) return std::nullopt;
+  return std::clamp((h.stats.median_ns - w.stats.median_ns) / gain, 0.0, 1.0);
+}
 
 const Measurement* keep_heuristic_unless_ahead(const TuneResult& out, const Measurement* best, bool paired, bool& kept) {
   kept = false;
@@ -353,6 +409,11 @@ TuneResult tune(const Invocation& inv, const Implementation& impl, Device& devic
   auto hidx = cands.find(out.heuristic);
   if (hidx) start.push_back(*hidx);
   else out.heuristic_measurement = measure(out.heuristic, 0);  // a baseline outside the space
+  if (o.warm_start)
+    if (auto widx = cands.find(o.warm_start->config)) {
+      out.warm_start = o.warm_start;
+      if (widx != hidx) start.push_back(*widx);
+    }
   std::optional<tuning::Prebuilder> prebuilder;
   if (const int threads = tuning::prebuild_threads(o.prebuild_threads, dev); threads > 0)
     prebuilder.emplace(inv, impl, device, threads);
@@ -361,9 +422,11 @@ TuneResult tune(const Invocation& inv, const Implementation& impl, Device& devic
   SearchResult r = tuning::search(cands, o.strategy, o.budget, out.seed, start, measure, o.progress, lookahead);
   prebuilder.reset();
   out.measurements = std::move(r.evaluated);
-  if (hidx)
-    for (const auto& m : out.measurements)
-      if (m.config == out.heuristic) out.heuristic_measurement = m;
+  for (const auto& m : out.measurements) {
+    if (hidx && m.config == out.heuristic) out.heuristic_measurement = m;
+    if (out.warm_start && m.config == out.warm_start->config) out.warm_measurement = m;
+  }
+  out.evaluations_to_near_best = tuning::evaluations_to_near_best(out.measurements);
 
   bool paired = false, kept = false;
   const Measurement* best = rerun_best(out, runner, o.timing, paired);
@@ -375,6 +438,7 @@ TuneResult tune(const Invocation& inv, const Implementation& impl, Device& devic
   out.entry = entry_of(out, impl, dev, winner);
   out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   out.report = report_of(out, r, best, paired, runner.restarts());
+  out.report += warm_line(out);
   if (kept)
     out.report += "kept the heuristic's config: the best was " + format_g(lead, "%.3g") +
                   "x faster in the paired re-run, under the " + format_g(100 * tuning::displace_margin, "%.3g") + "% margin\n";
