@@ -362,22 +362,24 @@ extern "C" __global__ void __launch_bounds__(128)
 
 // out = o W_vc with o the parts' o_lat merged by log-sum-exp and normalised, straight into the
 // projection's left operand in shared memory (in the element type, as the reference rounds it):
-// one pass, no merged o_lat in global memory. A block takes 8 sequences of one head (rows 8-15
-// of mma.sync's A are zeros) and PNB columns of out: grid (VDIM / PNB, heads, batch / 8), 256
-// threads, dynamic shared memory merge_project_shared (cuda.cpp). W_vc's slice is copied first,
-// so that its copy runs while the parts are merged; each thread keeps 16 loads of the parts in
-// flight (the pass is bound by their latency). Parts that saw no token have l = 0. The eight
-// warps take every eighth 16-wide step of the latent rank and add their products through shared memory.
+// one pass, no merged o_lat in global memory. A block takes MR (at most 8) sequences of one head
+// (rows MR-15 of mma.sync's A are zeros) and PNB columns of out: grid (VDIM / PNB, heads,
+// batch / MR), 256 threads, dynamic shared memory merge_project_shared (cuda.cpp). W_vc's slice
+// is copied first, so that its copy runs while the parts are merged; the pass is bound by the
+// latency of reading the parts, so each thread keeps every split's loads in flight and few rows
+// a block put two blocks on a multiprocessor. Parts that saw no token have l = 0. The eight warps
+// take every eighth 16-wide step of the latent rank and add their products through shared memory.
 extern "C" __global__ void __launch_bounds__(256)
     ejk_mla_merge_project(const float* __restrict__ part_o, const float* __restrict__ part_ml,
                           const elem_t* __restrict__ w_vc, elem_t* __restrict__ out, int batch, int heads, int splits) {
-  constexpr int AR = RANK + 8, WR = PNB + 8, SR = PNB + 8, NT = PNB / 8, ITEMS = (8 * (RANK / 4) + 255) / 256;
+  constexpr int AR = RANK + 8, WR = PNB + 8, SR = PNB + 8, NT = PNB / 8, ITEMS = (MR * (RANK / 4) + 255) / 256;
+  static_assert(MR >= 1 && MR <= 8, "a warp a row for the part weights");
   static_assert(RANK % 16 == 0 && PNB % 16 == 0, "whole mma.sync tiles");
   extern __shared__ __align__(16) unsigned char smem[];
-  elem_t* const a_s = reinterpret_cast<elem_t*>(smem);              // [16][AR], rows 8-15 zero
+  elem_t* const a_s = reinterpret_cast<elem_t*>(smem);              // [16][AR], rows MR-15 zero
   elem_t* const w_s = a_s + 16 * AR;                                 // [RANK][WR]
   float* const weight = reinterpret_cast<float*>(w_s + RANK * WR);  // [8][64]; then [8][8][SR] partial sums
-  const int n0 = blockIdx.x * PNB, h = blockIdx.y, b0 = blockIdx.z * 8, tid = threadIdx.x;
+  const int n0 = blockIdx.x * PNB, h = blockIdx.y, b0 = blockIdx.z * MR, tid = threadIdx.x;
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
 
   for (int c = tid; c < RANK * (PNB / 8); c += 256) {
@@ -385,10 +387,10 @@ extern "C" __global__ void __launch_bounds__(256)
     cp16(w_s + k * WR + n, w_vc + (static_cast<long long>(h) * RANK + k) * VDIM + n0 + n, 16);
   }
   cp_commit();
-  for (int c = tid; c < 8 * AR / 2; c += 256) reinterpret_cast<unsigned*>(a_s + 8 * AR)[c] = 0u;
+  for (int c = tid; c < (16 - MR) * AR / 2; c += 256) reinterpret_cast<unsigned*>(a_s + MR * AR)[c] = 0u;
   wait_previous();  // the parts come from the attention pass (Launch::early)
 
-  {
+  if (warp < MR) {
     const int r = warp, b = b0 + r;  // a warp a row
     const float* ml = part_ml + (static_cast<long long>(b) * heads + h) * splits * 2;
     float mx = NEG_INF, total = 0.0f;
@@ -409,15 +411,15 @@ extern "C" __global__ void __launch_bounds__(256)
   const float* po[ITEMS];
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) {
-    const int c = min(tid + 256 * i, 8 * (RANK / 4) - 1), r = c / (RANK / 4), b = min(b0 + r, batch - 1);
+    const int c = min(tid + 256 * i, MR * (RANK / 4) - 1), r = c / (RANK / 4), b = min(b0 + r, batch - 1);
     x[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     po[i] = part_o + (static_cast<long long>(b) * heads + h) * splits * RANK + c % (RANK / 4) * 4;
   }
-#pragma unroll 4
+#pragma unroll 8
   for (int s = 0; s < splits; ++s)
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
-      const float w = weight[min(tid + 256 * i, 8 * (RANK / 4) - 1) / (RANK / 4) * 64 + s];  // 0 past the batch
+      const float w = weight[min(tid + 256 * i, MR * (RANK / 4) - 1) / (RANK / 4) * 64 + s];  // 0 past the batch
       const float4 v = *reinterpret_cast<const float4*>(po[i] + static_cast<long long>(s) * RANK);
       x[i].x = fmaf(w, v.x, x[i].x);
       x[i].y = fmaf(w, v.y, x[i].y);
@@ -427,7 +429,7 @@ extern "C" __global__ void __launch_bounds__(256)
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) {
     const int c = tid + 256 * i, r = c / (RANK / 4), col = c % (RANK / 4) * 4;
-    if (c < 8 * (RANK / 4)) *reinterpret_cast<uint2*>(a_s + r * AR + col) = make_uint2(pack2(x[i].x, x[i].y), pack2(x[i].z, x[i].w));
+    if (c < MR * (RANK / 4)) *reinterpret_cast<uint2*>(a_s + r * AR + col) = make_uint2(pack2(x[i].x, x[i].y), pack2(x[i].z, x[i].w));
   }
   cp_wait<0>();
   __syncthreads();
@@ -454,7 +456,7 @@ extern "C" __global__ void __launch_bounds__(256)
   for (int j = 0; j < NT; ++j)
     *reinterpret_cast<float2*>(sum + (warp * 8 + g) * SR + j * 8 + 2 * t) = make_float2(acc[j][0], acc[j][1]);
   __syncthreads();
-  for (int c = tid; c < 8 * PNB / 2; c += 256) {
+  for (int c = tid; c < MR * PNB / 2; c += 256) {
     const int r = c / (PNB / 2), n = c % (PNB / 2) * 2, b = b0 + r;
     if (b >= batch) continue;
     float x0 = 0.0f, x1 = 0.0f;
