@@ -43,7 +43,9 @@ ${entries}      nullptr};
 endfunction()
 
 # ejk_compile_spirv(OUT_VAR ROOT shader.comp...) compiles each shader with glslc into
-# <name>.spv under the build tree, keeping its folder below ROOT.
+# <name>.spv under the build tree, keeping its folder below ROOT. glslc's depfile names every
+# file a shader includes (its .glsl, common/philox.h, the GLSL prelude), so an edit to any of
+# them rebuilds exactly the shaders that include it.
 function(ejk_compile_spirv out_var root)
   set(outputs)
   foreach(src IN LISTS ARGN)
@@ -55,9 +57,9 @@ function(ejk_compile_spirv out_var root)
     add_custom_command(
       OUTPUT ${spv}
       COMMAND ${CMAKE_COMMAND} -E make_directory ${dir}
-      COMMAND Vulkan::glslc --target-env=vulkan1.2 -O -I ${srcdir} -I ${root} -o ${spv} ${src}
+      COMMAND Vulkan::glslc --target-env=vulkan1.2 -O -I ${srcdir} -I ${root} -MD -MF ${spv}.d -o ${spv} ${src}
       DEPENDS ${src}
-      IMPLICIT_DEPENDS CXX ${src}
+      DEPFILE ${spv}.d
       COMMENT "glslc ${rel}"
       VERBATIM)
     list(APPEND outputs ${spv})

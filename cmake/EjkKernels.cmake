@@ -2,9 +2,10 @@
 # code (the kernel, its reference, its CPU implementation), opencl*.cpp (OpenCL C, run by the
 # OpenCL and CUDA backends), cuda*.cpp, vulkan*.cpp and mpi*.cpp are built with their backend;
 # *.cl and *.h are embedded for OpenCL C, *.cu and *.cuh for CUDA, *.comp compiled to SPIR-V
-# (*_coopmat*.comp only where glslc takes cooperative matrices) and *.glsl tracked as what shaders
-# include. Each file registers what it defines (kernels/common/builtin.hpp), so nothing else
-# lists the kernel. Appends to the EJK_KERNEL_* lists of the caller's scope.
+# (*_coopmat*.comp only where glslc takes cooperative matrices; what they include, *.glsl and
+# common/ headers, is tracked through glslc's depfiles). Each file registers what it defines
+# (kernels/common/builtin.hpp), so nothing else lists the kernel. Appends to the EJK_KERNEL_*
+# lists of the caller's scope.
 function(ejk_add_kernel name)
   set(dir ${EJK_KERNELS_DIR}/${name})
   if(NOT IS_DIRECTORY ${dir})
@@ -25,8 +26,7 @@ function(ejk_add_kernel name)
   file(GLOB cu CONFIGURE_DEPENDS ${dir}/*.cu ${dir}/*.cuh)
   file(GLOB comp CONFIGURE_DEPENDS ${dir}/*.comp)
   file(GLOB coopmat CONFIGURE_DEPENDS ${dir}/*_coopmat*.comp)
-  file(GLOB glsl CONFIGURE_DEPENDS ${dir}/*.glsl)
-  foreach(list IN ITEMS host opencl cuda vulkan mpi cl cu comp coopmat glsl)
+  foreach(list IN ITEMS host opencl cuda vulkan mpi cl cu comp coopmat)
     string(TOUPPER ${list} upper)
     set(EJK_KERNEL_${upper} ${EJK_KERNEL_${upper}} ${${list}} PARENT_SCOPE)
   endforeach()

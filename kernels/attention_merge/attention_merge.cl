@@ -4,60 +4,37 @@
 // Compile-time (-D): THREADS (work-items per group), VEC (contiguous elements per work-item,
 // loaded and stored as one vector: 1, 2 or 4), OUT_T and PART_T (out's and part's dtype: 0 f32,
 // 1 f16, 2 bf16). Sizes are kernel arguments, so one program serves every shape. Storage is read
-// and written through vload(_half)n / vstore(_half)n: no cl_khr_fp16 is needed, and all
-// arithmetic is f32.
+// and written VEC elements at a time through common/clc.h's codecs; all arithmetic is f32.
 
-#define CAT(a, b) a##b
-#define XCAT(a, b) CAT(a, b)
+#include "common/clc.h"
+#define XCAT(a, b) EJK_CAT(a, b)
 
+// LOAD_t / STORE_t: VEC elements of storage dtype t at element e, as f32.
 #if VEC == 1
 #define VF float
-#define VU uint
-#define LOADV(p, e) ((p)[e])
-#define STOREV(x, p, e) ((p)[e] = (x))
-#define LOADH(p, e) vload_half((e), (p))
-#define STOREH(x, p, e) vstore_half_rte((x), (e), (p))
-#define TO_UINT(u) ((uint)(u))
-#define TO_USHORT(u) ((ushort)(u))
-#define AS_F(u) as_float(u)
-#define AS_U(x) as_uint(x)
+#define LOAD_0(p, e) EJK_LD_0(p, e)
+#define LOAD_1(p, e) EJK_LD_1(p, e)
+#define LOAD_2(p, e) EJK_LD_2(p, e)
+#define STORE_0(x, p, e) EJK_ST_0(p, e, x)
+#define STORE_1(x, p, e) EJK_ST_1(p, e, x)
+#define STORE_2(x, p, e) EJK_ST_2(p, e, x)
 #else
 #define VF XCAT(float, VEC)
-#define VU XCAT(uint, VEC)
 #define LOADV(p, e) XCAT(vload, VEC)(0, (p) + (e))
 #define STOREV(x, p, e) XCAT(vstore, VEC)((x), 0, (p) + (e))
-#define LOADH(p, e) XCAT(vload_half, VEC)(0, (p) + (e))
-#define STOREH(x, p, e) XCAT(XCAT(vstore_half, VEC), _rte)((x), 0, (p) + (e))
-#define TO_UINT(u) XCAT(convert_uint, VEC)(u)
-#define TO_USHORT(u) XCAT(convert_ushort, VEC)(u)
-#define AS_F(u) XCAT(as_float, VEC)(u)
-#define AS_U(x) XCAT(as_uint, VEC)(x)
-#endif
-
-// bf16 is the high half of an f32: widened by a shift, narrowed rounding to nearest even (NaN
-// kept a quiet NaN).
-VF bf16_load(const __global ushort* p, int e) { return AS_F(TO_UINT(LOADV(p, e)) << 16); }
-void bf16_store(VF x, __global ushort* p, int e) {
-  const VU u = AS_U(x);
-  const VU r = select((u + 0x7fffu + ((u >> 16) & 1u)) >> 16, (VU)(0x7fc0u), isnan(x));
-  STOREV(TO_USHORT(r), p, e);
-}
-
-#define ELEM_0 float
-#define ELEM_1 half
-#define ELEM_2 ushort
 #define LOAD_0(p, e) LOADV(p, e)
-#define LOAD_1(p, e) LOADH(p, e)
-#define LOAD_2(p, e) bf16_load(p, e)
+#define LOAD_1(p, e) XCAT(vload_half, VEC)(0, (p) + (e))
+#define LOAD_2(p, e) EJK_BF16_TO_F32V(VEC, LOADV(p, e))
 #define STORE_0(x, p, e) STOREV(x, p, e)
-#define STORE_1(x, p, e) STOREH(x, p, e)
-#define STORE_2(x, p, e) bf16_store(x, p, e)
+#define STORE_1(x, p, e) XCAT(XCAT(vstore_half, VEC), _rte)((x), 0, (p) + (e))
+#define STORE_2(x, p, e) STOREV(XCAT(ejk_f32_to_bf16_, VEC)(x), p, e)
+#endif
 
 // Grid: one group per rows_per_group rows. Each row's weights are computed once into local
 // memory (wa < 0: row left as it is; wa == 0: out not read; wc == 0: part not read), then the
 // group's rows stream through VEC elements per work-item.
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void attention_merge(
-    __global XCAT(ELEM_, OUT_T) * out, __global float* lse, const __global XCAT(ELEM_, PART_T) * part,
+    __global EJK_ELEM(OUT_T) * out, __global float* lse, const __global EJK_ELEM(PART_T) * part,
     const __global float* part_lse, int rows, int seq, int heads, int dim, int rows_per_group) {
   __local float wa_l[THREADS * VEC], wc_l[THREADS * VEC];
   const int lid = get_local_id(0);

@@ -9,6 +9,7 @@
 #if ELEM16
 #extension GL_EXT_shader_16bit_storage : require
 #endif
+#include "common/vulkan.glsl"
 
 layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 layout(constant_id = 3) const uint VEC = 1;  // contiguous elements per invocation
@@ -35,18 +36,6 @@ layout(binding = 0) buffer OutH4 { uvec2 out_h4[]; };
 layout(binding = 2) readonly buffer PartH { uint16_t part_h[]; };
 layout(binding = 2) readonly buffer PartH2 { uint part_h2[]; };
 layout(binding = 2) readonly buffer PartH4 { uvec2 part_h4[]; };
-
-float dec1(uint h, uint dt) { return dt == 1u ? unpackHalf2x16(h).x : uintBitsToFloat(h << 16); }
-vec2 dec2(uint w, uint dt) {
-  return dt == 1u ? unpackHalf2x16(w) : vec2(uintBitsToFloat(w << 16), uintBitsToFloat(w & 0xffff0000u));
-}
-uint enc1(float x, uint dt) {
-  if (dt == 1u) return packHalf2x16(vec2(x, 0.0)) & 0xffffu;
-  if (isnan(x)) return 0x7fc0u;
-  uint u = floatBitsToUint(x);
-  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // round to nearest even
-}
-uint enc2(vec2 x, uint dt) { return dt == 1u ? packHalf2x16(x) : enc1(x.x, dt) | (enc1(x.y, dt) << 16); }
 #endif
 
 // Elements e .. e + VEC - 1 of out or part (the rest of the vec4 is 0).
@@ -58,12 +47,9 @@ uint enc2(vec2 x, uint dt) { return dt == 1u ? packHalf2x16(x) : enc1(x.x, dt) |
       if (VEC == 2u) return vec4(name##_f2[e / 2u], 0.0, 0.0);                       \
       return vec4(name##_f[e], 0.0, 0.0, 0.0);                                       \
     }                                                                                \
-    if (VEC == 4u) {                                                                 \
-      const uvec2 w = name##_h4[e / 4u];                                             \
-      return vec4(dec2(w.x, dt), dec2(w.y, dt));                                     \
-    }                                                                                \
-    if (VEC == 2u) return vec4(dec2(name##_h2[e / 2u], dt), 0.0, 0.0);               \
-    return vec4(dec1(uint(name##_h[e]), dt), 0.0, 0.0, 0.0);                         \
+    if (VEC == 4u) return ejk_decode16x4(name##_h4[e / 4u], dt);                     \
+    if (VEC == 2u) return vec4(ejk_decode16x2(name##_h2[e / 2u], dt), 0.0, 0.0);     \
+    return vec4(EJK_LD16(name##_h, e, dt), 0.0, 0.0, 0.0);                           \
   }
 #else
 #define LOADER(name)                                                                 \
@@ -79,9 +65,9 @@ LOADER(part)
 void store_out(uint e, uint dt, vec4 x) {
 #if ELEM16
   if (dt != 0u) {
-    if (VEC == 4u) out_h4[e / 4u] = uvec2(enc2(x.xy, dt), enc2(x.zw, dt));
-    else if (VEC == 2u) out_h2[e / 2u] = enc2(x.xy, dt);
-    else out_h[e] = uint16_t(enc1(x.x, dt));
+    if (VEC == 4u) out_h4[e / 4u] = uvec2(ejk_encode16x2(x.xy, dt), ejk_encode16x2(x.zw, dt));
+    else if (VEC == 2u) out_h2[e / 2u] = ejk_encode16x2(x.xy, dt);
+    else EJK_ST16(out_h, e, dt, x.x);
     return;
   }
 #endif

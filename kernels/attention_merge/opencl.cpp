@@ -21,7 +21,7 @@ class OpenCLAttentionMerge final : public clc::Implementation {
   using clc::Implementation::Implementation;
   std::string_view kernel() const override { return kernel_.name(); }
   std::vector<ArgDef> args() const override { return kernel_.args(); }
-  std::vector<std::string> sources() const override { return {source_key}; }
+  std::vector<std::string> sources() const override { return {source_key, clc::prelude_source}; }
 
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override { return device_space(inv, dev); }
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {

@@ -3,8 +3,8 @@
 //
 // Compile-time (-D): BLOCK_M (queries per tile), BLOCK_N (keys per tile), HEAD_DIM. Everything
 // else is in Params, the storage dtype included (0 f32, 1 f16, 2 bf16), so one program serves
-// every dtype and shape of a head_dim. Storage goes through vload_half / vstore_half and 16-bit
-// words: no cl_khr_fp16 is needed, and all arithmetic is f32.
+// every dtype and shape of a head_dim. Storage goes through common/clc.h; all arithmetic is
+// f32.
 
 #define F_CAUSAL 1u
 #define F_SEGMENTS 2u
@@ -20,23 +20,7 @@ typedef struct {
   float scale, cap;
 } Params;
 
-float ld(__global const ushort* p, int i, uint dt) {
-  if (dt == 0u) return ((__global const float*)p)[i];
-  if (dt == 1u) return vload_half(i, (__global const half*)p);
-  return as_float((uint)p[i] << 16);
-}
-
-void st(__global ushort* p, int i, uint dt, float x) {
-  if (dt == 0u) {
-    ((__global float*)p)[i] = x;
-  } else if (dt == 1u) {
-    vstore_half_rte(x, i, (__global half*)p);
-  } else {
-    uint u = as_uint(x);
-    // bf16, round to nearest even; NaN stays a (quiet) NaN.
-    p[i] = isnan(x) ? (ushort)0x7fc0u : (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  }
-}
+#include "common/clc.h"
 
 // Row of the block lists for (b, h, block) (lists broadcast over batch and heads when 1).
 int list_row(const Params P, int b, int h, int blocks, int block) {
@@ -67,8 +51,8 @@ void stage_keys(const Params P, __global const ushort* k, __global const ushort*
                 int j0, int n, int hk, int lid, int threads, __local float* ks, __local float* vs, __local int* ksg) {
   for (int x = lid; x < n * HEAD_DIM; x += threads) {
     const int r = x / HEAD_DIM, d = x - r * HEAD_DIM, idx = krow(P, b, j0 + r, hk) + d;
-    ks[x] = ld(k, idx, P.dtype);
-    vs[x] = ld(v, idx, P.dtype);
+    ks[x] = ejk_load(k, idx, P.dtype);
+    vs[x] = ejk_load(v, idx, P.dtype);
   }
   if (HAS(F_SEGMENTS))
     for (int x = lid; x < n; x += threads) ksg[x] = kseg[b * P.seq_k + j0 + x];
@@ -121,7 +105,7 @@ __kernel __attribute__((reqd_work_group_size(BLOCK_M, 1, 1))) void bsa_fwd(
   __local int ksg[BLOCK_N];
   float qr[HEAD_DIM], acc[HEAD_DIM];
   for (int d = 0; d < HEAD_DIM; ++d) {
-    qr[d] = valid ? ld(q, qrow(P, b, i, h) + d, P.dtype) * P.scale : 0.0f;
+    qr[d] = valid ? ejk_load(q, qrow(P, b, i, h) + d, P.dtype) * P.scale : 0.0f;
     acc[d] = 0.0f;
   }
   const int qsg = HAS(F_SEGMENTS) && valid ? qseg[b * P.seq_q + i] : 0;
@@ -141,7 +125,7 @@ __kernel __attribute__((reqd_work_group_size(BLOCK_M, 1, 1))) void bsa_fwd(
   }
   if (!valid) return;
   const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // a row with no allowed key gives 0
-  for (int d = 0; d < HEAD_DIM; ++d) st(out, qrow(P, b, i, h) + d, P.dtype, acc[d] * inv);
+  for (int d = 0; d < HEAD_DIM; ++d) ejk_store(out, qrow(P, b, i, h) + d, P.dtype, acc[d] * inv);
   lse[(b * P.heads + h) * P.seq_q + i] = l > 0.0f ? m + log(l) : -INFINITY;
 }
 
@@ -204,9 +188,9 @@ __kernel __attribute__((reqd_work_group_size(BLOCK_M, 1, 1))) void bsa_dq(
   float D = 0.0f;
   for (int d = 0; d < HEAD_DIM; ++d) {
     const int x = qrow(P, b, valid ? i : 0, h) + d;
-    qr[d] = valid ? ld(q, x, P.dtype) * P.scale : 0.0f;
-    g[d] = valid ? ld(dout, x, P.dtype) : 0.0f;
-    D = mad(g[d], valid ? ld(out, x, P.dtype) : 0.0f, D);
+    qr[d] = valid ? ejk_load(q, x, P.dtype) * P.scale : 0.0f;
+    g[d] = valid ? ejk_load(dout, x, P.dtype) : 0.0f;
+    D = mad(g[d], valid ? ejk_load(out, x, P.dtype) : 0.0f, D);
     acc[d] = 0.0f;
   }
   const float L = valid ? lse[(b * P.heads + h) * P.seq_q + i] : -INFINITY;
@@ -225,7 +209,7 @@ __kernel __attribute__((reqd_work_group_size(BLOCK_M, 1, 1))) void bsa_dq(
     }
   }
   if (!valid) return;
-  for (int d = 0; d < HEAD_DIM; ++d) st(dq, qrow(P, b, i, h) + d, P.dtype, acc[d]);
+  for (int d = 0; d < HEAD_DIM; ++d) ejk_store(dq, qrow(P, b, i, h) + d, P.dtype, acc[d]);
 }
 
 // dk, dv: one group of BLOCK_N work-items per (key tile, kv head, batch), a key row each; for
@@ -246,8 +230,8 @@ __kernel __attribute__((reqd_work_group_size(BLOCK_N, 1, 1))) void bsa_dkdv(
   float kr[HEAD_DIM], vr[HEAD_DIM], dka[HEAD_DIM], dva[HEAD_DIM];
   for (int d = 0; d < HEAD_DIM; ++d) {
     const int x = krow(P, b, valid ? j : 0, hk) + d;
-    kr[d] = valid ? ld(k, x, P.dtype) : 0.0f;
-    vr[d] = valid ? ld(v, x, P.dtype) : 0.0f;
+    kr[d] = valid ? ejk_load(k, x, P.dtype) : 0.0f;
+    vr[d] = valid ? ejk_load(v, x, P.dtype) : 0.0f;
     dka[d] = 0.0f;
     dva[d] = 0.0f;
   }
@@ -266,13 +250,13 @@ __kernel __attribute__((reqd_work_group_size(BLOCK_N, 1, 1))) void bsa_dkdv(
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int x = lid; x < m * HEAD_DIM; x += BLOCK_N) {
           const int r = x / HEAD_DIM, d = x - r * HEAD_DIM, idx = qrow(P, b, i0 + r, h) + d;
-          qs[x] = ld(q, idx, P.dtype) * P.scale;
-          gs[x] = ld(dout, idx, P.dtype);
+          qs[x] = ejk_load(q, idx, P.dtype) * P.scale;
+          gs[x] = ejk_load(dout, idx, P.dtype);
         }
         for (int r = lid; r < m; r += BLOCK_N) {
           const int base = qrow(P, b, i0 + r, h);
           float D = 0.0f;
-          for (int d = 0; d < HEAD_DIM; ++d) D = mad(ld(dout, base + d, P.dtype), ld(out, base + d, P.dtype), D);
+          for (int d = 0; d < HEAD_DIM; ++d) D = mad(ejk_load(dout, base + d, P.dtype), ejk_load(out, base + d, P.dtype), D);
           dl[r] = D;
           ls[r] = lse[(b * P.heads + h) * P.seq_q + i0 + r];
           if (HAS(F_SEGMENTS)) qsg[r] = qseg[b * P.seq_q + i0 + r];
@@ -284,7 +268,7 @@ __kernel __attribute__((reqd_work_group_size(BLOCK_N, 1, 1))) void bsa_dkdv(
   }
   if (!valid) return;
   for (int d = 0; d < HEAD_DIM; ++d) {
-    st(dk, krow(P, b, j, hk) + d, P.dtype, dka[d]);
-    st(dv, krow(P, b, j, hk) + d, P.dtype, dva[d]);
+    ejk_store(dk, krow(P, b, j, hk) + d, P.dtype, dka[d]);
+    ejk_store(dv, krow(P, b, j, hk) + d, P.dtype, dva[d]);
   }
 }

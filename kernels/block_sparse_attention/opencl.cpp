@@ -43,7 +43,7 @@ class OpenCLForward final : public clc::Implementation {
   using clc::Implementation::Implementation;
   std::string_view kernel() const override { return "block_sparse_attention"; }
   std::vector<ArgDef> args() const override { return forward_args(); }
-  std::vector<std::string> sources() const override { return {source_key}; }
+  std::vector<std::string> sources() const override { return {source_key, clc::prelude_source}; }
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
     return device_space(false, BlockSparseAttentionKernel().vars(inv), dev);
   }
@@ -69,7 +69,7 @@ class OpenCLBackward final : public clc::Implementation {
   using clc::Implementation::Implementation;
   std::string_view kernel() const override { return "block_sparse_attention_bwd"; }
   std::vector<ArgDef> args() const override { return backward_args(); }
-  std::vector<std::string> sources() const override { return {source_key}; }
+  std::vector<std::string> sources() const override { return {source_key, clc::prelude_source}; }
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
     return device_space(true, BlockSparseAttentionBwdKernel().vars(inv), dev);
   }

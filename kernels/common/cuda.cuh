@@ -13,18 +13,32 @@
 typedef unsigned short elem_t;  // f16 or bf16 bits
 #define NEG_INF __int_as_float(0xff800000)
 
+// ceil(a / b), and a rounded up to a multiple of b, for a >= 0 and b > 0.
+__host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
+__host__ __device__ constexpr int round_up(int a, int b) { return ceil_div(a, b) * b; }
+
 __device__ __forceinline__ unsigned shared_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
-__device__ __forceinline__ float to_f32(elem_t x) {
-#if BF16
-  return __uint_as_float(static_cast<unsigned>(x) << 16);
-#else
+__device__ __forceinline__ float f16_to_f32(unsigned short x) {
   float f;
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
   return f;
+}
+__device__ __forceinline__ float bf16_to_f32(unsigned short x) { return __uint_as_float(static_cast<unsigned>(x) << 16); }
+__device__ __forceinline__ float to_f32(elem_t x) {
+#if BF16
+  return bf16_to_f32(x);
+#else
+  return f16_to_f32(x);
 #endif
+}
+// Element i of an array whose dtype is known only at run time (0 f32, 1 f16, 2 bf16).
+__device__ __forceinline__ float load_any(const void* base, int dtype, int i) {
+  if (dtype == 0) return static_cast<const float*>(base)[i];
+  const unsigned short x = static_cast<const unsigned short*>(base)[i];
+  return dtype == 2 ? bf16_to_f32(x) : f16_to_f32(x);
 }
 // Two values as a pair of 16-bit words, rounded to nearest even.
 __device__ __forceinline__ unsigned pack2(float lo, float hi) {

@@ -4,13 +4,14 @@
    element, and writes them to part[4 * group ...] as (err bits, scale bits, bad low, bad high),
    so only a few bytes a group come back. Without want (has_want 0), bad is the first element
    that is not finite. Values are compared in f32 (f16 and bf16 widen exactly). */
+#include "clc.h"
+
 #define GROUP 256
 
+/* dtype 3 is i32; the others are clc.h's storage dtypes. */
 float load(const __global uint* p, ulong e, uint dtype) {
-  if (dtype == 1u) return vload_half(e, (const __global half*)p);
-  if (dtype == 2u) return as_float((uint)((const __global ushort*)p)[e] << 16);
   if (dtype == 3u) return (float)as_int(p[e]);
-  return as_float(p[e]);
+  return ejk_load(p, e, dtype);
 }
 
 __kernel __attribute__((reqd_work_group_size(GROUP, 1, 1))) void ejk_difference(const __global uint* got,

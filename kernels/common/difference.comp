@@ -5,6 +5,9 @@
 // element of an odd count lies within the allocation, which Vulkan buffers round up to 16
 // bytes. Buffers of at most 4 GiB keep element indices within 32 bits, so the bad index's high
 // word is 0.
+#extension GL_GOOGLE_include_directive : require
+#include "vulkan.glsl"
+
 layout(local_size_x = 256) in;
 
 layout(std430, binding = 0) readonly buffer Got { uint got[]; };
@@ -19,15 +22,13 @@ shared float lerr[256], lscale[256];
 shared uint lbad[256];
 
 float load_got(uint e) {
-  if (pc.dtype == 1u) return unpackHalf2x16(got[e >> 1] >> (16u * (e & 1u))).x;
-  if (pc.dtype == 2u) return uintBitsToFloat(((e & 1u) != 0u ? (got[e >> 1] >> 16) : (got[e >> 1] & 0xffffu)) << 16);
+  if (pc.dtype == 1u || pc.dtype == 2u) return ejk_decode16(got[e >> 1] >> (16u * (e & 1u)), pc.dtype);
   if (pc.dtype == 3u) return float(int(got[e]));
   return uintBitsToFloat(got[e]);
 }
 
 float load_want(uint e) {
-  if (pc.dtype == 1u) return unpackHalf2x16(want[e >> 1] >> (16u * (e & 1u))).x;
-  if (pc.dtype == 2u) return uintBitsToFloat(((e & 1u) != 0u ? (want[e >> 1] >> 16) : (want[e >> 1] & 0xffffu)) << 16);
+  if (pc.dtype == 1u || pc.dtype == 2u) return ejk_decode16(want[e >> 1] >> (16u * (e & 1u)), pc.dtype);
   if (pc.dtype == 3u) return float(int(want[e]));
   return uintBitsToFloat(want[e]);
 }

@@ -1,7 +1,7 @@
 // The decode engine on OpenCL (decode_attention/engine.hpp has the semantics): pass 1
-// decode_partial, pass 2 decode_reduce. OpenCL C 1.2 without cl_khr_fp16: 16-bit arrays are
-// read with vload_half / bit shifts and written with vstore_half_rte / rounding by hand; all
-// math is f32 with logits in base 2 (log2 e folded into the query scale).
+// decode_partial, pass 2 decode_reduce. OpenCL C 1.2 without cl_khr_fp16: arrays are read
+// and written through common/clc.h; all math is f32 with logits in base 2 (log2 e folded
+// into the query scale).
 //
 // Compile-time (-D): T work-items per group, BK keys per tile, R query rows per group (query
 // heads of one kv head times query tokens), BQ query tokens per group, DMAX head_dim rounded up
@@ -17,7 +17,7 @@
 #define NEG (-1.0e30f)
 #define D4 (DMAX / 4)
 #define KS4 (D4 + 1)
-#define ACC4 ((R * D4 + T - 1) / T)
+#define ACC4 EJK_CEIL_DIV(R * D4, T)
 #define SS (BK + 1)
 
 // Flags.
@@ -26,29 +26,13 @@
 #define VARLEN 4
 #define SINKS 8
 
-float load(__global const uchar* base, int dtype, size_t i) {
-  if (dtype == 0) return ((__global const float*)base)[i];
-  if (dtype == 1) return vload_half(i, (__global const half*)base);
-  return as_float((uint)((__global const ushort*)base)[i] << 16);
-}
+#include "common/clc.h"
 
 // Four elements from i, a multiple of 4: vload needs only element alignment.
 float4 load4(__global const uchar* base, int dtype, size_t i) {
   if (dtype == 0) return vload4(i / 4, (__global const float*)base);
   if (dtype == 1) return vload_half4(i / 4, (__global const half*)base);
-  return as_float4(convert_uint4(vload4(i / 4, (__global const ushort*)base)) << 16);
-}
-
-void store(__global uchar* base, int dtype, size_t i, float x) {
-  if (dtype == 0) {
-    ((__global float*)base)[i] = x;
-  } else if (dtype == 1) {
-    vstore_half_rte(x, i, (__global half*)base);
-  } else {
-    uint u = as_uint(x);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    ((__global ushort*)base)[i] = (ushort)(u >> 16);
-  }
+  return EJK_BF16_TO_F32V(4, vload4(i / 4, (__global const ushort*)base));
 }
 
 // The query block `blk`: its sequence, first token and token count; false when it holds none.
@@ -108,10 +92,10 @@ void block_rows(int blk, int tid, int G, int flags, int num_seqs, int window, __
 float4 load_quad(__global const uchar* base, int dtype, size_t i, int d, int n) {
   if ((n & 3) == 0) return load4(base, dtype, i);
   float4 x = (float4)(0.0f);
-  x.x = load(base, dtype, i);
-  if (d + 1 < n) x.y = load(base, dtype, i + 1);
-  if (d + 2 < n) x.z = load(base, dtype, i + 2);
-  if (d + 3 < n) x.w = load(base, dtype, i + 3);
+  x.x = ejk_load(base, i, dtype);
+  if (d + 1 < n) x.y = ejk_load(base, i + 1, dtype);
+  if (d + 2 < n) x.z = ejk_load(base, i + 2, dtype);
+  if (d + 3 < n) x.w = ejk_load(base, i + 3, dtype);
   return x;
 }
 
@@ -153,7 +137,7 @@ __kernel __attribute__((reqd_work_group_size(T, 1, 1))) void decode_partial(
   // Keys of the block's rows: lo grows and hi grows with the token, so the first and last rows bound them.
   const int u0 = lo_row[0], u1 = nq > 0 ? hi_row[(nq - 1) * G] : u0;
   const int span = max(0, u1 - u0);
-  const int chunk = ((span + splits - 1) / splits + BK - 1) / BK * BK;
+  const int chunk = EJK_ROUND_UP(EJK_CEIL_DIV(span, splits), BK);
   const int c0 = u0 + split * chunk, c1 = min(c0 + chunk, u1);
 
   float4 acc[ACC4];
@@ -262,7 +246,7 @@ __kernel void decode_reduce(__global const float* part_acc, __global const float
   if (row >= (size_t)owned * heads) return;
   const int h = row % heads;
   __global const float* ml = part_ml + row * splits * 2;
-  const float sink = (flags & SINKS) ? load(sinks, sinks_dtype, h) * 1.44269504088896340736f : NEG;
+  const float sink = (flags & SINKS) ? ejk_load(sinks, h, sinks_dtype) * 1.44269504088896340736f : NEG;
   float M = sink;
   for (int c = 0; c < splits; ++c) M = fmax(M, ml[2 * c]);
   float L = (flags & SINKS) ? exp2(sink - M) : 0.0f, a = 0.0f;
@@ -272,7 +256,7 @@ __kernel void decode_reduce(__global const float* part_acc, __global const float
     a += part_acc[(row * splits + c) * head_dim + d] * w;
   }
   // No key seen: a is 0 whatever L holds (a sink alone).
-  store(out, dtype, row * head_dim + d, L > 0.0f ? a / L : 0.0f);
+  ejk_store(out, row * head_dim + d, dtype, L > 0.0f ? a / L : 0.0f);
 }
 
 #ifdef KPT
@@ -324,7 +308,7 @@ raw_t load_raw(__global const uchar* base, size_t i, int d, int n) {
 #elif DT == 1
 #define TO_F8(w) vload_half8(0, (const half*)&(w))
 #else
-#define TO_F8(w) as_float8(convert_uint8(as_ushort8(w)) << 16)
+#define TO_F8(w) EJK_BF16_TO_F32V(8, as_ushort8(w))
 #endif
 
 float sum8(float8 x) { return ((x.s0 + x.s1) + (x.s2 + x.s3)) + ((x.s4 + x.s5) + (x.s6 + x.s7)); }
@@ -347,7 +331,7 @@ __kernel __attribute__((reqd_work_group_size(T, 1, 1))) void decode_stream(
   barrier(CLK_LOCAL_MEM_FENCE);
   const int u0 = lo_row[0], u1 = nq > 0 ? hi_row[(nq - 1) * G] : u0;
   const int span = max(0, u1 - u0);
-  const int chunk = ((span + splits - 1) / splits + BKS - 1) / BKS * BKS;
+  const int chunk = EJK_ROUND_UP(EJK_CEIL_DIV(span, splits), BKS);
   const int c0 = u0 + split * chunk, c1 = min(c0 + chunk, u1);
   const int lim = ((flags & PAGED) ? max_blocks * block_size : seq_len) - 1;
   const int d = c * 8;

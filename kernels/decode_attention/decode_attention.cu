@@ -41,15 +41,6 @@
 
 __device__ __forceinline__ int swz(int row, int chunk) { return row * D + ((chunk ^ (row & 7)) << 3); }
 
-__device__ __forceinline__ float load_any(const void* base, int dtype, int i) {
-  if (dtype == 0) return static_cast<const float*>(base)[i];
-  const unsigned short x = static_cast<const unsigned short*>(base)[i];
-  if (dtype == 2) return __uint_as_float(static_cast<unsigned>(x) << 16);
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
-  return f;
-}
-
 // The query block `blk`: sequence, first token, tokens held and the sequence's query length
 // (decode_attention.cl's find_block); nq = 0 when it holds none.
 struct QueryBlock {
@@ -100,9 +91,9 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
   bounds(0, u0, unused);
   bounds((qb.nq - 1) * G, unused, u1);
   const int span = max(0, u1 - u0);
-  const int chunk = ((span + splits - 1) / splits + TILE - 1) / TILE * TILE;
+  const int chunk = round_up(ceil_div(span, splits), TILE);
   const int c0 = u0 + split * chunk, c1 = min(c0 + chunk, u1);
-  const int tiles = c1 > c0 ? (c1 - c0 + TILE - 1) / TILE : 0;
+  const int tiles = c1 > c0 ? ceil_div(c1 - c0, TILE) : 0;
 
   // The queries, rows past R or past the block's tokens zero.
   for (int c = tid; c < 16 * CH; c += WARPS * 32) {

@@ -11,6 +11,7 @@
 #if ELEM16
 #extension GL_EXT_shader_16bit_storage : require
 #endif
+#include "common/vulkan.glsl"
 
 #define DA_PARTIAL 0
 #define DA_REDUCE 1
@@ -25,7 +26,7 @@ layout(constant_id = 7) const uint DMAX = 128; // head_dim rounded up to 32, 64,
 
 const uint D4 = DMAX / 4u;
 const uint KS4 = D4 + 1u;
-const uint ACC4 = (R * D4 + T - 1u) / T;  // four-element accumulators per invocation
+const uint ACC4 = EJK_CEIL_DIV(R * D4, T);  // four-element accumulators per invocation
 const uint SS = BK + 1;
 const float NEG = -1.0e30;
 const float LOG2E = 1.44269504088896340736;
@@ -70,23 +71,11 @@ layout(binding = 2) readonly buffer VH { uint16_t v_h[]; };
 layout(binding = 7) readonly buffer SinksH { uint16_t sinks_h[]; };
 layout(binding = 8) buffer OutH { uint16_t out_h[]; };
 
-float dec(uint x, uint dt) { return dt == 1u ? unpackHalf2x16(x).x : uintBitsToFloat(x << 16); }
-uint enc(float x, uint dt) {
-  if (dt == 1u) return packHalf2x16(vec2(x, 0.0)) & 0xffffu;
-  uint u = floatBitsToUint(x);
-  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // round to nearest even
-}
-#define LOAD(name, i, dt) ((dt) == 0u ? name##_f[i] : dec(uint(name##_h[i]), (dt)))
-// Four 16-bit elements in two words, the lower element in the low half (little-endian).
-vec4 dec4(uvec2 u, uint dt) {
-  if (dt == 1u) return vec4(unpackHalf2x16(u.x), unpackHalf2x16(u.y));
-  return vec4(uintBitsToFloat(u.x << 16), uintBitsToFloat(u.x & 0xffff0000u), uintBitsToFloat(u.y << 16),
-              uintBitsToFloat(u.y & 0xffff0000u));
-}
-#define LOAD4(name, i4, dt) ((dt) == 0u ? name##_f4[i4] : dec4(name##_u2[i4], (dt)))
+#define LOAD(name, i, dt) ((dt) == 0u ? name##_f[i] : EJK_LD16(name##_h, i, dt))
+#define LOAD4(name, i4, dt) ((dt) == 0u ? name##_f4[i4] : ejk_decode16x4(name##_u2[i4], (dt)))
 #define STORE(name, i, dt, x)        \
   if ((dt) == 0u) name##_f[i] = (x); \
-  else name##_h[i] = uint16_t(enc((x), (dt)))
+  else EJK_ST16(name##_h, i, dt, x)
 #else
 #define LOAD(name, i, dt) (name##_f[i])
 #define LOAD4(name, i4, dt) (name##_f4[i4])
@@ -170,7 +159,7 @@ void main() {
   // lo and hi grow with the token, so the first and last rows bound the block's keys.
   const int u0 = lo_row[0], u1 = hi_row[uint(nq - 1) * G];
   const int span = max(0, u1 - u0);
-  const int chunk = ((span + int(pc.splits) - 1) / int(pc.splits) + int(BK) - 1) / int(BK) * int(BK);
+  const int chunk = EJK_ROUND_UP(EJK_CEIL_DIV(span, int(pc.splits)), int(BK));
   const int c0 = u0 + int(split) * chunk, c1 = min(c0 + chunk, u1);
 
   vec4 acc[ACC4];

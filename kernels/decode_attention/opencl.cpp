@@ -46,7 +46,7 @@ class OpenCLDecode final : public clc::Implementation {
   OpenCLDecode(Backend backend, Binding b) : clc::Implementation(backend), b_(std::move(b)) {}
   std::string_view kernel() const override { return b_.kernel; }
   std::vector<ArgDef> args() const override { return b_.args; }
-  std::vector<std::string> sources() const override { return {source_key}; }
+  std::vector<std::string> sources() const override { return {source_key, clc::prelude_source}; }
 
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
     const Engine e = b_.engine(inv);

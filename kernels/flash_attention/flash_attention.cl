@@ -22,8 +22,8 @@
 // builds and runs its forward. Nothing is atomic: every result is deterministic.
 //
 // Storage: q, k, v, out, dout, dq, dk, dv, bias, softmax_aux and their gradients are f32, f16
-// (vload_half / vstore_half_rte: no cl_khr_fp16 needed) or bf16 (ushort bits), chosen at run
-// time by Params.dtype / Params.dtypes; the buffers are declared float and reinterpreted.
+// or bf16 (common/clc.h), chosen at run time by Params.dtype / Params.dtypes; the buffers
+// are declared float and reinterpreted.
 #include "flash_attention_common.cl"
 
 #define NT (RX * RY)
@@ -31,7 +31,7 @@
 #define WK (BK / RX)               // score columns per work-item
 // dk/dv rows per work-item; a forward geometry may have none (its program still declares fa_dkdv).
 #define WR (BK / RY > 0 ? BK / RY : 1)
-#define WD ((DMAX + RX - 1) / RX)  // output columns per work-item (some past head_dim)
+#define WD EJK_CEIL_DIV(DMAX, RX)  // output columns per work-item (some past head_dim)
 #define DS (WD * RX + 1)           // local row stride of staged operands (odd)
 #define KS (BK + 1)                // local row stride of score tiles
 #define PREP_NT 64                 // work-items of the prep and finish passes
@@ -61,7 +61,7 @@ void stage(__local float* sh, uint base, uint n, int tok0, int valid, uint nh, u
   uint r = tid / W, d = tid - r * W;
   while (r < n) {
     float x = 0.0f;
-    if ((int)r < valid && d < D) x = ld(src, ((uint)(tok0 + (int)r) * nh + h) * D + d, dt) * scale;
+    if ((int)r < valid && d < D) x = ejk_load(src, ((uint)(tok0 + (int)r) * nh + h) * D + d, dt) * scale;
     sh[base + r * DS + d] = x;
     r += rstep;
     d += dstep;
@@ -109,7 +109,7 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_fwd(FWD_ARGS) 
   const uint QS = 0, KV = BQ * DS, PS = KV + BK * DS, RED = PS + BQ * KS;
 
   float m[WQ], l[WQ], acc[WQ][WD], tile[WQ][WK];
-  const float sink = HAS(F_SINKS) ? ld(sinks, head, SINKS_DT) * LOG2E : NEG;
+  const float sink = HAS(F_SINKS) ? ejk_load(sinks, head, SINKS_DT) * LOG2E : NEG;
   UNROLL
   for (uint i = 0; i < WQ; ++i) {
     // A sink joins the denominator as one more logit whose weight starts the running sum;
@@ -199,7 +199,7 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_fwd(FWD_ARGS) 
     UNROLL
     for (uint j = 0; j < WD; ++j) {
       const uint d = tx + j * RX;
-      if (d < D) st(out, (tok * pc->heads + head) * D + d, DT, acc[i][j] * inv);
+      if (d < D) ejk_store(out, (tok * pc->heads + head) * D + d, DT, acc[i][j] * inv);
     }
     if (tx == 0u) lse[lse_index(pc, c, head, i0 + r)] = s > 0.0f ? (m[i] + log2(s)) * LN2 : -INFINITY;
   }
@@ -220,11 +220,11 @@ __kernel __attribute__((reqd_work_group_size(PREP_NT, 1, 1))) void fa_prep(BWD_A
   if (i < c->q_len) {
     const uint tok = (uint)(c->q_start + i), base = (tok * pc->heads + head) * D;
     float s = 0.0f;
-    for (uint d = 0; d < D; ++d) s = MAC(ld(out, base + d, DT), ld(dout, base + d, DT), s);
+    for (uint d = 0; d < D; ++d) s = MAC(ejk_load(out, base + d, DT), ejk_load(dout, base + d, DT), s);
     delta[head * pc->total_q + tok] = s;
     if (HAS(F_SINKS)) {
       const float x = lse[lse_index(pc, c, head, i)];
-      if (!isinf(x)) share = -exp(ld(sinks, head, SINKS_DT) - x) * s;
+      if (!isinf(x)) share = -exp(ejk_load(sinks, head, SINKS_DT) - x) * s;
     }
   }
   // Fixed-order tree: the same sums in the same order on every run.
@@ -274,7 +274,7 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_dkdv(BWD_ARGS)
             if (scratch)
               dbscr[at] = 0.0f;
             else
-              st(dbias, at, BIAS_DT, 0.0f);
+              ejk_store(dbias, at, BIAS_DT, 0.0f);
           }
         continue;
       }
@@ -321,7 +321,7 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_dkdv(BWD_ARGS)
             if (scratch)
               dbscr[at] = du;
             else
-              st(dbias, at, BIAS_DT, du);
+              ejk_store(dbias, at, BIAS_DT, du);
           }
         }
       }
@@ -364,8 +364,8 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_dkdv(BWD_ARGS)
     for (uint j = 0; j < WD; ++j) {
       const uint d = tx + j * RX;
       if (d < D) {
-        st(dk, base + d, DT, dkr[i][j] * pc->grad_scale);
-        st(dv, base + d, DT, dvr[i][j]);
+        ejk_store(dk, base + d, DT, dkr[i][j] * pc->grad_scale);
+        ejk_store(dv, base + d, DT, dvr[i][j]);
       }
     }
   }
@@ -452,7 +452,7 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_dq(BWD_ARGS) {
     UNROLL
     for (uint j = 0; j < WD; ++j) {
       const uint d = tx + j * RX;
-      if (d < D) st(dq, base + d, DT, acc[i][j] * pc->softmax_scale);
+      if (d < D) ejk_store(dq, base + d, DT, acc[i][j] * pc->softmax_scale);
     }
   }
 }
@@ -475,14 +475,14 @@ __kernel __attribute__((reqd_work_group_size(PREP_NT, 1, 1))) void fa_finish(BWD
       float s = 0.0f;
       for (uint b = b0; b < b1; ++b)
         for (uint h = h0; h < h1; ++h) s += dbscr[(b * pc->heads + h) * plane + ij];
-      st(dbias, e, BIAS_DT, s);
+      ejk_store(dbias, e, BIAS_DT, s);
     }
   } else {
     for (uint h = get_global_id(0); h < pc->heads; h += stride) {
       float s = 0.0f;
       for (uint b = 0; b < pc->batch; ++b)
         for (uint x = 0; x < pc->extra; ++x) s += part[(b * pc->heads + h) * pc->extra + x];
-      st(dsinks, h, SINKS_DT, s);
+      ejk_store(dsinks, h, SINKS_DT, s);
     }
   }
 }

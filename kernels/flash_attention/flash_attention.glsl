@@ -15,6 +15,7 @@
 #extension GL_EXT_shader_16bit_storage : require
 #endif
 #include "common/philox.h"
+#include "common/vulkan.glsl"
 
 #define FA_FWD 0
 #define FA_PREP 1
@@ -35,7 +36,7 @@ const uint NT = RX * RY;
 const uint WQ = BQ / RY;             // score / output rows per invocation
 const uint WK = BK / RX;             // score columns per invocation
 const uint WR = BK / RY;             // dk/dv rows per invocation
-const uint WD = (DMAX + RX - 1) / RX;  // output columns per invocation (some past head_dim)
+const uint WD = EJK_CEIL_DIV(DMAX, RX);  // output columns per invocation (some past head_dim)
 const uint DS = WD * RX + 1;         // shared row stride of staged operands (odd)
 const uint KS = BK + 1;              // shared row stride of score tiles
 
@@ -151,17 +152,10 @@ layout(binding = B_DBIAS) writeonly buffer DBiasH { uint16_t dbias_h[]; };
 layout(binding = B_DSINKS) writeonly buffer DSinksH { uint16_t dsinks_h[]; };
 #endif
 
-float dec(uint x, uint dt) { return dt == 1u ? unpackHalf2x16(x).x : uintBitsToFloat(x << 16); }
-uint enc(float x, uint dt) {
-  if (dt == 1u) return packHalf2x16(vec2(x, 0.0)) & 0xffffu;
-  if (isnan(x)) return 0x7fc0u;
-  uint u = floatBitsToUint(x);
-  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // round to nearest even
-}
-#define LOAD(name, i, dt) ((dt) == 0u ? name##_f[i] : dec(uint(name##_h[i]), (dt)))
+#define LOAD(name, i, dt) ((dt) == 0u ? name##_f[i] : EJK_LD16(name##_h, i, dt))
 #define STORE(name, i, dt, x)            \
   if ((dt) == 0u) name##_f[i] = (x);     \
-  else name##_h[i] = uint16_t(enc((x), (dt)))
+  else EJK_ST16(name##_h, i, dt, x)
 #else
 #define LOAD(name, i, dt) (name##_f[i])
 #define STORE(name, i, dt, x) name##_f[i] = (x)

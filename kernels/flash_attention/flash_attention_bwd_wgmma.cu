@@ -111,7 +111,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
   int q_begin = 0, q_end = p.seq_q;
   if (p.window_right >= 0) q_begin = max(0, k0 - p.diagonal - p.window_right);
   if (p.window_left >= 0) q_end = min(q_end, k0 + BK - 1 - p.diagonal + p.window_left + 1);
-  const int qb_begin = q_begin / BQ, qb_count = q_end > q_begin ? (q_end + BQ - 1) / BQ - qb_begin : 0;
+  const int qb_begin = q_begin / BQ, qb_count = q_end > q_begin ? ceil_div(q_end, BQ) - qb_begin : 0;
   const int steps = qb_count * p.group;  // (query head of the group, query block) pairs
 
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;

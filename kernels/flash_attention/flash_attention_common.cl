@@ -1,6 +1,6 @@
 // What every flash attention program on OpenCL shares: the Params struct that carries the
-// options, the storage conversions, the problem geometry (sequence bounds, masks), the logit
-// transform, dropout, and the argument lists of the forward and of every backward pass.
+// options, the problem geometry (sequence bounds, masks), the logit transform, dropout, and the
+// argument lists of the forward and of every backward pass.
 // Included by flash_attention.cl (the scalar passes) and flash_attention_mma.cl (the
 // tensor-core passes on NVIDIA). Semantics: flash_attention.hpp.
 #include "common/clc.h"
@@ -49,26 +49,6 @@ typedef struct {
 #define BIAS_DT (pc->dtypes & 15u)
 #define SINKS_DT ((pc->dtypes >> 4) & 15u)
 
-// ---- storage -------------------------------------------------------------------------------
-
-float ld(__global const float* p, uint i, uint dt) {
-  if (dt == 0u) return p[i];
-  if (dt == 1u) return vload_half(i, (__global const half*)p);
-  return as_float((uint)((__global const ushort*)p)[i] << 16);
-}
-
-void st(__global float* p, uint i, uint dt, float x) {
-  if (dt == 0u) {
-    p[i] = x;
-  } else if (dt == 1u) {
-    vstore_half_rte(x, i, (__global half*)p);
-  } else {
-    uint u = as_uint(x);
-    // bf16, round to nearest even; NaN stays a (quiet) NaN.
-    ((__global ushort*)p)[i] = isnan(x) ? (ushort)0x7fc0u : (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  }
-}
-
 // ---- problem geometry ----------------------------------------------------------------------
 
 Ctx make_ctx(const Params* pc, uint seq, __global const int* cu_q, __global const int* cu_k) {
@@ -116,7 +96,7 @@ float logit(const Params* pc, const Ctx* c, float x, uint h, int i, int j, __glo
             __global const int* q_seg, __global const int* k_seg) {
   if (!allowed(pc, c, i, j, q_seg, k_seg)) return NEG;
   float t = x;
-  if (HAS(F_BIAS)) t += ld(bias, bias_index(pc, c, h, i, j), BIAS_DT) * pc->bias_scale;
+  if (HAS(F_BIAS)) t += ejk_load(bias, bias_index(pc, c, h, i, j), BIAS_DT) * pc->bias_scale;
   if (HAS(F_SOFTCAP)) {
     // tanh from exp2 so its accuracy does not depend on the driver's tanh.
     float e = exp2(fabs(t) * (-2.0f * LOG2E));

@@ -76,7 +76,7 @@ void stage_q(uint base, uint n, int tok0, int valid, uint nh, uint h) {
 
 // A key block of k and v passes through registers: fetch() issues the global loads of the next
 // block before this one's arithmetic, deposit() writes them to shared memory after it.
-const uint PF = (BK * DMAX / 8 + THREADS - 1) / THREADS;
+const uint PF = EJK_CEIL_DIV(BK * DMAX / 8, THREADS);
 uvec4 pk[PF], pv[PF];
 void fetch(int tok0, int valid, uint nh, uint h) {
   [[unroll]] for (uint t = 0; t < PF; ++t) {

@@ -112,7 +112,7 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
   float o[RT][OTILES][4], m[RT][2], l[RT][2];
   // A sink is one more logit with no value: the running maximum starts at it and its weight
   // starts the row sum (held by one thread of the quad, as the sums are per thread until the end).
-  const float sink = HAS(F_SINKS) ? ld(sinks, head, SINKS_DT) * LOG2E : NEG;
+  const float sink = HAS(F_SINKS) ? ejk_load(sinks, head, SINKS_DT) * LOG2E : NEG;
 #pragma unroll
   for (int r = 0; r < RT; ++r) {
 #pragma unroll
@@ -528,7 +528,7 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dkdv_mma(B
             if (scratch)
               dbscr[at] = 0.0f;
             else
-              st(dbias, at, BIAS_DT, 0.0f);
+              ejk_store(dbias, at, BIAS_DT, 0.0f);
           }
         continue;
       }
@@ -585,7 +585,7 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dkdv_mma(B
               if (scratch)
                 dbscr[at] = s[x][e];
               else
-                st(dbias, at, BIAS_DT, s[x][e]);
+                ejk_store(dbias, at, BIAS_DT, s[x][e]);
             }
           }
       }

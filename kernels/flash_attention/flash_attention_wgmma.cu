@@ -44,7 +44,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 
   const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ, h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
   // The key blocks some row of the tile may see.
-  int k_begin = 0, k_end = (p.seq_k + BK - 1) / BK;
+  int k_begin = 0, k_end = ceil_div(p.seq_k, BK);
   if (p.window_left >= 0) k_begin = max(0, q0 + p.diagonal - p.window_left) / BK;
   if (p.window_right >= 0) k_end = min(k_end, floor_div(q0 + BQ - 1 + p.diagonal + p.window_right, BK) + 1);
   const int blocks = max(k_end - k_begin, 0);

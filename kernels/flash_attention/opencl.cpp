@@ -165,7 +165,7 @@ class OpenCLForward final : public OpenCLBase {
   using OpenCLBase::OpenCLBase;
   std::string_view kernel() const override { return "flash_attention"; }
   std::vector<ArgDef> args() const override { return forward_args(); }
-  std::vector<std::string> sources() const override { return {source_key, mma_key, common_key, philox_key}; }
+  std::vector<std::string> sources() const override { return {source_key, mma_key, common_key, philox_key, clc::prelude_source}; }
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
     return opencl_space(inv, dev, false, clc::is_cpu(dev));
   }
@@ -206,7 +206,7 @@ class OpenCLBackward final : public OpenCLBase {
   using OpenCLBase::OpenCLBase;
   std::string_view kernel() const override { return "flash_attention_bwd"; }
   std::vector<ArgDef> args() const override { return backward_args(); }
-  std::vector<std::string> sources() const override { return {source_key, mma_key, common_key, philox_key}; }
+  std::vector<std::string> sources() const override { return {source_key, mma_key, common_key, philox_key, clc::prelude_source}; }
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
     return opencl_space(inv, dev, true, clc::is_cpu(dev));
   }

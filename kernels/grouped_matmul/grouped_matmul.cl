@@ -4,8 +4,8 @@
 // Compile-time (-D): TM, TN, TK (tile of the output and depth of a staged step), WM, WN (outputs
 // per work-item along m and n, strided by the group's extent so that neighbouring work-items read
 // neighbouring local words), TRANS_B (grouped_matmul with trans_rhs), DTYPE (0 f32, 1 f16,
-// 2 bf16). Sizes are kernel arguments. Storage is read and written through vload_half /
-// vstore_half and 16-bit words: no cl_khr_fp16 is needed, and all arithmetic is f32.
+// 2 bf16). Sizes are kernel arguments. Storage is read and written through common/clc.h;
+// all arithmetic is f32.
 
 #define RM (TM / WM)  // work-items along m (local y)
 #define RN (TN / WN)  // work-items along n (local x)
@@ -13,23 +13,10 @@
 #define SA (TM + 1)  // staged tiles are depth-major, rows padded by a word
 #define SB (TN + 1)
 
-#if DTYPE == 0
-#define ELEM float
-#define LD(p, i) ((p)[i])
-#define ST(p, i, x) ((p)[i] = (x))
-#elif DTYPE == 1
-#define ELEM half
-#define LD(p, i) vload_half((i), (p))
-#define ST(p, i, x) vstore_half_rte((x), (i), (p))
-#else
-#define ELEM ushort
-#define LD(p, i) as_float((uint)(p)[i] << 16)
-ushort bf16(float x) {
-  uint u = as_uint(x);
-  return isnan(x) ? (ushort)0x7fc0 : (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-#define ST(p, i, x) ((p)[i] = bf16(x))
-#endif
+#include "common/clc.h"
+#define ELEM EJK_ELEM(DTYPE)
+#define LD(p, i) EJK_LD(DTYPE, p, i)
+#define ST(p, i, x) EJK_ST(DTYPE, p, i, x)
 
 // c[i, j] = sum_p a(i, p) b(p, j) for i < M, j < N, p < K, where
 //   a(i, p) = a[i * lda + p] (TRANS_A 0) or a[p * lda + i] (TRANS_A 1),
@@ -81,7 +68,7 @@ __kernel __attribute__((reqd_work_group_size(RN, RM, 1))) void gmm(const __globa
   int slot = get_group_id(1), off = 0, g = 0, size = 0;
   for (; g < groups; ++g) {
     size = clamp(sizes[g], 0, m - off);
-    const int tiles = (size + TM - 1) / TM;
+    const int tiles = EJK_CEIL_DIV(size, TM);
     if (slot < tiles) break;
     slot -= tiles;
     off += size;

@@ -50,7 +50,7 @@ __device__ __forceinline__ GroupRows slot_rows(const int* sizes, int groups, int
     const long long incl = warp_scan(size);
     const int start = static_cast<int>(min(off + incl - size, static_cast<long long>(m)));
     const int end = static_cast<int>(min(off + incl, static_cast<long long>(m)));
-    const int tiles = (end - start + BM - 1) / BM;
+    const int tiles = ceil_div(end - start, BM);
     const int tiles_incl = static_cast<int>(warp_scan(tiles));
     const unsigned hit = __ballot_sync(~0u, slot >= tiles_incl - tiles && slot < tiles_incl);
     if (hit) {
@@ -86,12 +86,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                   const int* __restrict__ sizes, int m, int n, int k, int groups, elem_t* __restrict__ out) {
   extern __shared__ unsigned char smem_raw[];
   int slot, tn;
-  gemm_tile_order(blockIdx.x, (m + BM - 1) / BM + groups, (n + BN - 1) / BN, slot, tn);
+  gemm_tile_order(blockIdx.x, ceil_div(m, BM) + groups, ceil_div(n, BN), slot, tn);
   const GroupRows tile = slot_rows(sizes, groups, m, slot);
   if (tile.group < 0) return;  // the whole block: before any barrier
   const GemmRing ring = gemm_ring(smem_raw);
   const int row0 = tile.start, n0 = tn * BN, g = tile.group;
-  const int slices = (k + BK - 1) / BK;
+  const int slices = ceil_div(k, BK);
   if (threadIdx.x < 128) {
     if (threadIdx.x == 0) {
       tma_prefetch_map(&lhs_map);
@@ -121,11 +121,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                    const int* __restrict__ sizes, int m, int n, int k, elem_t* __restrict__ out) {
   extern __shared__ unsigned char smem_raw[];
   int tm, tn;
-  gemm_tile_order(blockIdx.x, (k + BM - 1) / BM, (n + BN - 1) / BN, tm, tn);
+  gemm_tile_order(blockIdx.x, ceil_div(k, BM), ceil_div(n, BN), tm, tn);
   const int i0 = tm * BM, n0 = tn * BN, g = blockIdx.z;
   const GroupRows rows = group_rows(sizes, m, g);
   const GemmRing ring = gemm_ring(smem_raw);
-  const int count = rows.end - rows.start, slices = (count + BK - 1) / BK;
+  const int count = rows.end - rows.start, slices = ceil_div(count, BK);
   if (threadIdx.x < 128) {
     if (threadIdx.x == 0) {
       tma_prefetch_map(&lhs_map);

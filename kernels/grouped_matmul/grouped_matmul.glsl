@@ -6,6 +6,7 @@
 #if ELEM16
 #extension GL_EXT_shader_16bit_storage : require
 #endif
+#include "common/vulkan.glsl"
 
 layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 layout(constant_id = 3) const uint TM = 32;
@@ -27,15 +28,8 @@ layout(push_constant) uniform Push {
 
 #if ELEM16
 #define ELEM uint16_t
-float decode(uint h) { return pc.dtype == 1u ? unpackHalf2x16(h).x : uintBitsToFloat(h << 16); }
-uint encode(float x) {
-  if (pc.dtype == 1u) return packHalf2x16(vec2(x, 0.0)) & 0xffffu;
-  if (isnan(x)) return 0x7fc0u;
-  uint u = floatBitsToUint(x);
-  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // round to nearest even
-}
-#define LD(a, i) decode(uint(a[i]))
-#define ST(a, i, x) a[i] = uint16_t(encode(x))
+#define LD(a, i) EJK_LD16(a, i, pc.dtype)
+#define ST(a, i, x) EJK_ST16(a, i, pc.dtype, x)
 #else
 #define ELEM float
 #define LD(a, i) a[i]
@@ -107,7 +101,7 @@ void main() {
   uint slot = gl_WorkGroupID.y, off = 0, g = 0, size = 0;
   for (; g < pc.groups; ++g) {
     size = clamped(g, off);
-    const uint tiles = (size + TM - 1) / TM;
+    const uint tiles = EJK_CEIL_DIV(size, TM);
     if (slot < tiles) break;
     slot -= tiles;
     off += size;

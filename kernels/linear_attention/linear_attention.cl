@@ -9,22 +9,7 @@
 // and bf16. Float arrays are passed as 16-bit words and read as floats where f32; absent ones
 // are any buffer, never read. All arithmetic is f32.
 
-float load(const __global ushort* p16, int i, int dtype) {
-  if (dtype == 0) return ((const __global float*)p16)[i];
-  if (dtype == 1) return vload_half(i, (const __global half*)p16);
-  return as_float((uint)p16[i] << 16);
-}
-
-void store(__global ushort* p16, int i, float x, int dtype) {
-  if (dtype == 0) {
-    ((__global float*)p16)[i] = x;
-  } else if (dtype == 1) {
-    vstore_half_rte(x, i, (__global half*)p16);
-  } else {
-    uint u = as_uint(x);
-    p16[i] = isnan(x) ? (ushort)0x7fc0 : (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  }
-}
+#include "common/clc.h"
 
 // What every engine pass takes besides the arrays.
 #define ENGINE_ARGS                                                                                          \
@@ -53,15 +38,15 @@ float scalar_gate(const __global ushort* G, const __global ushort* GAMMA, int gt
                   int has_gamma, int dtype) {
   if (gt < 0) return 0.f;
   float a = 0.f;
-  if (has_g) a += load(G, gt * heads + h, dtype);
-  if (has_gamma) a += load(GAMMA, h, dtype);
+  if (has_g) a += ejk_load(G, gt * heads + h, dtype);
+  if (has_gamma) a += ejk_load(GAMMA, h, dtype);
   return a;
 }
 
 #ifdef KS
 // One group per (slice of BV value columns, head, sequence); work-item (row set, column):
 // the state in registers, every KS-th row.
-#define RPT ((R + KS - 1) / KS)
+#define RPT EJK_CEIL_DIV(R, KS)
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void la_token(ENGINE_ARGS) {
   const int sl = get_group_id(0), h = get_group_id(1), n = get_group_id(2), lid = get_local_id(0);
   SEQUENCE(n, start, L)
@@ -70,26 +55,26 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void la_token(ENGI
   float s[RPT];
   for (int m = 0; m < RPT; ++m) {
     const int r = r0 + m * KS;
-    s[m] = has_init && r < R && col < C ? load(INIT, state_index(n, h, heads, r, col, transposed), dtype) : 0.f;
+    s[m] = has_init && r < R && col < C ? ejk_load(INIT, state_index(n, h, heads, r, col, transposed), dtype) : 0.f;
   }
   for (int pos = 0; pos < L; ++pos) {
     const int tok = start + (reverse ? L - 1 - pos : pos), gt = gate_token(pos, L, start, shift, reverse);
     const float a = scalar_gate(G, GAMMA, gt, h, heads, has_g, has_gamma, dtype);
     const int th = tok * heads + h;
     for (int i = lid; i < R; i += THREADS) {
-      lq[i] = load(Q, th * R + i, dtype);
-      lk[i] = kv_scale * load(KX, th * R + i, dtype);
+      lq[i] = ejk_load(Q, th * R + i, dtype);
+      lk[i] = kv_scale * ejk_load(KX, th * R + i, dtype);
 #if HAS_RG
-      lrd[i] = exp(a + (gt >= 0 ? load(RGATE, (gt * heads + h) * R + i, dtype) : 0.f));
+      lrd[i] = exp(a + (gt >= 0 ? ejk_load(RGATE, (gt * heads + h) * R + i, dtype) : 0.f));
 #else
       lrd[i] = exp(a);
 #endif
     }
     for (int j = lid; j < BV; j += THREADS) {
       const int cc = sl * BV + j;
-      lv[j] = cc < C ? load(VX, th * C + cc, dtype) : 0.f;
+      lv[j] = cc < C ? ejk_load(VX, th * C + cc, dtype) : 0.f;
 #if HAS_CG
-      lcd[j] = gt >= 0 && cc < C ? exp(load(CGATE, (gt * heads + h) * C + cc, dtype)) : 1.f;
+      lcd[j] = gt >= 0 && cc < C ? exp(ejk_load(CGATE, (gt * heads + h) * C + cc, dtype)) : 1.f;
 #else
       lcd[j] = 1.f;
 #endif
@@ -109,13 +94,13 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void la_token(ENGI
     if (lid < BV && col < C) {
       float o = 0.f;
       for (int k = 0; k < KS; ++k) o += red[k * BV + lid];
-      store(OUT, th * C + col, out_scale * o, out_dtype);
+      ejk_store(OUT, th * C + col, out_dtype, out_scale * o);
     }
   }
   if (has_fin)
     for (int m = 0; m < RPT; ++m) {
       const int r = r0 + m * KS;
-      if (r < R && col < C) store(FIN, state_index(n, h, heads, r, col, transposed), s[m], fin_dtype);
+      if (r < R && col < C) ejk_store(FIN, state_index(n, h, heads, r, col, transposed), fin_dtype, s[m]);
     }
 }
 #endif
@@ -141,7 +126,7 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void la_chunk(ENGI
 #endif
   for (int e = lid; e < R * BV; e += THREADS) {
     const int r = e / BV, j = e % BV;
-    lS[r * BVP + j] = has_init && c0 + j < C ? load(INIT, state_index(n, h, heads, r, c0 + j, transposed), dtype) : 0.f;
+    lS[r * BVP + j] = has_init && c0 + j < C ? ejk_load(INIT, state_index(n, h, heads, r, c0 + j, transposed), dtype) : 0.f;
   }
   for (int p0 = 0; p0 < L; p0 += CH) {
     const int nv = min(CH, L - p0);
@@ -150,11 +135,11 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void la_chunk(ENGI
       float q = 0.f, k = 0.f, b = 0.f;
       if (t < nv) {
         const int th = (start + (reverse ? L - 1 - (p0 + t) : p0 + t)) * heads + h;
-        q = load(Q, th * R + i, dtype);
-        k = kv_scale * load(KX, th * R + i, dtype);
+        q = ejk_load(Q, th * R + i, dtype);
+        k = kv_scale * ejk_load(KX, th * R + i, dtype);
 #if HAS_RG
         const int gt = gate_token(p0 + t, L, start, shift, reverse);
-        if (gt >= 0) b = load(RGATE, (gt * heads + h) * R + i, dtype);
+        if (gt >= 0) b = ejk_load(RGATE, (gt * heads + h) * R + i, dtype);
 #endif
       }
       lq[t * RP + i] = q;
@@ -168,10 +153,10 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void la_chunk(ENGI
       float v = 0.f, cg = 0.f;
       if (t < nv && c0 + j < C) {
         const int th = (start + (reverse ? L - 1 - (p0 + t) : p0 + t)) * heads + h;
-        v = load(VX, th * C + c0 + j, dtype);
+        v = ejk_load(VX, th * C + c0 + j, dtype);
 #if HAS_CG
         const int gt = gate_token(p0 + t, L, start, shift, reverse);
-        if (gt >= 0) cg = load(CGATE, (gt * heads + h) * C + c0 + j, dtype);
+        if (gt >= 0) cg = ejk_load(CGATE, (gt * heads + h) * C + c0 + j, dtype);
 #endif
       }
       lv[t * BVP + j] = v;
@@ -244,7 +229,7 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void la_chunk(ENGI
           for (int s = 0; s <= t; ++s) intra = mad(lA[t * CHP + s], lv[s * BVP + j], intra);
 #endif
           const int th = (start + (reverse ? L - 1 - (p0 + t) : p0 + t)) * heads + h;
-          store(OUT, th * C + c0 + j, out_scale * (o + intra), out_dtype);
+          ejk_store(OUT, th * C + c0 + j, out_dtype, out_scale * (o + intra));
         }
       }
     }
@@ -292,7 +277,7 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void la_chunk(ENGI
   if (has_fin)
     for (int e = lid; e < R * BV; e += THREADS) {
       const int r = e / BV, j = e % BV;
-      if (c0 + j < C) store(FIN, state_index(n, h, heads, r, c0 + j, transposed), lS[r * BVP + j], fin_dtype);
+      if (c0 + j < C) ejk_store(FIN, state_index(n, h, heads, r, c0 + j, transposed), fin_dtype, lS[r * BVP + j]);
     }
 }
 #endif
@@ -312,25 +297,25 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void la_gates(
   __local float fk[R], fv[C], rows[THREADS], carry;
   for (int e = lid; e < L * R; e += THREADS) {
     const int i = ((start + e / R) * heads + h) * R + e % R;
-    store(DQ, i, DQ32[i], dtype);
-    store(DK, i, DK32[i], dtype);
+    ejk_store(DQ, i, dtype, DQ32[i]);
+    ejk_store(DK, i, dtype, DK32[i]);
   }
   for (int e = lid; e < L * C; e += THREADS) {
     const int i = ((start + e / C) * heads + h) * C + e % C;
-    store(DV, i, DV32[i], dtype);
+    ejk_store(DV, i, dtype, DV32[i]);
   }
   // The final state's term: dht (.) S_T (ST32 in [K, V]).
   const int s0 = (n * heads + h) * R * C;
   for (int i = lid; i < R; i += THREADS) {
     float x = 0.f;
     if (has_ht)
-      for (int j = 0; j < C; ++j) x = mad(load(DHT, s0 + i * C + j, dtype), ST32[s0 + i * C + j], x);
+      for (int j = 0; j < C; ++j) x = mad(ejk_load(DHT, s0 + i * C + j, dtype), ST32[s0 + i * C + j], x);
     fk[i] = x;
   }
   for (int j = lid; j < C; j += THREADS) {
     float x = 0.f;
     if (has_ht)
-      for (int i = 0; i < R; ++i) x = mad(load(DHT, s0 + i * C + j, dtype), ST32[s0 + i * C + j], x);
+      for (int i = 0; i < R; ++i) x = mad(ejk_load(DHT, s0 + i * C + j, dtype), ST32[s0 + i * C + j], x);
     fv[j] = x;
   }
   barrier(CLK_LOCAL_MEM_FENCE);
@@ -340,8 +325,8 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void la_gates(
       float run = fk[i];
       for (int pos = L - 1; pos >= 0; --pos) {
         const int x = ((start + (reverse ? L - 1 - pos : pos)) * heads + h) * R + i;
-        run += load(Qa, x, dtype) * DQ32[x] - load(Ka, x, dtype) * DK32[x];
-        store(DGK, x, run, dtype);
+        run += ejk_load(Qa, x, dtype) * DQ32[x] - ejk_load(Ka, x, dtype) * DK32[x];
+        ejk_store(DGK, x, dtype, run);
       }
     }
   if (has_gv)
@@ -349,8 +334,8 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void la_gates(
       float run = fv[j];
       for (int pos = L - 1; pos >= 0; --pos) {
         const int x = ((start + (reverse ? L - 1 - pos : pos)) * heads + h) * C + j;
-        run += O32[x] * load(DO, x, dtype) - load(Va, x, dtype) * DV32[x];
-        store(DGV, x, run, dtype);
+        run += O32[x] * ejk_load(DO, x, dtype) - ejk_load(Va, x, dtype) * DV32[x];
+        ejk_store(DGV, x, dtype, run);
       }
     }
   // ... and per token for g: row sums of a block of THREADS positions in parallel, then their
@@ -366,7 +351,7 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void la_gates(
       float x = 0.f;
       if (pos >= 0) {
         const int t = ((start + (reverse ? L - 1 - pos : pos)) * heads + h) * R;
-        for (int i = 0; i < R; ++i) x += load(Qa, t + i, dtype) * DQ32[t + i] - load(Ka, t + i, dtype) * DK32[t + i];
+        for (int i = 0; i < R; ++i) x += ejk_load(Qa, t + i, dtype) * DQ32[t + i] - ejk_load(Ka, t + i, dtype) * DK32[t + i];
       }
       rows[lid] = x;
       barrier(CLK_LOCAL_MEM_FENCE);
@@ -374,7 +359,7 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void la_gates(
         float run = carry;
         for (int k = 0; k < THREADS && top - k >= 0; ++k) {
           run += rows[k];
-          store(DG, (start + (reverse ? L - 1 - (top - k) : top - k)) * heads + h, run, dtype);
+          ejk_store(DG, (start + (reverse ? L - 1 - (top - k) : top - k)) * heads + h, dtype, run);
         }
         carry = run;
       }
@@ -388,9 +373,9 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void la_gates(
     for (int e = lid; e < R * C; e += THREADS) {
       const int i = e / C, j = e % C;
       float lg = a;
-      if (first >= 0 && has_gk) lg += load(GK, (first * heads + h) * R + i, dtype);
-      if (first >= 0 && has_gv) lg += load(GV, (first * heads + h) * C + j, dtype);
-      store(DH0, s0 + e, DS032[s0 + e] * exp(lg), dtype);
+      if (first >= 0 && has_gk) lg += ejk_load(GK, (first * heads + h) * R + i, dtype);
+      if (first >= 0 && has_gv) lg += ejk_load(GV, (first * heads + h) * C + j, dtype);
+      ejk_store(DH0, s0 + e, dtype, DS032[s0 + e] * exp(lg));
     }
   }
 }

@@ -7,6 +7,7 @@
 #if ELEM16
 #extension GL_EXT_shader_16bit_storage : require
 #endif
+#include "common/vulkan.glsl"
 
 #define LA_TOKEN 0
 #define LA_CHUNK 1
@@ -24,15 +25,8 @@ const uint THREADS = gl_WorkGroupSize.x;
 
 #if ELEM16
 #define ELEM uint16_t
-float decode(uint h, uint dtype) { return dtype == 1u ? unpackHalf2x16(h).x : uintBitsToFloat(h << 16); }
-uint encode(float x, uint dtype) {
-  if (dtype == 1u) return packHalf2x16(vec2(x, 0.0)) & 0xffffu;
-  if (isnan(x)) return 0x7fc0u;
-  uint u = floatBitsToUint(x);
-  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // round to nearest even
-}
-#define LOAD(a, i) decode(uint(a[i]), pc.dtype)
-#define STORE(a, i, x) a[i] = uint16_t(encode(x, pc.dtype))
+#define LOAD(a, i) EJK_LD16(a, i, pc.dtype)
+#define STORE(a, i, x) EJK_ST16(a, i, pc.dtype, x)
 #else
 #define ELEM float
 #define LOAD(a, i) a[i]
@@ -93,7 +87,7 @@ int token_of(int pos, int L, int start) { return start + (pc.reverse != 0u ? L -
 // One group per (slice of BV value columns, head, sequence); invocation (row set, column): the
 // state in registers, every KS-th row.
 const uint KS = TILE;
-const uint RPT = (R + KS - 1) / KS;
+const uint RPT = EJK_CEIL_DIV(R, KS);
 shared float lq[R], lk[R], lrd[R], lv[BV], lcd[BV], red[THREADS];
 
 void main() {

@@ -29,7 +29,7 @@ class OpenCLLinearAttention final : public clc::Implementation {
       : clc::Implementation(backend), variant_(v), backward_(backward) {}
   std::string_view kernel() const override { return kernel_name(variant_, backward_); }
   std::vector<ArgDef> args() const override { return kernel_args(variant_, backward_); }
-  std::vector<std::string> sources() const override { return {source_key}; }
+  std::vector<std::string> sources() const override { return {source_key, clc::prelude_source}; }
 
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
     return device_space(variant_, backward_, inv, dev);

@@ -78,7 +78,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) ejk_gemm_mma(int M, int N,
   op_t* const b_stages = a_stages + STAGES * A_TILE;
 
   // Grouped order: GROUP_M rows of tiles are visited column by column.
-  const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+  const int tiles_m = ceil_div(M, BM), tiles_n = ceil_div(N, BN);
   const int id = blockIdx.x, in_group = GROUP_M * tiles_n;
   const int first_m = (id / in_group) * GROUP_M;
   const int group_rows = min(tiles_m - first_m, GROUP_M);
@@ -100,7 +100,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) ejk_gemm_mma(int M, int N,
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
-  const int slices = (K + BK - 1) / BK;
+  const int slices = ceil_div(K, BK);
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < slices) load_slice(a_stages + s * A_TILE, b_stages + s * B_TILE, A, B, M, N, K, lda, ldb, m0, n0, s * BK, tid);

@@ -52,6 +52,8 @@ layout(binding = 1) readonly buffer B2 { uint b2[]; };
 layout(binding = 1) readonly buffer B4 { uvec2 b4[]; };
 layout(binding = 2) buffer C1 { uint16_t c1[]; };
 
+// Not common/vulkan.glsl's codecs, though the same numbers: those would change this SPIR-V, for
+// which the shipped profiles/ are tuned.
 float decode(uint h) { return DTYPE == 0 ? unpackHalf2x16(h).x : uintBitsToFloat(h << 16); }
 vec2 decode2(uint w) {
   return DTYPE == 0 ? unpackHalf2x16(w) : vec2(uintBitsToFloat(w << 16), uintBitsToFloat(w & 0xffff0000u));

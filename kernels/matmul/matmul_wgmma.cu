@@ -32,9 +32,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
   extern __shared__ unsigned char smem_raw[];
   const GemmRing ring = gemm_ring(smem_raw);
   int tm, tn;
-  gemm_tile_order(blockIdx.x, (M + BM - 1) / BM, (N + BN - 1) / BN, tm, tn);
+  gemm_tile_order(blockIdx.x, ceil_div(M, BM), ceil_div(N, BN), tm, tn);
   const int m0 = tm * BM, n0 = tn * BN, batch = blockIdx.z;
-  const int slices = (K + BK - 1) / BK;
+  const int slices = ceil_div(K, BK);
 
   if (threadIdx.x < 128) {
     if (threadIdx.x == 0) {

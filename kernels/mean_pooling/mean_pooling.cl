@@ -3,29 +3,15 @@
 // Compile-time (-D): THREADS (work-items per group), VEC (columns per work-item), ROWS
 // (work-items along the tokens of a group: THREADS / ROWS of them cover THREADS / ROWS * VEC
 // columns), DTYPE (0 f32, 1 f16, 2 bf16). Everything else is a kernel argument. Storage is read
-// and written through vload_half / vstore_half and 16-bit words: no cl_khr_fp16 is needed, and
-// all arithmetic is f32.
+// and written through common/clc.h; all arithmetic is f32.
 
 #define TX (THREADS / ROWS)  // work-items along the columns
 #define CB (TX * VEC)        // columns of a group
 
-#if DTYPE == 0
-#define ELEM float
-#define LD(p, i) ((p)[i])
-#define ST(p, i, x) ((p)[i] = (x))
-#elif DTYPE == 1
-#define ELEM half
-#define LD(p, i) vload_half((i), (p))
-#define ST(p, i, x) vstore_half_rte((x), (i), (p))
-#else
-#define ELEM ushort
-#define LD(p, i) as_float((uint)(p)[i] << 16)
-ushort bf16(float x) {
-  uint u = as_uint(x);
-  return isnan(x) ? (ushort)0x7fc0 : (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-#define ST(p, i, x) ((p)[i] = bf16(x))
-#endif
+#include "common/clc.h"
+#define ELEM EJK_ELEM(DTYPE)
+#define LD(p, i) EJK_LD(DTYPE, p, i)
+#define ST(p, i, x) EJK_ST(DTYPE, p, i, x)
 
 // Tokens [*a, *b) of sequence s: padded (packed == 0) or from the offsets, clamped to the token
 // array so that unchecked bad offsets cannot reach outside it.
@@ -43,7 +29,7 @@ void bounds(const __global int* cu, int packed, int seq, int tokens, int s, int*
 void part(const __global int* cu, int packed, int seq, int tokens, int s, int q, int splits, int* a, int* b, int* len) {
   int start, end;
   bounds(cu, packed, seq, tokens, s, &start, &end);
-  const int chunk = (end - start + splits - 1) / splits;
+  const int chunk = EJK_CEIL_DIV(end - start, splits);
   *a = min(end, start + q * chunk);
   *b = min(end, *a + chunk);
   *len = end - start;

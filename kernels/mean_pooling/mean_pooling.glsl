@@ -7,6 +7,7 @@
 #if ELEM16
 #extension GL_EXT_shader_16bit_storage : require
 #endif
+#include "common/vulkan.glsl"
 
 #define POOL 0
 #define FINISH 1
@@ -26,15 +27,8 @@ layout(push_constant) uniform Push {
 
 #if ELEM16
 #define ELEM uint16_t
-float decode(uint h) { return pc.dtype == 1u ? unpackHalf2x16(h).x : uintBitsToFloat(h << 16); }
-uint encode(float x) {
-  if (pc.dtype == 1u) return packHalf2x16(vec2(x, 0.0)) & 0xffffu;
-  if (isnan(x)) return 0x7fc0u;
-  uint u = floatBitsToUint(x);
-  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // round to nearest even
-}
-#define LD(a, i) decode(uint(a[i]))
-#define ST(a, i, x) a[i] = uint16_t(encode(x))
+#define LD(a, i) EJK_LD16(a, i, pc.dtype)
+#define ST(a, i, x) EJK_ST16(a, i, pc.dtype, x)
 #else
 #define ELEM float
 #define LD(a, i) a[i]
@@ -74,7 +68,7 @@ void main() {
 void part(uint s, uint q, out uint a, out uint b, out uint len) {
   uint start, end;
   bounds(s, start, end);
-  const uint chunk = (end - start + pc.splits - 1) / pc.splits;
+  const uint chunk = EJK_CEIL_DIV(end - start, pc.splits);
   a = min(end, start + q * chunk);
   b = min(end, a + chunk);
   len = end - start;

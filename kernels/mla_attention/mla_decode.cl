@@ -5,8 +5,10 @@
 // tiles are staged as stored, half the local memory of f32, so twice the heads or rows fit).
 // Everything else is a kernel argument, the storage dtype included (0 f32, 1 f16, 2 bf16), so
 // one program serves f16 and bf16.
-// Storage is read and written through vload_half / vstore_half and 16-bit words: no
-// cl_khr_fp16 is needed, and all arithmetic is f32.
+// Buffers of the storage dtype are passed as 16-bit words (read as floats where f32) and go
+// through common/clc.h's codecs; all arithmetic is f32.
+
+#include "common/clc.h"
 
 #define WIDTH (RANK + ROPE)      // a cache row: c_kv | k_pe
 #if STAGE16
@@ -21,26 +23,8 @@
 #else
 #define TEAM 1
 #endif
-#define COLS ((RANK + THREADS - 1) / THREADS)  // o_lat columns per work-item
+#define COLS EJK_CEIL_DIV(RANK, THREADS)  // o_lat columns per work-item
 #define LOG2E 1.4426950408889634f
-
-// Buffers of the storage dtype are passed as 16-bit words and read as floats where f32.
-float load(const __global ushort* p16, int i, int dtype) {
-  if (dtype == 0) return ((const __global float*)p16)[i];
-  if (dtype == 1) return vload_half(i, (const __global half*)p16);
-  return as_float((uint)p16[i] << 16);
-}
-
-void store(__global ushort* p16, int i, float x, int dtype) {
-  if (dtype == 0) {
-    ((__global float*)p16)[i] = x;
-  } else if (dtype == 1) {
-    vstore_half_rte(x, i, (__global half*)p16);
-  } else {
-    uint u = as_uint(x);
-    p16[i] = isnan(x) ? (ushort)0x7fc0 : (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  }
-}
 
 // qs[bh] = softmax_scale * log2(e) * [q_nope[bh] . w_kc[h] | q_pe[bh]], one group per (b, h).
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mla_absorb(
@@ -52,18 +36,18 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mla_absorb(
   for (int d0 = 0; d0 < nope_dim; d0 += 256) {
     const int n = min(256, nope_dim - d0);
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int d = lid; d < n; d += THREADS) q[d] = load(qn16, bh * nope_dim + d0 + d, dtype);
+    for (int d = lid; d < n; d += THREADS) q[d] = ejk_load(qn16, bh * nope_dim + d0 + d, dtype);
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int c = lid; c < RANK; c += THREADS) {
       float acc = d0 == 0 ? 0.f : qs[bh * WIDTH + c];
       const int w0 = (h * nope_dim + d0) * RANK + c;
-      for (int d = 0; d < n; ++d) acc = mad(q[d], load(wk16, w0 + d * RANK, dtype), acc);
+      for (int d = 0; d < n; ++d) acc = mad(q[d], ejk_load(wk16, w0 + d * RANK, dtype), acc);
       qs[bh * WIDTH + c] = acc;
     }
   }
   barrier(CLK_GLOBAL_MEM_FENCE);
   for (int c = lid; c < RANK; c += THREADS) qs[bh * WIDTH + c] *= s;
-  for (int c = lid; c < ROPE; c += THREADS) qs[bh * WIDTH + RANK + c] = s * load(qp16, bh * ROPE + c, dtype);
+  for (int c = lid; c < ROPE; c += THREADS) qs[bh * WIDTH + RANK + c] = s * ejk_load(qp16, bh * ROPE + c, dtype);
 }
 
 // One group per (part of the context, group of HG heads, sequence): tiles of BLOCK_N cache rows
@@ -77,7 +61,7 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mla_attend(
   __local float q_s[HG * WIDTH];
 #if STAGE16
   __local ushort kv_s[BLOCK_N * STRIDE];
-#define KV(i) (dtype == 1 ? vload_half((i), (const __local half*)kv_s) : as_float((uint)kv_s[i] << 16))
+#define KV(i) (dtype == 1 ? vload_half((i), (const __local half*)kv_s) : ejk_bf16_to_f32(kv_s[i]))
 #else
   __local float kv_s[BLOCK_N * STRIDE];
 #define KV(i) kv_s[i]
@@ -96,8 +80,8 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mla_attend(
     for (int i = 0; i < COLS; ++i) acc[k][i] = 0.f;
 
   const int n = context_lens[b];
-  const int per = (n + splits - 1) / splits;
-  const int chunk = (per + BLOCK_N - 1) / BLOCK_N * BLOCK_N;
+  const int per = EJK_CEIL_DIV(n, splits);
+  const int chunk = EJK_ROUND_UP(per, BLOCK_N);
   const int start = min(n, split * chunk), end = min(n, start + chunk);
   barrier(CLK_LOCAL_MEM_FENCE);
 
@@ -111,7 +95,7 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mla_attend(
 #if STAGE16
       kv_s[j * STRIDE + c] = j < rows ? kv16[base + e] : (ushort)0;
 #else
-      kv_s[j * STRIDE + c] = j < rows ? load(kv16, base + e, dtype) : 0.f;
+      kv_s[j * STRIDE + c] = j < rows ? ejk_load(kv16, base + e, dtype) : 0.f;
 #endif
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -212,7 +196,7 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mla_combine(
   barrier(CLK_LOCAL_MEM_FENCE);
   for (int d = lid; d < v_dim; d += THREADS) {
     float o = 0.f;
-    for (int c = 0; c < RANK; ++c) o = mad(o_s[c], load(wv16, (h * RANK + c) * v_dim + d, dtype), o);
-    store(out16, bh * v_dim + d, o, dtype);
+    for (int c = 0; c < RANK; ++c) o = mad(o_s[c], ejk_load(wv16, (h * RANK + c) * v_dim + d, dtype), o);
+    ejk_store(out16, bh * v_dim + d, dtype, o);
   }
 }

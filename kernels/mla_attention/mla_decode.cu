@@ -80,10 +80,10 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 #endif
 
   const int n = context_lens[b];
-  const int per = (n + splits - 1) / splits;
-  const int chunk = (per + BN - 1) / BN * BN;
+  const int per = ceil_div(n, splits);
+  const int chunk = round_up(per, BN);
   const int start = min(n, split * chunk), end = min(n, start + chunk);
-  const int tiles = (end - start + BN - 1) / BN;
+  const int tiles = ceil_div(end - start, BN);
 
   float acc[NT_O][4];
 #pragma unroll

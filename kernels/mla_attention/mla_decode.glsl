@@ -6,6 +6,7 @@
 #if ELEM16
 #extension GL_EXT_shader_16bit_storage : require
 #endif
+#include "common/vulkan.glsl"
 
 #define MLA_ABSORB 0
 #define MLA_ATTEND 1
@@ -25,7 +26,7 @@ const uint WIDTH = RANK + ROPE;   // a cache row: c_kv | k_pe
 const uint STRIDE = WIDTH + 1;    // staged rows, padded so neighbouring rows start on other banks
 const uint PAIRS = HG * BLOCK_N;  // (head, row) scores per tile
 const uint TEAM = THREADS >= PAIRS ? THREADS / PAIRS : 1;
-const uint COLS = (RANK + THREADS - 1) / THREADS;  // o_lat columns per invocation
+const uint COLS = EJK_CEIL_DIV(RANK, THREADS);  // o_lat columns per invocation
 const float LOG2E = 1.4426950408889634;
 #define NEG_INF uintBitsToFloat(0xff800000u)
 
@@ -37,15 +38,8 @@ layout(push_constant) uniform Push {
 
 #if ELEM16
 #define ELEM uint16_t
-float decode(uint h) { return pc.dtype == 1u ? unpackHalf2x16(h).x : uintBitsToFloat(h << 16); }
-uint encode(float x) {
-  if (pc.dtype == 1u) return packHalf2x16(vec2(x, 0.0)) & 0xffffu;
-  if (isnan(x)) return 0x7fc0u;
-  uint u = floatBitsToUint(x);
-  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // round to nearest even
-}
-#define LOAD(a, i) decode(uint(a[i]))
-#define STORE(a, i, x) a[i] = uint16_t(encode(x))
+#define LOAD(a, i) EJK_LD16(a, i, pc.dtype)
+#define STORE(a, i, x) EJK_ST16(a, i, pc.dtype, x)
 #else
 #define ELEM float
 #define LOAD(a, i) a[i]
@@ -111,8 +105,7 @@ float staged(uint j, uint c) {
 #if ELEM16
   if (STAGE16 != 0) {
     const uint w = kv_w[j * SW + c / 2];
-    if (pc.dtype == 1u) return unpackHalf2x16(w)[c & 1u];
-    return uintBitsToFloat((c & 1u) != 0u ? w & 0xffff0000u : w << 16);
+    return ejk_decode16((c & 1u) != 0u ? w >> 16 : w, pc.dtype);
   }
 #endif
   return kv_s[j * STRIDE + c];
@@ -132,8 +125,8 @@ void main() {
   [[unroll]] for (uint i = 0; i < HG * COLS; ++i) acc[i] = 0.0;
 
   const int n = context_lens[b];
-  const int per = (n + int(pc.splits) - 1) / int(pc.splits);
-  const int chunk = (per + int(BLOCK_N) - 1) / int(BLOCK_N) * int(BLOCK_N);
+  const int per = EJK_CEIL_DIV(n, int(pc.splits));
+  const int chunk = EJK_ROUND_UP(per, int(BLOCK_N));
   const int start = min(n, int(split) * chunk), end = min(n, start + chunk);
   barrier();
 

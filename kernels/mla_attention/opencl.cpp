@@ -32,7 +32,7 @@ class OpenCLMlaDecode final : public clc::Implementation {
   using clc::Implementation::Implementation;
   std::string_view kernel() const override { return "mla_decode"; }
   std::vector<ArgDef> args() const override { return decode_args(); }
-  std::vector<std::string> sources() const override { return {source_key}; }
+  std::vector<std::string> sources() const override { return {source_key, clc::prelude_source}; }
 
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
     // The group's queries, scores and reduction space in f32, and a tile as stored (rows padded

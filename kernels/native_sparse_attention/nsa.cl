@@ -2,30 +2,14 @@
 // plan). Compile-time (-D): THREADS (work-items per group), TILE (keys per staged tile), HPG
 // (query heads per group), DK, DV (head dims). Everything else is a kernel argument, the
 // storage dtype included (0 f32, 1 f16, 2 bf16), so one program serves every dtype, batch and
-// block size. Storage is read and written through vload_half / vstore_half and 16-bit words:
-// no cl_khr_fp16 is needed, and all arithmetic is f32.
+// block size. Storage is read and written through common/clc.h; all arithmetic is f32.
 
 // Staged key and value rows are padded by one word, so that work-items reading the same column
 // of different rows hit different local-memory banks.
 #define KS (DK + 1)
 #define VS (DV + 1)
 
-float load(const __global ushort* p16, int i, int dtype) {
-  if (dtype == 0) return ((const __global float*)p16)[i];
-  if (dtype == 1) return vload_half(i, (const __global half*)p16);
-  return as_float((uint)p16[i] << 16);
-}
-
-void store(__global ushort* p16, int i, float x, int dtype) {
-  if (dtype == 0) {
-    ((__global float*)p16)[i] = x;
-  } else if (dtype == 1) {
-    vstore_half_rte(x, i, (__global half*)p16);
-  } else {
-    uint u = as_uint(x);
-    p16[i] = isnan(x) ? (ushort)0x7fc0 : (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  }
-}
+#include "common/clc.h"
 
 // The sequence of flattened token t: the last n with cu[n] <= t (empty sequences skipped).
 void locate(const __global int* cu, int nseq, int t, int* bos, int* eos) {
@@ -58,10 +42,10 @@ __kernel void nsa_pool(const __global ushort* k16, const __global ushort* v16, c
   if ((t - bos) % BS != 0 || t + BS > eos) return;
   float s = 0.f;
   if (d < DK) {
-    for (int j = t; j < t + BS; ++j) s += load(k16, (j * H + h) * DK + d, dtype);
+    for (int j = t; j < t + BS; ++j) s += ejk_load(k16, (j * H + h) * DK + d, dtype);
     kc[(t * H + h) * DK + d] = s / (float)BS;
   } else {
-    for (int j = t; j < t + BS; ++j) s += load(v16, (j * H + h) * DV + d - DK, dtype);
+    for (int j = t; j < t + BS; ++j) s += ejk_load(v16, (j * H + h) * DV + d - DK, dtype);
     vc[(t * H + h) * DV + d - DK] = s / (float)BS;
   }
 }
@@ -112,8 +96,8 @@ void stage_pooled(int n, int row0, int step, int H, int h, const __global float*
 void stage_rows(int n, int row0, int H, int h, const __global ushort* k16, const __global ushort* v16, int dtype,
                 __local float* kt, __local float* vt) {
   const int lid = get_local_id(0);
-  for (int e = lid; e < n * DK; e += THREADS) kt[e / DK * KS + e % DK] = load(k16, ((row0 + e / DK) * H + h) * DK + e % DK, dtype);
-  for (int e = lid; e < n * DV; e += THREADS) vt[e / DV * VS + e % DV] = load(v16, ((row0 + e / DV) * H + h) * DV + e % DV, dtype);
+  for (int e = lid; e < n * DK; e += THREADS) kt[e / DK * KS + e % DK] = ejk_load(k16, ((row0 + e / DK) * H + h) * DK + e % DK, dtype);
+  for (int e = lid; e < n * DV; e += THREADS) vt[e / DV * VS + e % DV] = ejk_load(v16, ((row0 + e / DV) * H + h) * DV + e % DV, dtype);
 }
 
 // One group per (token, kv head * parts + part): HPG query heads of the kv head's group, both
@@ -130,7 +114,7 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_fwd(
   int bos, eos;
   locate(cu, nseq, t, &bos, &eos);
   const int pos = t - bos;
-  for (int e = lid; e < HPG * DK; e += THREADS) qs[e] = scale * load(q16, th0 * DK + e, dtype);
+  for (int e = lid; e < HPG * DK; e += THREADS) qs[e] = scale * ejk_load(q16, th0 * DK + e, dtype);
   for (int branch = 0; branch < 2; ++branch) {
     for (int e = lid; e < HPG * DV; e += THREADS) acc[e] = 0.f;
     for (int g = lid; g < HPG; g += THREADS) {
@@ -162,11 +146,11 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_fwd(
       const int g = e / DV;
       const float x = l[g] > 0.f ? acc[e] / l[g] : 0.f;
       if (branch == 0) {
-        store(oc16, th0 * DV + e, x, dtype);
+        ejk_store(oc16, th0 * DV + e, dtype, x);
         first[e] = x;
       } else {
-        store(os16, th0 * DV + e, x, dtype);
-        store(o16, th0 * DV + e, load(gc16, th0 + g, dtype) * first[e] + load(gs16, th0 + g, dtype) * x, dtype);
+        ejk_store(os16, th0 * DV + e, dtype, x);
+        ejk_store(o16, th0 * DV + e, dtype, ejk_load(gc16, th0 + g, dtype) * first[e] + ejk_load(gs16, th0 + g, dtype) * x);
       }
     }
     for (int g = lid; g < HPG; g += THREADS) lse[(th0 + g) * 2 + branch] = l[g] > 0.f ? m[g] + log(l[g]) : -INFINITY;
@@ -212,25 +196,25 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_bwd_dq(
   locate(cu, nseq, t, &bos, &eos);
   const int pos = t - bos;
   for (int e = lid; e < HPG * DK; e += THREADS) {
-    qs[e] = scale * load(q16, th0 * DK + e, dtype);
+    qs[e] = scale * ejk_load(q16, th0 * DK + e, dtype);
     dq[e] = 0.f;
   }
   for (int branch = 0; branch < 2; ++branch) {
     const __global ushort* ob16 = branch == 0 ? oc16 : os16;
     const __global ushort* gb16 = branch == 0 ? gc16 : gs16;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int e = lid; e < HPG * DV; e += THREADS) dob[e] = load(do16, th0 * DV + e, dtype);
+    for (int e = lid; e < HPG * DV; e += THREADS) dob[e] = ejk_load(do16, th0 * DV + e, dtype);
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int g = lid; g < HPG; g += THREADS) {
       float D = 0.f;
-      for (int d = 0; d < DV; ++d) D = mad(dob[g * DV + d], load(ob16, (th0 + g) * DV + d, dtype), D);
-      store(branch == 0 ? dgc16 : dgs16, th0 + g, D, dtype);
-      db[g] = load(gb16, th0 + g, dtype) * D;
+      for (int d = 0; d < DV; ++d) D = mad(dob[g * DV + d], ejk_load(ob16, (th0 + g) * DV + d, dtype), D);
+      ejk_store(branch == 0 ? dgc16 : dgs16, th0 + g, dtype, D);
+      db[g] = ejk_load(gb16, th0 + g, dtype) * D;
       delta[(th0 + g) * 2 + branch] = db[g];
       lb[g] = lse[(th0 + g) * 2 + branch];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int e = lid; e < HPG * DV; e += THREADS) dob[e] *= load(gb16, th0 + e / DV, dtype);
+    for (int e = lid; e < HPG * DV; e += THREADS) dob[e] *= ejk_load(gb16, th0 + e / DV, dtype);
     if (branch == 0) {
       const int nc = (pos + 1) / BS;
       for (int c0 = 0; c0 < nc; c0 += TILE) {
@@ -253,7 +237,7 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_bwd_dq(
     }
   }
   barrier(CLK_LOCAL_MEM_FENCE);
-  for (int e = lid; e < HPG * DK; e += THREADS) store(dq16, th0 * DK + e, scale * dq[e], dtype);
+  for (int e = lid; e < HPG * DK; e += THREADS) ejk_store(dq16, th0 * DK + e, dtype, scale * dq[e]);
 }
 
 // Backward, per (token, kv head) where the token starts a whole block: the pooled key's and
@@ -284,8 +268,8 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_bwd_dcmp(
     for (int g0 = 0; g0 < G; g0 += HPG) {
       const int th0 = t * HQ + h * G + g0;
       barrier(CLK_LOCAL_MEM_FENCE);
-      for (int e = lid; e < HPG * DK; e += THREADS) qs[e] = scale * load(q16, th0 * DK + e, dtype);
-      for (int e = lid; e < HPG * DV; e += THREADS) dob[e] = load(do16, th0 * DV + e, dtype) * load(gc16, th0 + e / DV, dtype);
+      for (int e = lid; e < HPG * DK; e += THREADS) qs[e] = scale * ejk_load(q16, th0 * DK + e, dtype);
+      for (int e = lid; e < HPG * DV; e += THREADS) dob[e] = ejk_load(do16, th0 * DV + e, dtype) * ejk_load(gc16, th0 + e / DV, dtype);
       barrier(CLK_LOCAL_MEM_FENCE);
       for (int g = lid; g < HPG; g += THREADS) {
         const float p = exp(ldot(qs + g * DK, kr, DK) - lse[(th0 + g) * 2]);
@@ -349,8 +333,8 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_bwd_dkv(
     for (int g0 = 0; g0 < groups; g0 += HPG) {
       const int th0 = t * HQ + h * G + g0;
       barrier(CLK_LOCAL_MEM_FENCE);
-      for (int e = lid; e < HPG * DK; e += THREADS) qs[e] = scale * load(q16, th0 * DK + e, dtype);
-      for (int e = lid; e < HPG * DV; e += THREADS) dob[e] = load(do16, th0 * DV + e, dtype) * load(gs16, th0 + e / DV, dtype);
+      for (int e = lid; e < HPG * DK; e += THREADS) qs[e] = scale * ejk_load(q16, th0 * DK + e, dtype);
+      for (int e = lid; e < HPG * DV; e += THREADS) dob[e] = ejk_load(do16, th0 * DV + e, dtype) * ejk_load(gs16, th0 + e / DV, dtype);
       barrier(CLK_LOCAL_MEM_FENCE);
       for (int pr = lid; pr < HPG * TILE; pr += THREADS) {
         const int g = pr / TILE, r = pr % TILE;
@@ -381,7 +365,7 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_bwd_dkv(
   const bool pooled = block0 + BS <= eos;
   const float inv = 1.f / (float)BS;
   for (int e = lid; e < n * DK; e += THREADS)
-    store(dk16, (j0 + e / DK) * H * DK + h * DK + e % DK, gk[e] + (pooled ? inv * dkc[(block0 * H + h) * DK + e % DK] : 0.f), dtype);
+    ejk_store(dk16, (j0 + e / DK) * H * DK + h * DK + e % DK, dtype, gk[e] + (pooled ? inv * dkc[(block0 * H + h) * DK + e % DK] : 0.f));
   for (int e = lid; e < n * DV; e += THREADS)
-    store(dv16, (j0 + e / DV) * H * DV + h * DV + e % DV, gv[e] + (pooled ? inv * dvc[(block0 * H + h) * DV + e % DV] : 0.f), dtype);
+    ejk_store(dv16, (j0 + e / DV) * H * DV + h * DV + e % DV, dtype, gv[e] + (pooled ? inv * dvc[(block0 * H + h) * DV + e % DV] : 0.f));
 }

@@ -6,6 +6,7 @@
 #if ELEM16
 #extension GL_EXT_shader_16bit_storage : require
 #endif
+#include "common/vulkan.glsl"
 
 #define NSA_POOL 0
 #define NSA_FWD 1
@@ -33,15 +34,8 @@ layout(push_constant) uniform Push {
 
 #if ELEM16
 #define ELEM uint16_t
-float decode(uint h) { return pc.dtype == 1u ? unpackHalf2x16(h).x : uintBitsToFloat(h << 16); }
-uint encode(float x) {
-  if (pc.dtype == 1u) return packHalf2x16(vec2(x, 0.0)) & 0xffffu;
-  if (isnan(x)) return 0x7fc0u;
-  uint u = floatBitsToUint(x);
-  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // round to nearest even
-}
-#define LOAD(a, i) decode(uint(a[i]))
-#define STORE(a, i, x) a[i] = uint16_t(encode(x))
+#define LOAD(a, i) EJK_LD16(a, i, pc.dtype)
+#define STORE(a, i, x) EJK_ST16(a, i, pc.dtype, x)
 #else
 #define ELEM float
 #define LOAD(a, i) a[i]

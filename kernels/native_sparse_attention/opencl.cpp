@@ -67,7 +67,7 @@ class OpenCLNsa final : public clc::Implementation {
   using clc::Implementation::Implementation;
   std::string_view kernel() const override { return "native_sparse_attention"; }
   std::vector<ArgDef> args() const override { return forward_args(); }
-  std::vector<std::string> sources() const override { return {source_key}; }
+  std::vector<std::string> sources() const override { return {source_key, clc::prelude_source}; }
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
     return gpu_space(NsaKernel().vars(inv), dev, false);
   }
@@ -98,7 +98,7 @@ class OpenCLNsaBwd final : public clc::Implementation {
   using clc::Implementation::Implementation;
   std::string_view kernel() const override { return "native_sparse_attention_bwd"; }
   std::vector<ArgDef> args() const override { return backward_args(); }
-  std::vector<std::string> sources() const override { return {source_key}; }
+  std::vector<std::string> sources() const override { return {source_key, clc::prelude_source}; }
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
     return gpu_space(NsaBwdKernel().vars(inv), dev, true);
   }

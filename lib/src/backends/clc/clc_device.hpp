@@ -128,6 +128,11 @@ bool is_cpu(const DeviceInfo& info);
 // Other includes stay for the compiler.
 std::string with_includes(std::string_view key, std::string_view text);
 
+// The OpenCL C prelude (kernels/common/clc.h: storage codecs, the __local argument): a source
+// that includes it lists it among its Implementation::sources(), so that an edit to it changes
+// the kernel's version.
+inline constexpr const char* prelude_source = "common/clc.h";
+
 // The backends compiled in whose devices are clc::Devices, in Backend order.
 std::vector<Backend> backends();
 
