@@ -11,7 +11,7 @@
 #include <set>
 #include <tuple>
 
-#include "ejk/detail/embedded.hpp"
+#include "core/embedded.hpp"
 #include "support.hpp"
 
 namespace ejk {
