@@ -28,7 +28,7 @@ function(ejk_embed_files out_var)
   # One index that references every file, so a static library keeps them all.
   set(index ${CMAKE_CURRENT_BINARY_DIR}/embedded/index.cpp)
   file(CONFIGURE OUTPUT ${index} CONTENT "// Generated; do not edit.
-#include \"ejk/detail/embedded.hpp\"
+#include \"core/embedded.hpp\"
 namespace ejk::detail {
 ${decls}
 std::span<const EmbeddedFile* const> embedded_files() {

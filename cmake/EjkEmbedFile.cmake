@@ -6,7 +6,7 @@ math(EXPR size "${hex_len} / 2")
 string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
 string(REGEX REPLACE "(0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,)" "\\1\n" bytes "${bytes}")
 file(WRITE ${OUTPUT} "// Generated from ${KEY}; do not edit.
-#include \"ejk/detail/embedded.hpp\"
+#include \"core/embedded.hpp\"
 namespace {
 alignas(4) const unsigned char data_${IDENT}[] = {
 ${bytes}0};

@@ -11,7 +11,7 @@
 #include <set>
 #include <tuple>
 
-#include "ejk/detail/embedded.hpp"
+#include "core/embedded.hpp"
 #include "support.hpp"
 
 namespace ejk {
@@ -23,14 +23,18 @@ struct SmallCase {
   nlohmann::json options = nlohmann::json::object();
 };
 
-// The built-in kernels, read before any test registers kernels of its own (libejk's registrations
-// run when it loads).
-const std::vector<std::string> builtin_kernels = Registry::global().kernels();
+// The built-in kernels, read when GoogleTest expands the parameterised suites, before any test
+// registers kernels of its own. Not at static initialisation: the tests link the library's
+// objects, whose registrations may run after this file's initialisers.
+const std::vector<std::string>& builtin_kernels() {
+  static const std::vector<std::string> names = Registry::global().kernels();
+  return names;
+}
 
 // Every built-in kernel's smallest workload, by name.
 std::vector<SmallCase> small_cases() {
   std::vector<SmallCase> cases;
-  for (const auto& name : builtin_kernels) {
+  for (const auto& name : builtin_kernels()) {
     const Kernel& k = Registry::global().kernel(name);
     cases.push_back({name, k.smallest_sizes(), k.smallest_options()});
   }
@@ -209,7 +213,7 @@ INSTANTIATE_TEST_SUITE_P(All, Inputs, ::testing::ValuesIn(test::devices()),
                          [](const auto& param) { return test::test_name(param.param); });
 
 INSTANTIATE_TEST_SUITE_P(All, Conformance,
-                         ::testing::Combine(::testing::ValuesIn(builtin_kernels),
+                         ::testing::Combine(::testing::ValuesIn(builtin_kernels()),
                                             ::testing::ValuesIn(test::devices())),
                          [](const auto& param) {
                            return std::get<0>(param.param) + "_" + test::test_name(std::get<1>(param.param));

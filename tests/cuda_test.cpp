@@ -17,12 +17,12 @@
 #include "backends/cuda/cuda_api.hpp"
 #include "backends/cuda/cuda_device.hpp"
 #include "backends/cuda/opencl_c.hpp"
+#include "core/embedded.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "grouped_matmul/grouped_matmul.hpp"
 #include "matmul/matmul.hpp"
 #include "mla_attention/mla_attention.hpp"
 #include "ragged_decode_attention/ragged_decode_attention.hpp"
-#include "ejk/detail/embedded.hpp"
 #include "support.hpp"
 
 namespace ejk {

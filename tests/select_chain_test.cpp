@@ -4,7 +4,7 @@
 
 #include <unistd.h>
 
-#include "ejk/detail/embedded.hpp"
+#include "core/embedded.hpp"
 #include "select_support.hpp"
 #include "support.hpp"
 

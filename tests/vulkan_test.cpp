@@ -10,7 +10,7 @@
 
 #include "backends/vulkan/vk_util.hpp"
 #include "backends/vulkan/vulkan_device.hpp"
-#include "ejk/detail/embedded.hpp"
+#include "core/embedded.hpp"
 #include "matmul/matmul.hpp"
 #include "support.hpp"
 #include "vulkan_validation.hpp"

@@ -11,6 +11,7 @@
 
 #include "ejk/config.hpp"
 #include "ejk/context.hpp"
+#include "ejk/export.hpp"
 #include "ejk/tensor.hpp"
 
 namespace ejk {
@@ -56,20 +57,20 @@ struct AttentionGrads {
   Tensor dsoftmax_aux;  // like softmax_aux; undefined without sinks
 };
 
-AttentionOutput flash_attention(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                                const AttentionOptions& options = {});
+EJK_API AttentionOutput flash_attention(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const AttentionOptions& options = {});
 // Into given tensors.
-void flash_attention(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                     const Tensor& lse, const AttentionOptions& options = {});
+EJK_API void flash_attention(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                             const Tensor& lse, const AttentionOptions& options = {});
 
 // Gradients from the forward's out and lse; options must be those of the forward call.
-AttentionGrads flash_attention_bwd(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                                   const Tensor& out, const Tensor& dout, const Tensor& lse,
-                                   const AttentionOptions& options = {});
+EJK_API AttentionGrads flash_attention_bwd(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                           const Tensor& out, const Tensor& dout, const Tensor& lse,
+                                           const AttentionOptions& options = {});
 // Into given tensors (dbias / dsoftmax_aux defined exactly when bias / softmax_aux are).
-void flash_attention_bwd(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                         const Tensor& dout, const Tensor& lse, const AttentionGrads& grads,
-                         const AttentionOptions& options = {});
+EJK_API void flash_attention_bwd(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Tensor& out, const Tensor& dout, const Tensor& lse, const AttentionGrads& grads,
+                                 const AttentionOptions& options = {});
 
 // Merges a partial attention result (part, part_lse), computed over another set of keys, into
 // the accumulator (out, lse) in place by log-sum-exp: out = out * exp(lse - m) + part *
@@ -78,7 +79,7 @@ void flash_attention_bwd(const Context& ctx, const Tensor& q, const Tensor& k, c
 // lse and part_lse f32 [batch, heads, seq] ([heads, total]), as flash_attention returns them.
 // Rows whose lse is -inf take part as it is and never read out (which may be uninitialised):
 // merging into an f16 out with lse -inf converts. docs/kernels/attention_merge.md.
-void attention_merge(const Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& part, const Tensor& part_lse,
-                     const std::optional<Config>& config = {});
+EJK_API void attention_merge(const Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& part,
+                             const Tensor& part_lse, const std::optional<Config>& config = {});
 
 }  // namespace ejk

@@ -13,6 +13,7 @@
 
 #include "ejk/config.hpp"
 #include "ejk/context.hpp"
+#include "ejk/export.hpp"
 #include "ejk/invocation.hpp"
 #include "ejk/selection.hpp"
 #include "ejk/tensor.hpp"
@@ -31,10 +32,10 @@ struct BatchedCall {
 // The per-item invocation of batched arguments: each argument's shape without its leading
 // axis. Throws InvalidArgument naming the argument when one has no leading axis or when the
 // leading axes differ.
-Invocation item_invocation(const BatchedCall& call, std::span<const Tensor> args);
+EJK_API Invocation item_invocation(const BatchedCall& call, std::span<const Tensor> args);
 
 // The length of the leading axis the arguments share (same checks as item_invocation).
-std::int64_t batch_size(std::span<const Tensor> args);
+EJK_API std::int64_t batch_size(std::span<const Tensor> args);
 
 // Runs call.kernel once per index b of the leading axis on args[i][b] (every argument on the
 // executor's device), with one selection for the per-item invocation made before the first
@@ -42,8 +43,8 @@ std::int64_t batch_size(std::span<const Tensor> args);
 // buffers, so each item's rows are staged through tensors of the item's shape (device-side
 // copies, one item at a time); a batch of one runs on the arguments themselves. Items launch the
 // implementation Registry::global() picks for the device. Returns the selection.
-Selection run_batched(Executor& executor, const BatchedCall& call, std::span<const Tensor> args);
-Selection run_batched(const Context& ctx, const BatchedCall& call, std::span<const Tensor> args);
+EJK_API Selection run_batched(Executor& executor, const BatchedCall& call, std::span<const Tensor> args);
+EJK_API Selection run_batched(const Context& ctx, const BatchedCall& call, std::span<const Tensor> args);
 
 // One device's part of a sharded run.
 struct DeviceShard {
@@ -59,7 +60,7 @@ struct DeviceShard {
 // its shard in a thread of its own, with its own selection; then out and inout rows are
 // copied back into `args`. An error on any device is rethrown after every thread has ended,
 // naming the device; the arguments' out rows are then unspecified.
-std::vector<DeviceShard> run_sharded(std::span<const Context* const> contexts, const BatchedCall& call,
-                               std::span<const Tensor> args);
+EJK_API std::vector<DeviceShard> run_sharded(std::span<const Context* const> contexts, const BatchedCall& call,
+                                             std::span<const Tensor> args);
 
 }  // namespace ejk

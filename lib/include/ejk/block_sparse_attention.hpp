@@ -13,6 +13,7 @@
 
 #include "ejk/config.hpp"
 #include "ejk/context.hpp"
+#include "ejk/export.hpp"
 #include "ejk/tensor.hpp"
 
 namespace ejk {
@@ -46,8 +47,9 @@ struct BlockSparseLayout {
   Tensor kv_block_counts, kv_block_indices, q_block_counts, q_block_indices;
 };
 
-BlockSparseLayout block_sparse_layout(const Context& ctx, std::int64_t batch, std::int64_t heads, std::int64_t seq_q,
-                                      std::int64_t seq_k, const BlockSparseLayoutOptions& options);
+EJK_API BlockSparseLayout block_sparse_layout(const Context& ctx, std::int64_t batch, std::int64_t heads,
+                                              std::int64_t seq_q, std::int64_t seq_k,
+                                              const BlockSparseLayoutOptions& options);
 
 struct BlockSparseAttentionOptions {
   std::optional<double> softmax_scale{};  // default 1 / sqrt(head_dim)
@@ -63,12 +65,12 @@ struct BlockSparseAttentionResult {
 
 // q [batch, seq_q, heads, head_dim], k, v [batch, seq_k, kv_heads, head_dim] (heads a multiple
 // of kv_heads); the layout built for these batch, heads, seq_q, seq_k.
-void block_sparse_attention(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                            const BlockSparseLayout& layout, const Tensor& out, const Tensor& lse,
-                            const BlockSparseAttentionOptions& options = {});
-BlockSparseAttentionResult block_sparse_attention(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                                                  const BlockSparseLayout& layout,
-                                                  const BlockSparseAttentionOptions& options = {});
+EJK_API void block_sparse_attention(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const BlockSparseLayout& layout, const Tensor& out, const Tensor& lse,
+                                    const BlockSparseAttentionOptions& options = {});
+EJK_API BlockSparseAttentionResult block_sparse_attention(const Context& ctx, const Tensor& q, const Tensor& k,
+                                                          const Tensor& v, const BlockSparseLayout& layout,
+                                                          const BlockSparseAttentionOptions& options = {});
 
 struct BlockSparseGradients {
   Tensor dq, dk, dv;
@@ -76,12 +78,13 @@ struct BlockSparseGradients {
 
 // The gradients of the forward's out with respect to q, k, v, given dout and the forward's out
 // and lse (same layout and options).
-void block_sparse_attention_bwd(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                const Tensor& dout, const Tensor& lse, const BlockSparseLayout& layout,
-                                const BlockSparseGradients& grads, const BlockSparseAttentionOptions& options = {});
-BlockSparseGradients block_sparse_attention_bwd(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                                                const Tensor& out, const Tensor& dout, const Tensor& lse,
-                                                const BlockSparseLayout& layout,
-                                                const BlockSparseAttentionOptions& options = {});
+EJK_API void block_sparse_attention_bwd(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& out, const Tensor& dout, const Tensor& lse,
+                                        const BlockSparseLayout& layout, const BlockSparseGradients& grads,
+                                        const BlockSparseAttentionOptions& options = {});
+EJK_API BlockSparseGradients block_sparse_attention_bwd(const Context& ctx, const Tensor& q, const Tensor& k,
+                                                        const Tensor& v, const Tensor& out, const Tensor& dout,
+                                                        const Tensor& lse, const BlockSparseLayout& layout,
+                                                        const BlockSparseAttentionOptions& options = {});
 
 }  // namespace ejk

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ejk/device.hpp"
+#include "ejk/export.hpp"
 #include "ejk/measurement.hpp"
 
 namespace ejk {
@@ -19,7 +20,7 @@ inline constexpr int bundle_schema_version = 1;
 
 // What a bundle (and the persistent cache) remembers about a device, so that profile lookup
 // can fall back from the exact device to the same vendor and architecture.
-struct DeviceRecord {
+struct EJK_API DeviceRecord {
   std::string fingerprint;
   std::string backend;
   std::string vendor;
@@ -33,7 +34,7 @@ struct DeviceRecord {
   bool operator==(const DeviceRecord&) const = default;
 };
 
-struct Bundle {
+struct EJK_API Bundle {
   int schema_version = bundle_schema_version;
   std::string tool_version;
   std::int64_t created_unix = 0;
@@ -54,19 +55,19 @@ struct Bundle {
 
 // Throws IoError naming the path for unreadable files, invalid JSON and everything
 // Bundle::from_json refuses.
-Bundle read_bundle(const std::filesystem::path& path);
+EJK_API Bundle read_bundle(const std::filesystem::path& path);
 // Writes atomically (a temporary file renamed over the target). Throws IoError.
-void write_bundle(const std::filesystem::path& path, const Bundle& bundle);
+EJK_API void write_bundle(const std::filesystem::path& path, const Bundle& bundle);
 
 struct BundleCheck {
   bool ok = false;
   std::string message;  // what is wrong, or a one-line summary when ok
 };
-BundleCheck verify_bundle(const std::filesystem::path& path);  // never throws
+EJK_API BundleCheck verify_bundle(const std::filesystem::path& path);  // never throws
 
 // Where the profile tier looks for *.json bundles: $EJK_PROFILE_DIR (colon-separated), else
 // share/ejk/profiles of the prefix libejk is installed in (in the build tree, the source's
 // profiles/ through a link), when it exists.
-std::vector<std::filesystem::path> default_profile_dirs();
+EJK_API std::vector<std::filesystem::path> default_profile_dirs();
 
 }  // namespace ejk

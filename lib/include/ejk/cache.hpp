@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ejk/bundle.hpp"
+#include "ejk/export.hpp"
 #include "ejk/measurement.hpp"
 
 namespace ejk {
@@ -18,9 +19,9 @@ namespace ejk {
 inline constexpr int cache_schema_version = 1;
 
 // $EJK_CACHE_DIR, else $XDG_CACHE_HOME/ejk, else $HOME/.cache/ejk.
-std::filesystem::path default_cache_dir();
+EJK_API std::filesystem::path default_cache_dir();
 // default_cache_dir() / "ejk.sqlite".
-std::filesystem::path default_cache_path();
+EJK_API std::filesystem::path default_cache_path();
 
 // One candidate's result as stored, with the key it was measured for.
 struct StoredMeasurement {
@@ -47,7 +48,7 @@ struct CacheVerification {
 };
 
 // Thread-safe; many processes may use one file at once. Every write is one transaction.
-class PersistentCache {
+class EJK_API PersistentCache {
  public:
   // Opens `path`, creating its folder and a fresh cache when missing. A damaged file (not
   // SQLite, truncated, failing quick_check) or a foreign one (SQLite without this schema and

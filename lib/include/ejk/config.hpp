@@ -8,14 +8,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ejk/export.hpp"
+
 namespace ejk {
 
 using Value = std::variant<std::int64_t, std::string>;
 
-std::string to_string(const Value& v);
-nlohmann::json to_json(const Value& v);
+EJK_API std::string to_string(const Value& v);
+EJK_API nlohmann::json to_json(const Value& v);
 
-class Config {
+class EJK_API Config {
  public:
   Config() = default;
   Config(std::initializer_list<std::pair<const std::string, Value>> values) : values_(values) {}

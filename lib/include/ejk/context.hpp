@@ -7,11 +7,12 @@
 
 #include "ejk/device.hpp"
 #include "ejk/executor.hpp"
+#include "ejk/export.hpp"
 #include "ejk/tensor.hpp"
 
 namespace ejk {
 
-class Context {
+class EJK_API Context {
  public:
   Context();  // device from $EJK_DEVICE, else "auto"
   explicit Context(std::string_view device_name);

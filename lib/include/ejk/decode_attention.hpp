@@ -9,6 +9,7 @@
 
 #include "ejk/config.hpp"
 #include "ejk/context.hpp"
+#include "ejk/export.hpp"
 #include "ejk/tensor.hpp"
 
 namespace ejk {
@@ -26,12 +27,13 @@ struct PageAttentionOptions {
 // query [batch, heads, head_dim]; key_cache, value_cache [num_blocks, kv_heads, block_size,
 // head_dim]; context_lens i32 [batch]; block_tables i32 [batch, max_blocks_per_seq].
 // Returns out [batch, heads, head_dim] (query's dtype); a sequence with context 0 gives 0.
-Tensor page_attention(const Context& ctx, const Tensor& query, const Tensor& key_cache, const Tensor& value_cache,
-                      const Tensor& context_lens, const Tensor& block_tables, const PageAttentionOptions& options = {});
+EJK_API Tensor page_attention(const Context& ctx, const Tensor& query, const Tensor& key_cache,
+                              const Tensor& value_cache, const Tensor& context_lens, const Tensor& block_tables,
+                              const PageAttentionOptions& options = {});
 // Into a given tensor.
-void page_attention(const Context& ctx, const Tensor& query, const Tensor& key_cache, const Tensor& value_cache,
-                    const Tensor& context_lens, const Tensor& block_tables, const Tensor& out,
-                    const PageAttentionOptions& options = {});
+EJK_API void page_attention(const Context& ctx, const Tensor& query, const Tensor& key_cache, const Tensor& value_cache,
+                            const Tensor& context_lens, const Tensor& block_tables, const Tensor& out,
+                            const PageAttentionOptions& options = {});
 
 struct RaggedDecodeAttentionOptions {
   std::optional<double> softmax_scale{};  // default 1 / sqrt(head_dim)
@@ -45,12 +47,12 @@ struct RaggedDecodeAttentionOptions {
 // query [batch, heads, head_dim]; key, value [batch, seq, kv_heads, head_dim]; sequence_start,
 // sequence_end i32 [batch]: sequence b attends keys [start, end) of its row, its query sitting
 // at end - 1. Returns out like query; an empty range gives 0.
-Tensor ragged_decode_attention(const Context& ctx, const Tensor& query, const Tensor& key, const Tensor& value,
-                               const Tensor& sequence_start, const Tensor& sequence_end,
-                               const RaggedDecodeAttentionOptions& options = {});
-void ragged_decode_attention(const Context& ctx, const Tensor& query, const Tensor& key, const Tensor& value,
-                             const Tensor& sequence_start, const Tensor& sequence_end, const Tensor& out,
-                             const RaggedDecodeAttentionOptions& options = {});
+EJK_API Tensor ragged_decode_attention(const Context& ctx, const Tensor& query, const Tensor& key, const Tensor& value,
+                                       const Tensor& sequence_start, const Tensor& sequence_end,
+                                       const RaggedDecodeAttentionOptions& options = {});
+EJK_API void ragged_decode_attention(const Context& ctx, const Tensor& query, const Tensor& key, const Tensor& value,
+                                     const Tensor& sequence_start, const Tensor& sequence_end, const Tensor& out,
+                                     const RaggedDecodeAttentionOptions& options = {});
 
 struct RaggedPageAttentionOptions {
   std::optional<double> softmax_scale{};  // default 1 / sqrt(head_dim)
@@ -72,11 +74,12 @@ struct RaggedPageAttentionOptions {
 // [max_num_seqs]; block_tables i32 [max_num_seqs, max_blocks_per_seq]; query_start_loc i32
 // [max_num_seqs + 1]. Sequence s owns query tokens [query_start_loc[s], query_start_loc[s+1]),
 // the last q_len of its kv_lens[s] keys, attended causally. Returns out like queries.
-Tensor ragged_page_attention(const Context& ctx, const Tensor& queries, const Tensor& key_cache,
-                             const Tensor& value_cache, const Tensor& kv_lens, const Tensor& block_tables,
-                             const Tensor& query_start_loc, const RaggedPageAttentionOptions& options = {});
-void ragged_page_attention(const Context& ctx, const Tensor& queries, const Tensor& key_cache, const Tensor& value_cache,
-                           const Tensor& kv_lens, const Tensor& block_tables, const Tensor& query_start_loc,
-                           const Tensor& out, const RaggedPageAttentionOptions& options = {});
+EJK_API Tensor ragged_page_attention(const Context& ctx, const Tensor& queries, const Tensor& key_cache,
+                                     const Tensor& value_cache, const Tensor& kv_lens, const Tensor& block_tables,
+                                     const Tensor& query_start_loc, const RaggedPageAttentionOptions& options = {});
+EJK_API void ragged_page_attention(const Context& ctx, const Tensor& queries, const Tensor& key_cache,
+                                   const Tensor& value_cache, const Tensor& kv_lens, const Tensor& block_tables,
+                                   const Tensor& query_start_loc, const Tensor& out,
+                                   const RaggedPageAttentionOptions& options = {});
 
 }  // namespace ejk

@@ -13,13 +13,14 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "ejk/dtype.hpp"
+#include "ejk/export.hpp"
 
 namespace ejk {
 
 enum class Backend : std::uint8_t { cpu, opencl, vulkan, cuda };
 
-std::string_view to_string(Backend b);
-Backend parse_backend(std::string_view name);  // throws InvalidArgument
+EJK_API std::string_view to_string(Backend b);
+EJK_API Backend parse_backend(std::string_view name);  // throws InvalidArgument
 
 // One cooperative-matrix (tensor core) shape a device offers: C[m,n] += A[m,k] * B[k,n].
 struct CoopMatShape {
@@ -29,7 +30,7 @@ struct CoopMatShape {
   bool operator==(const CoopMatShape&) const = default;
 };
 
-struct DeviceInfo {
+struct EJK_API DeviceInfo {
   Backend backend = Backend::cpu;
   int index = 0;  // position among the backend's devices
   std::string vendor;
@@ -60,7 +61,7 @@ struct DeviceInfo {
 };
 
 // Device memory. Backends derive from it; users hold it through Tensor.
-class Buffer {
+class EJK_API Buffer {
  public:
   explicit Buffer(std::size_t bytes) : bytes_(bytes) {}
   virtual ~Buffer() = default;
@@ -87,7 +88,7 @@ struct ReadRange {
   void* dst = nullptr;
 };
 
-class Device {
+class EJK_API Device {
  public:
   virtual ~Device() = default;
   virtual const DeviceInfo& info() const = 0;
@@ -132,14 +133,14 @@ class Device {
 };
 
 // Every device of every backend compiled in, in a stable order.
-std::vector<DeviceInfo> list_devices();
+EJK_API std::vector<DeviceInfo> list_devices();
 
 // Opens a device by name: "cpu", "opencl:N", "vulkan:N", "cuda:N" or "auto" (a discrete GPU first,
 // else the native CPU backend). Devices are shared: the same name gives the same device.
 // Throws InvalidArgument naming the device argument when there is no such device.
-std::shared_ptr<Device> open_device(std::string_view name);
+EJK_API std::shared_ptr<Device> open_device(std::string_view name);
 
 // The device named by $EJK_DEVICE, else "auto".
-std::string default_device_name();
+EJK_API std::string default_device_name();
 
 }  // namespace ejk

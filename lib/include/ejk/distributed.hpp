@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ejk/bundle.hpp"
+#include "ejk/export.hpp"
 #include "ejk/invocation.hpp"
 #include "ejk/tuner.hpp"
 
@@ -32,7 +33,7 @@ inline bool launched_by_mpi() {
 // one forever: say what went wrong before the session ends). MPI
 // allows one initialization per process, so one session per process. Throws Error when MPI cannot
 // give the thread level the service thread of distributed tuning needs.
-class MpiSession {
+class EJK_API MpiSession {
  public:
   MpiSession();
   ~MpiSession();
@@ -98,7 +99,8 @@ using DistributedResultSink = std::function<void(std::size_t task, const Distrib
 // dies ends the whole job (Open MPI aborts it); what rank 0 had received is in the sink.
 // EJK_TEST_FAIL_RANK=r makes rank r throw on every task it receives, r:die makes it exit at
 // its first task as a crash would (failure tests).
-DistributedOutcome tune_distributed(const MpiSession& session, const std::vector<DistributedTask>& tasks,
-                                    const DistributedTuneOptions& options, const DistributedResultSink& sink = {});
+EJK_API DistributedOutcome tune_distributed(const MpiSession& session, const std::vector<DistributedTask>& tasks,
+                                            const DistributedTuneOptions& options,
+                                            const DistributedResultSink& sink = {});
 
 }  // namespace ejk

@@ -10,14 +10,16 @@
 #include <string_view>
 #include <vector>
 
+#include "ejk/export.hpp"
+
 namespace ejk {
 
 enum class DType : std::uint8_t { f32, f16, bf16, i32 };
 
-std::size_t dtype_size(DType t);
-std::string_view to_string(DType t);
-DType parse_dtype(std::string_view name);  // throws InvalidArgument listing the valid names
-bool is_float(DType t);
+EJK_API std::size_t dtype_size(DType t);
+EJK_API std::string_view to_string(DType t);
+EJK_API DType parse_dtype(std::string_view name);  // throws InvalidArgument listing the valid names
+EJK_API bool is_float(DType t);
 
 // Round-to-nearest-even conversions between f32 and the 16-bit storage formats; inline, since
 // host loops over millions of elements (ring attention's sums, tensor transfers) call them.
@@ -70,13 +72,13 @@ inline std::int32_t to_i32(double x) {
 }
 
 // Host-side encode/decode between doubles and a dtype's storage bytes.
-std::vector<std::byte> encode(DType t, std::span<const double> values);
-std::vector<double> decode(DType t, std::span<const std::byte> bytes);
+EJK_API std::vector<std::byte> encode(DType t, std::span<const double> values);
+EJK_API std::vector<double> decode(DType t, std::span<const std::byte> bytes);
 
 // The value a dtype stores for x (used by references so they see the same rounded inputs).
-double round_to(DType t, double x);
+EJK_API double round_to(DType t, double x);
 
 // Relative tolerance a kernel result of this dtype is checked with.
-double default_tolerance(DType t);
+EJK_API double default_tolerance(DType t);
 
 }  // namespace ejk

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ejk/config.hpp"
+#include "ejk/export.hpp"
 #include "ejk/invocation.hpp"
 #include "ejk/kernel.hpp"
 #include "ejk/measurement.hpp"
@@ -25,7 +26,7 @@ class Registry;
 class PersistentCache;
 
 // Invocation key: device fingerprint + kernel name + kernel version + canonical signature.
-std::string invocation_key(const DeviceInfo& dev, const Invocation& inv, std::string_view version);
+EJK_API std::string invocation_key(const DeviceInfo& dev, const Invocation& inv, std::string_view version);
 
 // What an autotuner returns: the best config with its statistics and provenance, and every
 // candidate it measured (failures included). The executor fills the entry's key fields.
@@ -45,8 +46,8 @@ using Autotuner = std::function<std::optional<TuneOutcome>(const Invocation&, co
                                                           const std::shared_ptr<Device>&)>;
 
 // The autotuner the autotune tier calls (thread-safe); an empty function removes it.
-void set_autotuner(Autotuner tuner);
-Autotuner current_autotuner();
+EJK_API void set_autotuner(Autotuner tuner);
+EJK_API Autotuner current_autotuner();
 
 struct ExecutorOptions {
   Registry* registry = nullptr;  // default: Registry::global()
@@ -56,7 +57,7 @@ struct ExecutorOptions {
   std::optional<std::vector<std::filesystem::path>> profile_dirs;
 };
 
-class Executor {
+class EJK_API Executor {
  public:
   // Reads EJK_AUTOTUNE_POLICY, EJK_STRICT, EJK_LOG_SELECTION, EJK_RECORD and EJK_TRACE now.
   explicit Executor(std::shared_ptr<Device> device, ExecutorOptions options = {});

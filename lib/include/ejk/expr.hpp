@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ejk/config.hpp"
+#include "ejk/export.hpp"
 
 namespace ejk {
 
@@ -20,7 +21,7 @@ using Vars = std::map<std::string, Value, std::less<>>;
 // Grammar, C precedence: || && (== !=) (< <= > >=) (+ -) (* / %) unary(! -) atom;
 // atoms are integer literals, "text" literals, identifiers, true/false, parenthesised
 // expressions, and the functions min(a, b), max(a, b). Text compares only with == and !=.
-class Expr {
+class EJK_API Expr {
  public:
   // Parentheses, calls and operators nest at most this deep (a chain of binary operators
   // counts one level per operator), so parsing and evaluating never exhaust the stack.

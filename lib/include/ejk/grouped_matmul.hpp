@@ -14,6 +14,7 @@
 
 #include "ejk/config.hpp"
 #include "ejk/context.hpp"
+#include "ejk/export.hpp"
 #include "ejk/tensor.hpp"
 
 namespace ejk {
@@ -27,15 +28,15 @@ struct GroupedMatmulOptions {
 };
 
 // out[r] = lhs[r] . op(rhs[g]) for every row r of group g.
-void grouped_matmul(const Context& ctx, const Tensor& lhs, const Tensor& rhs, const Tensor& group_sizes,
-                    const Tensor& out, const GroupedMatmulOptions& options = {});
-Tensor grouped_matmul(const Context& ctx, const Tensor& lhs, const Tensor& rhs, const Tensor& group_sizes,
-                      const GroupedMatmulOptions& options = {});
+EJK_API void grouped_matmul(const Context& ctx, const Tensor& lhs, const Tensor& rhs, const Tensor& group_sizes,
+                            const Tensor& out, const GroupedMatmulOptions& options = {});
+EJK_API Tensor grouped_matmul(const Context& ctx, const Tensor& lhs, const Tensor& rhs, const Tensor& group_sizes,
+                              const GroupedMatmulOptions& options = {});
 
 // out[g] = lhs_g^T . grad_g ([groups, k, n]; 0 for an empty group). trans_rhs must be false.
-void grouped_matmul_tgmm(const Context& ctx, const Tensor& lhs, const Tensor& grad, const Tensor& group_sizes,
-                         const Tensor& out, const GroupedMatmulOptions& options = {});
-Tensor grouped_matmul_tgmm(const Context& ctx, const Tensor& lhs, const Tensor& grad, const Tensor& group_sizes,
-                           const GroupedMatmulOptions& options = {});
+EJK_API void grouped_matmul_tgmm(const Context& ctx, const Tensor& lhs, const Tensor& grad, const Tensor& group_sizes,
+                                 const Tensor& out, const GroupedMatmulOptions& options = {});
+EJK_API Tensor grouped_matmul_tgmm(const Context& ctx, const Tensor& lhs, const Tensor& grad, const Tensor& group_sizes,
+                                   const GroupedMatmulOptions& options = {});
 
 }  // namespace ejk

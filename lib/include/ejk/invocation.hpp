@@ -5,11 +5,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ejk/export.hpp"
 #include "ejk/tensor.hpp"
 
 namespace ejk {
 
-struct Invocation {
+struct EJK_API Invocation {
   std::string kernel;
   std::vector<TensorSpec> args;
   // Static options that change what is computed or how it may be tuned; part of the key.

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ejk/export.hpp"
+
 namespace ejk {
 
 struct JsonLimits {
@@ -22,20 +24,20 @@ struct JsonLimits {
 // Parses `text`. Throws InvalidArgument "<source>:<line>:<col>: ..." for invalid JSON, a number
 // out of range (1e400), a duplicate key, nesting deeper than the limit or too many bytes.
 // `first_line` is the line of `source` on which `text` starts (a line of a JSON-lines file).
-nlohmann::json parse_json(std::string_view text, std::string_view source, const JsonLimits& limits = {},
-                          std::size_t first_line = 1);
+EJK_API nlohmann::json parse_json(std::string_view text, std::string_view source, const JsonLimits& limits = {},
+                                  std::size_t first_line = 1);
 
 // Reads and parses a file. Throws IoError naming the path when it cannot be read, and
 // InvalidArgument (as parse_json, with the path as source) for what it holds.
-nlohmann::json read_json_file(const std::filesystem::path& path, const JsonLimits& limits = {});
+EJK_API nlohmann::json read_json_file(const std::filesystem::path& path, const JsonLimits& limits = {});
 
 // What `v` is, for messages: "an object", "an array", "a string", "null", or the value itself
 // for numbers and booleans ("got 1.5").
-std::string json_kind(const nlohmann::json& v);
+EJK_API std::string json_kind(const nlohmann::json& v);
 
 // Writes `doc` indented to a temporary file beside `path` and renames it over `path`, so a
 // reader never sees half a file; the temporary file is removed on any failure. Invalid UTF-8 in
 // strings is written as U+FFFD. Throws IoError naming `path` and the system's reason.
-void write_json_file(const std::filesystem::path& path, const nlohmann::json& doc);
+EJK_API void write_json_file(const std::filesystem::path& path, const nlohmann::json& doc);
 
 }  // namespace ejk

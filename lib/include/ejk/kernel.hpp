@@ -12,6 +12,7 @@
 
 #include "ejk/config.hpp"
 #include "ejk/device.hpp"
+#include "ejk/export.hpp"
 #include "ejk/expr.hpp"
 #include "ejk/invocation.hpp"
 #include "ejk/space.hpp"
@@ -43,7 +44,7 @@ struct SampledOutput {
 // `count` distinct positions in [0, n), ascending: 0 and n - 1 always, the others one in each
 // stretch between, at a place that varies from stretch to stretch, so a sample does not keep
 // landing on the same head or column when several dimensions are flattened together.
-std::vector<std::int64_t> sample_positions(std::int64_t n, std::int64_t count);
+EJK_API std::vector<std::int64_t> sample_positions(std::int64_t n, std::int64_t count);
 
 // How one argument's initial contents are made for tuning, `ejk run` and benchmarks.
 struct Fill {
@@ -63,9 +64,9 @@ struct Fill {
 
 // Where most kernels' fills() start: nothing for outputs, floats uniform in [-1, 1), zeros for
 // integer arguments, which the kernel then replaces with its index arrays.
-std::vector<Fill> standard_fills(const Invocation& inv, const std::vector<ArgDef>& defs);
+EJK_API std::vector<Fill> standard_fills(const Invocation& inv, const std::vector<ArgDef>& defs);
 
-class Kernel {
+class EJK_API Kernel {
  public:
   virtual ~Kernel() = default;
   virtual std::string_view name() const = 0;
@@ -138,7 +139,7 @@ class Kernel {
 // max_dim (ejk/shape.hpp), are refused at construction; size(name, fallback) is the given value,
 // else the fallback, and a size without one (fallback < 0) is required. Errors name the kernel
 // and `list`, the sizes it takes.
-class RecipeSizes {
+class EJK_API RecipeSizes {
  public:
   RecipeSizes(std::string kernel, const std::map<std::string, std::int64_t>& sizes,
               const std::vector<std::string>& known, std::string list);
@@ -149,7 +150,7 @@ class RecipeSizes {
   const std::map<std::string, std::int64_t>& sizes_;
 };
 
-class Implementation {
+class EJK_API Implementation {
  public:
   virtual ~Implementation() = default;
   virtual std::string_view kernel() const = 0;
@@ -177,11 +178,11 @@ class Implementation {
 // highest-priority implementation for their device and its heuristic config, never tuning:
 // how derive() computes a forward's outputs for a backward. Absent indices (npos) get
 // temporaries of the shapes `temporaries` gives, in order.
-void run_on(std::string_view kernel, const Invocation& inv, std::span<const Tensor> args,
-            std::span<const std::size_t> from, std::span<const TensorSpec> temporaries = {});
+EJK_API void run_on(std::string_view kernel, const Invocation& inv, std::span<const Tensor> args,
+                    std::span<const std::size_t> from, std::span<const TensorSpec> temporaries = {});
 
 // Variables every space may read about the device: local_mem, max_workgroup_size,
 // subgroup_size, compute_units, fp16, coopmat (1 when f16 cooperative matrices exist).
-Vars device_vars(const DeviceInfo& dev);
+EJK_API Vars device_vars(const DeviceInfo& dev);
 
 }  // namespace ejk

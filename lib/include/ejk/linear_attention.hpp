@@ -13,6 +13,7 @@
 
 #include "ejk/config.hpp"
 #include "ejk/context.hpp"
+#include "ejk/export.hpp"
 #include "ejk/tensor.hpp"
 
 namespace ejk {
@@ -44,21 +45,23 @@ struct LinearAttentionGrads {
   Tensor dq, dk, dv, dg, dgk, dgv, dh0;
 };
 
-LinearAttentionResult recurrent(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                                const LinearAttentionOptions& options = {});
-LinearAttentionResult gla(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                          const LinearAttentionOptions& options = {});
-LinearAttentionResult lightning_attention(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                                          const LinearAttentionOptions& options = {});
+EJK_API LinearAttentionResult recurrent(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const LinearAttentionOptions& options = {});
+EJK_API LinearAttentionResult gla(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const LinearAttentionOptions& options = {});
+EJK_API LinearAttentionResult lightning_attention(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                                  const LinearAttentionOptions& options = {});
 
 // dout [batch, seq, heads, V]; dht (optional) the final state's gradient.
-LinearAttentionGrads recurrent_bwd(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                                   const Tensor& dout, const LinearAttentionOptions& options = {},
-                                   const Tensor& dht = {});
-LinearAttentionGrads gla_bwd(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
-                             const LinearAttentionOptions& options = {}, const Tensor& dht = {});
-LinearAttentionGrads lightning_attention_bwd(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                                             const Tensor& dout, const LinearAttentionOptions& options = {},
-                                             const Tensor& dht = {});
+EJK_API LinearAttentionGrads recurrent_bwd(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                           const Tensor& dout, const LinearAttentionOptions& options = {},
+                                           const Tensor& dht = {});
+EJK_API LinearAttentionGrads gla_bwd(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Tensor& dout, const LinearAttentionOptions& options = {},
+                                     const Tensor& dht = {});
+EJK_API LinearAttentionGrads lightning_attention_bwd(const Context& ctx, const Tensor& q, const Tensor& k,
+                                                     const Tensor& v, const Tensor& dout,
+                                                     const LinearAttentionOptions& options = {},
+                                                     const Tensor& dht = {});
 
 }  // namespace ejk

@@ -8,17 +8,18 @@
 #include <nlohmann/json.hpp>
 
 #include "ejk/config.hpp"
+#include "ejk/export.hpp"
 
 namespace ejk {
 
 // Outcome of one candidate. Failures are results, never aborts.
 enum class Status : std::uint8_t { ok, compile, device_limits, runtime, validation, timeout, skipped };
 
-std::string_view to_string(Status s);
-Status parse_status(std::string_view name);  // throws InvalidArgument
+EJK_API std::string_view to_string(Status s);
+EJK_API Status parse_status(std::string_view name);  // throws InvalidArgument
 
 // Device-clock timing statistics of one candidate, in nanoseconds.
-struct Stats {
+struct EJK_API Stats {
   double median_ns = 0;
   double iqr_ns = 0;
   double min_ns = 0;
@@ -35,9 +36,9 @@ struct Stats {
 inline constexpr double min_plausible_ns = 1;
 inline constexpr double max_plausible_ns = 3.6e12;
 // Why `s` is not a plausible measurement, or "" when it is.
-std::string implausible(const Stats& s);
+EJK_API std::string implausible(const Stats& s);
 
-struct Measurement {
+struct EJK_API Measurement {
   Config config;
   Status status = Status::ok;
   Stats stats;          // meaningful when status == ok
@@ -51,7 +52,7 @@ struct Measurement {
 };
 
 // Where a cached answer came from.
-struct Provenance {
+struct EJK_API Provenance {
   std::string tool_version;
   std::string strategy;  // "exhaustive", "anneal", ... or "import:<bundle>"
   std::string host;
@@ -66,7 +67,7 @@ struct Provenance {
 inline constexpr std::size_t max_signature_bytes = 65536;
 
 // The best measured config for one invocation key.
-struct CacheEntry {
+struct EJK_API CacheEntry {
   std::string fingerprint;  // device
   std::string kernel;
   std::string version;    // kernel version

@@ -12,6 +12,7 @@
 
 #include "ejk/config.hpp"
 #include "ejk/context.hpp"
+#include "ejk/export.hpp"
 #include "ejk/tensor.hpp"
 
 namespace ejk {
@@ -30,12 +31,12 @@ struct MlaDecodeOptions {
 // block_tables i32 [batch, max_blocks], context_lens i32 [batch],
 // w_kc [heads, qk_nope_head_dim, kv_lora_rank], w_vc [heads, kv_lora_rank, v_head_dim]
 // -> out [batch, heads, v_head_dim]. A sequence of context 0 gives 0.
-void mla_decode(const Context& ctx, const Tensor& q_nope, const Tensor& q_pe, const Tensor& kv_cache,
-                const Tensor& block_tables, const Tensor& context_lens, const Tensor& w_kc, const Tensor& w_vc,
-                const Tensor& out, const MlaDecodeOptions& options = {});
-Tensor mla_decode(const Context& ctx, const Tensor& q_nope, const Tensor& q_pe, const Tensor& kv_cache,
-                  const Tensor& block_tables, const Tensor& context_lens, const Tensor& w_kc, const Tensor& w_vc,
-                  const MlaDecodeOptions& options = {});
+EJK_API void mla_decode(const Context& ctx, const Tensor& q_nope, const Tensor& q_pe, const Tensor& kv_cache,
+                        const Tensor& block_tables, const Tensor& context_lens, const Tensor& w_kc, const Tensor& w_vc,
+                        const Tensor& out, const MlaDecodeOptions& options = {});
+EJK_API Tensor mla_decode(const Context& ctx, const Tensor& q_nope, const Tensor& q_pe, const Tensor& kv_cache,
+                          const Tensor& block_tables, const Tensor& context_lens, const Tensor& w_kc,
+                          const Tensor& w_vc, const MlaDecodeOptions& options = {});
 
 // The up-projections rearranged for prefill (built once per layer on the host from w_kc,
 // w_vc and rope_dim, stored in their dtype on ctx's device), so that expanding the latent and assembling the
@@ -54,7 +55,8 @@ struct MlaPrefillWeights {
   Tensor q_from_pe;    // [rope_dim, qk_head_dim]
   Tensor out_from_o;   // [qk_head_dim, v_head_dim]
 };
-MlaPrefillWeights mla_prefill_weights(const Context& ctx, const Tensor& w_kc, const Tensor& w_vc, std::int64_t rope_dim);
+EJK_API MlaPrefillWeights mla_prefill_weights(const Context& ctx, const Tensor& w_kc, const Tensor& w_vc,
+                                              std::int64_t rope_dim);
 
 struct MlaPrefillOptions {
   bool causal = true;                     // bottom-right aligned, as flash_attention
@@ -68,7 +70,7 @@ struct MlaPrefillOptions {
 // q_nope [tokens, heads, qk_nope_head_dim], q_pe [tokens, heads, rope_dim], c_kv [tokens,
 // kv_lora_rank], k_pe [tokens, rope_dim] -> out [tokens, heads, v_head_dim]. Every tensor of
 // one dtype; runs matmul and flash_attention through ctx's executor (each tuned on its own).
-Tensor mla_prefill(const Context& ctx, const Tensor& q_nope, const Tensor& q_pe, const Tensor& c_kv, const Tensor& k_pe,
-                   const MlaPrefillWeights& weights, const MlaPrefillOptions& options = {});
+EJK_API Tensor mla_prefill(const Context& ctx, const Tensor& q_nope, const Tensor& q_pe, const Tensor& c_kv,
+                           const Tensor& k_pe, const MlaPrefillWeights& weights, const MlaPrefillOptions& options = {});
 
 }  // namespace ejk

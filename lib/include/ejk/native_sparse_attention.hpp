@@ -11,6 +11,7 @@
 
 #include "ejk/config.hpp"
 #include "ejk/context.hpp"
+#include "ejk/export.hpp"
 #include "ejk/tensor.hpp"
 
 namespace ejk {
@@ -44,12 +45,13 @@ struct NsaGrads {
 // q [batch, seq, heads, head_dim_k], k [batch, seq, kv_heads, head_dim_k], v [batch, seq,
 // kv_heads, head_dim_v], g_cmp and g_slc [batch, seq, heads] (one float dtype), block_indices
 // i32 [batch, seq, kv_heads, selected].
-NsaOutput native_sparse_attention(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& g_cmp, const Tensor& g_slc, const Tensor& block_indices,
-                                  const NsaOptions& options = {});
+EJK_API NsaOutput native_sparse_attention(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const Tensor& g_cmp, const Tensor& g_slc, const Tensor& block_indices,
+                                          const NsaOptions& options = {});
 // The gradients of o given dout [batch, seq, heads, head_dim_v] and the forward's outputs.
-NsaGrads native_sparse_attention_bwd(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                                     const Tensor& g_cmp, const Tensor& g_slc, const Tensor& block_indices,
-                                     const NsaOutput& forward, const Tensor& dout, const NsaOptions& options = {});
+EJK_API NsaGrads native_sparse_attention_bwd(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                             const Tensor& g_cmp, const Tensor& g_slc, const Tensor& block_indices,
+                                             const NsaOutput& forward, const Tensor& dout,
+                                             const NsaOptions& options = {});
 
 }  // namespace ejk

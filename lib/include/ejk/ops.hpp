@@ -4,6 +4,7 @@
 
 #include "ejk/config.hpp"
 #include "ejk/context.hpp"
+#include "ejk/export.hpp"
 #include "ejk/tensor.hpp"
 
 namespace ejk {
@@ -19,9 +20,9 @@ struct MatmulOptions {
 };
 
 // c = alpha * op(a) * op(b) + beta * c, with a leading batch dimension optional on all three.
-void matmul(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& c,
-            const MatmulOptions& options = {});
+EJK_API void matmul(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& c,
+                    const MatmulOptions& options = {});
 // Allocates c (dtype of a); beta is ignored.
-Tensor matmul(const Context& ctx, const Tensor& a, const Tensor& b, const MatmulOptions& options = {});
+EJK_API Tensor matmul(const Context& ctx, const Tensor& a, const Tensor& b, const MatmulOptions& options = {});
 
 }  // namespace ejk

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "ejk/config.hpp"
+#include "ejk/export.hpp"
 
 namespace ejk {
 
@@ -12,7 +13,7 @@ namespace ejk {
 // invocation of a kernel. Overlays are thread-local and nest: the innermost overlay that
 // names an invocation answers; within one overlay an exact key beats a kernel-wide config.
 // Configs are checked against the implementation's space when used (InvalidArgument).
-class ScopedOverlay {
+class EJK_API ScopedOverlay {
  public:
   using Map = std::map<std::string, Config, std::less<>>;
   explicit ScopedOverlay(Map by_key);

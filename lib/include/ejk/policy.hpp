@@ -6,19 +6,20 @@
 #include <optional>
 #include <string_view>
 
+#include "ejk/export.hpp"
 #include "ejk/selection.hpp"
 
 namespace ejk {
 
 enum class AutotunePolicy : std::uint8_t { heuristics, autotune };
 
-std::string_view to_string(AutotunePolicy p);
-AutotunePolicy parse_autotune_policy(std::string_view name);  // throws InvalidArgument
+EJK_API std::string_view to_string(AutotunePolicy p);
+EJK_API AutotunePolicy parse_autotune_policy(std::string_view name);  // throws InvalidArgument
 
 // off; chain: every selection not answered by the memory cache; all: every call.
 enum class SelectionLog : std::uint8_t { off, chain, all };
 
-struct Policy {
+struct EJK_API Policy {
   AutotunePolicy autotune = AutotunePolicy::heuristics;
   // Selection fails with SelectionError when the answer comes from a tier below this one.
   // Tier::heuristic (the last tier) means not strict.
@@ -41,7 +42,7 @@ struct PolicyOverride {
 // Overrides the policy of every executor in the process, from every thread, while alive.
 // Overrides stack: the newest live one wins field by field, and ending them in any order
 // (from any thread) leaves the remaining ones in force.
-class ScopedPolicy {
+class EJK_API ScopedPolicy {
  public:
   explicit ScopedPolicy(const PolicyOverride& o);
   ~ScopedPolicy();
@@ -53,6 +54,6 @@ class ScopedPolicy {
 };
 
 // `base` with every live ScopedPolicy applied. Lock-free: safe on the hot path.
-Policy effective_policy(const Policy& base);
+EJK_API Policy effective_policy(const Policy& base);
 
 }  // namespace ejk

@@ -9,6 +9,7 @@
 
 #include "ejk/config.hpp"
 #include "ejk/context.hpp"
+#include "ejk/export.hpp"
 #include "ejk/tensor.hpp"
 
 namespace ejk {
@@ -25,13 +26,15 @@ struct MeanPoolingOptions {
 };
 
 // out[s] = mean of the tokens of sequence s (0 for an empty sequence).
-void mean_pooling(const Context& ctx, const Tensor& x, const Tensor& out, const MeanPoolingOptions& options = {});
-Tensor mean_pooling(const Context& ctx, const Tensor& x, const MeanPoolingOptions& options = {});
+EJK_API void mean_pooling(const Context& ctx, const Tensor& x, const Tensor& out,
+                          const MeanPoolingOptions& options = {});
+EJK_API Tensor mean_pooling(const Context& ctx, const Tensor& x, const MeanPoolingOptions& options = {});
 
 // The gradient of mean_pooling: dx[t] = dout[s] / length of s for the sequence s holding token
 // t. dx has the forward input's shape.
-void mean_pooling_bwd(const Context& ctx, const Tensor& dout, const Tensor& dx, const MeanPoolingOptions& options = {});
-Tensor mean_pooling_bwd(const Context& ctx, const Tensor& dout, const Shape& input_shape,
-                        const MeanPoolingOptions& options = {});
+EJK_API void mean_pooling_bwd(const Context& ctx, const Tensor& dout, const Tensor& dx,
+                              const MeanPoolingOptions& options = {});
+EJK_API Tensor mean_pooling_bwd(const Context& ctx, const Tensor& dout, const Shape& input_shape,
+                                const MeanPoolingOptions& options = {});
 
 }  // namespace ejk

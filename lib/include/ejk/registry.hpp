@@ -7,11 +7,12 @@
 #include <string_view>
 #include <vector>
 
+#include "ejk/export.hpp"
 #include "ejk/kernel.hpp"
 
 namespace ejk {
 
-class Registry {
+class EJK_API Registry {
  public:
   // The registry with every built-in kernel.
   static Registry& global();
@@ -37,6 +38,6 @@ class Registry {
 };
 
 // Registers every kernel in kernels/: what each folder's files register (kernels/common/builtin.hpp).
-void register_builtin_kernels(Registry& registry);
+EJK_API void register_builtin_kernels(Registry& registry);
 
 }  // namespace ejk

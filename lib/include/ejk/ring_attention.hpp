@@ -15,6 +15,7 @@
 
 #include "ejk/attention.hpp"
 #include "ejk/context.hpp"
+#include "ejk/export.hpp"
 #include "ejk/tensor.hpp"
 
 namespace ejk {
@@ -48,13 +49,15 @@ struct RingAttentionStats {
 // collectively: a mismatch throws InvalidArgument on every rank. Returns this shard's out (like
 // q) and lse (f32 [batch, heads, seq_shard]), as flash attention on the gathered sequence.
 // Collective: every rank of `comm` calls it.
-AttentionOutput ring_attention(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, MPI_Comm comm,
-                               const RingAttentionOptions& options = {}, RingAttentionStats* stats = nullptr);
+EJK_API AttentionOutput ring_attention(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                       MPI_Comm comm, const RingAttentionOptions& options = {},
+                                       RingAttentionStats* stats = nullptr);
 
 // Gradients of this shard's q, k, v from the forward's out and lse (the whole sequence's, as
 // ring_attention returns them) and dout; options must be those of the forward call.
-AttentionGrads ring_attention_bwd(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& out, const Tensor& dout, const Tensor& lse, MPI_Comm comm,
-                                  const RingAttentionOptions& options = {}, RingAttentionStats* stats = nullptr);
+EJK_API AttentionGrads ring_attention_bwd(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const Tensor& out, const Tensor& dout, const Tensor& lse, MPI_Comm comm,
+                                          const RingAttentionOptions& options = {},
+                                          RingAttentionStats* stats = nullptr);
 
 }  // namespace ejk

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ejk/config.hpp"
+#include "ejk/export.hpp"
 
 namespace ejk {
 
@@ -14,8 +15,8 @@ namespace ejk {
 // comes later in the chain: "falling below persistent" means profile, autotune or heuristic.
 enum class Tier : std::uint8_t { override_, overlay, memory, persistent, profile, autotune, heuristic };
 
-std::string_view to_string(Tier t);
-Tier parse_tier(std::string_view name);  // throws InvalidArgument listing the tiers
+EJK_API std::string_view to_string(Tier t);
+EJK_API Tier parse_tier(std::string_view name);  // throws InvalidArgument listing the tiers
 
 struct Selection {
   Config config;
@@ -41,7 +42,7 @@ struct SelectionMade {
 //   ejk::SelectionRecorder ran;
 //   auto r = ejk::flash_attention(ctx, q, k, v);
 //   std::puts(ran.made().back().selection->config.canonical().c_str());
-class SelectionRecorder {
+class EJK_API SelectionRecorder {
  public:
   SelectionRecorder();
   ~SelectionRecorder();

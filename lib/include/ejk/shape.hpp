@@ -5,6 +5,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ejk/export.hpp"
+
 namespace ejk {
 
 using Shape = std::vector<std::int64_t>;
@@ -22,7 +24,7 @@ inline constexpr std::int64_t max_elements = std::int64_t{1} << 40;
 
 // The shape's element count. Throws InvalidArgument "WHAT [shape]: why" when the shape breaks a
 // bound above (a negative dimension included), so callers name what the shape belongs to.
-std::int64_t numel(const Shape& s, std::string_view what = "shape");
-std::string to_string(const Shape& s);  // "[2, 3, 4]"
+EJK_API std::int64_t numel(const Shape& s, std::string_view what = "shape");
+EJK_API std::string to_string(const Shape& s);  // "[2, 3, 4]"
 
 }  // namespace ejk

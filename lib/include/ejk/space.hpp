@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ejk/config.hpp"
+#include "ejk/export.hpp"
 #include "ejk/expr.hpp"
 
 namespace ejk {
@@ -20,7 +21,7 @@ struct Param {
   std::optional<Expr> when;
 };
 
-class ParamSpace {
+class EJK_API ParamSpace {
  public:
   ParamSpace& param(std::string name, std::vector<Value> values, std::string_view when = {});
   ParamSpace& param(std::string name, std::initializer_list<std::int64_t> values, std::string_view when = {});

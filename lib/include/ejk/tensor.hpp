@@ -7,6 +7,7 @@
 
 #include "ejk/device.hpp"
 #include "ejk/dtype.hpp"
+#include "ejk/export.hpp"
 #include "ejk/shape.hpp"
 
 namespace ejk {
@@ -18,7 +19,7 @@ struct TensorSpec {
   bool operator==(const TensorSpec&) const = default;
 };
 
-class Tensor {
+class EJK_API Tensor {
  public:
   Tensor() = default;
   Tensor(std::shared_ptr<Device> device, Shape shape, DType dtype);
@@ -75,7 +76,7 @@ class Tensor {
 //   the dtype (i32: floor of it).
 // Written by the device's own code where the backend has it (OpenCL, Vulkan), else made on the
 // host a slice at a time and uploaded: host memory stays a few MiB whatever the tensor's size.
-void fill_uniform(const Tensor& t, std::uint64_t seed, float lo = -1.0f, float hi = 1.0f);
+EJK_API void fill_uniform(const Tensor& t, std::uint64_t seed, float lo = -1.0f, float hi = 1.0f);
 
 extern template std::vector<double> Tensor::read<double>(std::int64_t, std::int64_t) const;
 extern template std::vector<float> Tensor::read<float>(std::int64_t, std::int64_t) const;

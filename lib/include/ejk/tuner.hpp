@@ -18,6 +18,7 @@
 #include "ejk/config.hpp"
 #include "ejk/device.hpp"
 #include "ejk/executor.hpp"
+#include "ejk/export.hpp"
 #include "ejk/invocation.hpp"
 #include "ejk/kernel.hpp"
 #include "ejk/measurement.hpp"
@@ -26,8 +27,8 @@ namespace ejk {
 
 enum class Strategy : std::uint8_t { exhaustive, random, anneal, model };
 
-std::string_view to_string(Strategy s);
-Strategy parse_strategy(std::string_view name);  // throws InvalidArgument listing the names
+EJK_API std::string_view to_string(Strategy s);
+EJK_API Strategy parse_strategy(std::string_view name);  // throws InvalidArgument listing the names
 
 // When a search stops: at the first limit reached. Zero means no limit of that kind.
 struct Budget {
@@ -96,7 +97,7 @@ struct TuneOptions {
   std::function<void(const Measurement&, std::size_t evaluated, std::size_t space_size)> progress;
 };
 
-struct TuneResult {
+struct EJK_API TuneResult {
   Invocation invocation;
   std::string device;  // device id, e.g. "opencl:0"
   // The winner, ready for a cache. When no candidate passed, it holds the heuristic config
@@ -129,26 +130,28 @@ struct TuneResult {
 // Tunes `inv` with the highest-priority implementation for the device (or the one given).
 // Throws InvalidArgument when the invocation itself is invalid; a failing candidate never
 // throws, it is recorded.
-TuneResult tune(const Invocation& inv, Device& device, const TuneOptions& options = {});
-TuneResult tune(const Invocation& inv, const Implementation& impl, Device& device, const TuneOptions& options = {});
+EJK_API TuneResult tune(const Invocation& inv, Device& device, const TuneOptions& options = {});
+EJK_API TuneResult tune(const Invocation& inv, const Implementation& impl, Device& device,
+                        const TuneOptions& options = {});
 
 // Times one config as the tuner times a candidate (fresh random inputs, warm-up, rotated
 // inputs, samples until the spread is small; samples_ns kept) and, when `check`, validates its
 // output first: against the reference up to reference_flops_limit, above it against the
 // heuristic config's output. For `ejk run` and benchmarks. Failures are returned, not thrown.
-Measurement measure(const Invocation& inv, const Config& config, Device& device, const TimingOptions& timing = {},
-                    bool check = true, double reference_flops_limit = 2e9);
+EJK_API Measurement measure(const Invocation& inv, const Config& config, Device& device,
+                            const TimingOptions& timing = {}, bool check = true, double reference_flops_limit = 2e9);
 // The same for a config chosen on the arguments themselves: `choose` gets the measurement's own
 // tensors (inputs made, outputs not yet written), may run on them, and returns the config to
 // time. `ejk run` makes its one executor call there, so a workload's inputs are made once.
 // What `choose` throws propagates.
-Measurement measure(const Invocation& inv, const std::function<Config(std::span<const Tensor>)>& choose, Device& device,
-                    const TimingOptions& timing = {}, bool check = true, double reference_flops_limit = 2e9);
+EJK_API Measurement measure(const Invocation& inv, const std::function<Config(std::span<const Tensor>)>& choose,
+                            Device& device, const TimingOptions& timing = {}, bool check = true,
+                            double reference_flops_limit = 2e9);
 
 // ---- simulation: strategies run over stored measurements instead of hardware ----
 
 // config -> measurement, e.g. from an earlier exhaustive run.
-class MeasurementTable {
+class EJK_API MeasurementTable {
  public:
   MeasurementTable() = default;
   explicit MeasurementTable(std::vector<Measurement> rows);
@@ -178,8 +181,8 @@ struct SearchResult {
 
 // Runs a strategy against the table (every candidate of the space is a row). `start`
 // configs are evaluated first. Deterministic for a given seed.
-SearchResult simulate(const MeasurementTable& table, Strategy strategy, const Budget& budget, std::uint64_t seed,
-                      const std::vector<Config>& start = {});
+EJK_API SearchResult simulate(const MeasurementTable& table, Strategy strategy, const Budget& budget,
+                              std::uint64_t seed, const std::vector<Config>& start = {});
 
 // ---- recording and batch tuning ----
 
@@ -204,7 +207,7 @@ struct TraceLimits {
 // origin EJK_RECORD also writes. Every field is checked for its exact type, shapes for the
 // bounds of ejk/shape.hpp, and keys for duplicates and unknown names. Throws IoError naming
 // path:line and what is wrong, for the first line that breaks any of this.
-std::vector<TraceRecord> read_trace(const std::string& path);
+EJK_API std::vector<TraceRecord> read_trace(const std::string& path);
 
 struct BatchOptions {
   TuneOptions tune;
@@ -220,31 +223,31 @@ struct BatchOptions {
 // first line wins), in trace order. A line that cannot be tuned here (unknown kernel, invalid
 // invocation, absent device) gives a result with tuned == false and the reason in its report;
 // it never stops the batch. Results that fell back to the heuristic are not stored.
-std::vector<TuneResult> tune_trace(const std::string& path, const BatchOptions& options);
+EJK_API std::vector<TuneResult> tune_trace(const std::string& path, const BatchOptions& options);
 
 // ---- the executor's autotune tier ----
 
 // The options the autotune tier tunes with: strategy model with its default budget unless
 // EJK_TUNE_STRATEGY, EJK_TUNE_EVALS, EJK_TUNE_SECONDS, EJK_TUNE_SEED or EJK_TUNE_ISOLATE=1
 // say otherwise. Throws InvalidArgument naming a variable whose value does not parse.
-TuneOptions tune_options_from_env();
+EJK_API TuneOptions tune_options_from_env();
 
 // tune() with these options as an executor autotuner: nullopt when no candidate passed.
 // The executor installs make_autotuner(tune_options_from_env()) until set_autotuner replaces it.
-Autotuner make_autotuner(TuneOptions options);
+EJK_API Autotuner make_autotuner(TuneOptions options);
 // set_autotuner(make_autotuner(options)).
-void install_autotuner(TuneOptions options = tune_options_from_env());
+EJK_API void install_autotuner(TuneOptions options = tune_options_from_env());
 
 // ---- isolation ----
 
 // The worker executable: $EJK_WORKER, else "ejk-worker" next to the running executable,
 // else in the install's bin folder. Throws NotFound naming the places it looked.
-std::string find_worker();
+EJK_API std::string find_worker();
 
 // Serves the worker protocol (JSON lines) on standard input and output until end of input;
 // returns the exit status. Any program can be a worker: apps/ejk-worker calls only this, and a
 // program with kernels of its own can call it when started with EJK_WORKER_SERVE=1 set (the
 // tuner sets it for every worker it starts) and name itself in TuneOptions::worker.
-int worker_main();
+EJK_API int worker_main();
 
 }  // namespace ejk

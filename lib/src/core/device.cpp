@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backends/backends.hpp"
+#include "core/backend_registry.hpp"
 #include "core/static_list.hpp"
 #include "ejk/error.hpp"
 

@@ -1,4 +1,4 @@
-#include "ejk/detail/embedded.hpp"
+#include "core/embedded.hpp"
 
 #include <string>
 

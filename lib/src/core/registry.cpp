@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
+#include "core/embedded.hpp"
 #include "core/sha256.hpp"
-#include "ejk/detail/embedded.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk {

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "backends/backends.hpp"
+#include "core/backend_registry.hpp"
 
 namespace ejk {
 

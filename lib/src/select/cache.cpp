@@ -33,11 +33,6 @@ namespace {
 constexpr std::int32_t application_id = 0x454a4b43;
 constexpr const char* required_tables[] = {"schema_version", "devices", "entries", "measurements"};
 
-const char* env(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : nullptr;
-}
-
 std::int64_t now_unix() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -115,13 +110,6 @@ class AsideLock {
 };
 
 }  // namespace
-
-fs::path default_cache_dir() {
-  if (const char* d = env("EJK_CACHE_DIR")) return d;
-  if (const char* x = env("XDG_CACHE_HOME")) return fs::path(x) / "ejk";
-  if (const char* h = env("HOME")) return fs::path(h) / ".cache" / "ejk";
-  throw IoError("cannot place the persistent cache: none of EJK_CACHE_DIR, XDG_CACHE_HOME, HOME is set");
-}
 
 fs::path default_cache_path() { return default_cache_dir() / "ejk.sqlite"; }
 

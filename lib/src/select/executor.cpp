@@ -19,8 +19,8 @@
 #include "ejk/error.hpp"
 #include "ejk/overlay.hpp"
 #include "ejk/registry.hpp"
-#include "ejk/tuner.hpp"
 #include "ejk/version.hpp"
+#include "select/default_autotuner.hpp"
 #include "select/nearest.hpp"
 #include "select/profile.hpp"
 #include "select/recorder.hpp"
@@ -69,6 +69,10 @@ std::string invocation_key(const DeviceInfo& dev, const Invocation& inv, std::st
 
 namespace {
 
+// Constant-initialised, so a registration from another file's static initialiser finds it
+// whatever the order the initialisers run in.
+constinit std::atomic<select::AutotunerFactory> default_autotuner{nullptr};
+
 struct AutotunerSlot {
   std::mutex mutex;
   std::shared_ptr<const Autotuner> tuner;
@@ -76,13 +80,18 @@ struct AutotunerSlot {
 };
 
 AutotunerSlot& autotuner_slot() {
-  // Outlives static destructors that may still select. The library's tuner answers until
-  // set_autotuner replaces it; its options come from the environment when it first runs.
+  // Outlives static destructors that may still select. The tuning layer's registered tuner
+  // answers until set_autotuner replaces it; it is made when it first runs.
   static auto* slot = [] {
     auto* s = new AutotunerSlot;
     s->tuner = std::make_shared<const Autotuner>(
-        [](const Invocation& inv, const Implementation& impl, const std::shared_ptr<Device>& dev) {
-          static const Autotuner tuner = make_autotuner(tune_options_from_env());
+        [](const Invocation& inv, const Implementation& impl,
+           const std::shared_ptr<Device>& dev) -> std::optional<TuneOutcome> {
+          static const Autotuner tuner = [] {
+            const select::AutotunerFactory make = default_autotuner.load();
+            return make ? make() : Autotuner{};
+          }();
+          if (!tuner) return std::nullopt;
           return tuner(inv, impl, dev);
         });
     s->installed.store(true);
@@ -98,6 +107,12 @@ std::shared_ptr<const Autotuner> installed_autotuner() {
 }
 
 }  // namespace
+
+namespace select {
+
+DefaultAutotunerRegistration::DefaultAutotunerRegistration(AutotunerFactory make) { default_autotuner.store(make); }
+
+}  // namespace select
 
 void set_autotuner(Autotuner tuner) {
   auto& slot = autotuner_slot();

@@ -7,6 +7,7 @@
 #include "ejk/error.hpp"
 #include "ejk/executor.hpp"
 #include "ejk/tuner.hpp"
+#include "select/default_autotuner.hpp"
 
 namespace ejk {
 
@@ -68,5 +69,12 @@ Autotuner make_autotuner(TuneOptions options) {
 }
 
 void install_autotuner(TuneOptions options) { set_autotuner(make_autotuner(std::move(options))); }
+
+namespace {
+
+// The executor's autotuner until set_autotuner replaces it, with the options of the environment.
+const select::DefaultAutotunerRegistration registration([] { return make_autotuner(tune_options_from_env()); });
+
+}  // namespace
 
 }  // namespace ejk

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <set>
 
-#include "backends/backends.hpp"
+#include "core/backend_registry.hpp"
 #include "core/difference.hpp"
+#include "core/embedded.hpp"
 #include "core/fill.hpp"
-#include "ejk/detail/embedded.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::clc {

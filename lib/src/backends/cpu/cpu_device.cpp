@@ -9,7 +9,7 @@
 #include <string>
 #include <unistd.h>
 
-#include "backends/backends.hpp"
+#include "core/backend_registry.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::cpu {

@@ -4,7 +4,7 @@
 
 #include "backends/cuda/cuda_device.hpp"
 #include "backends/cuda/opencl_c.hpp"
-#include "ejk/detail/embedded.hpp"
+#include "core/embedded.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::cuda {

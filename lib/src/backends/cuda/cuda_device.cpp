@@ -7,8 +7,8 @@
 #include <sstream>
 
 #include "backends/cuda/opencl_c.hpp"
+#include "core/embedded.hpp"
 #include "core/sha256.hpp"
-#include "ejk/detail/embedded.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::cuda {

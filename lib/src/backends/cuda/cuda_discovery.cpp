@@ -2,9 +2,9 @@
 #include <fstream>
 #include <regex>
 
-#include "backends/backends.hpp"
 #include "backends/cuda/cuda_api.hpp"
 #include "backends/cuda/cuda_device.hpp"
+#include "core/backend_registry.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::cuda {

@@ -5,8 +5,8 @@
 #include <limits>
 #include <string>
 
+#include "core/embedded.hpp"
 #include "core/sha256.hpp"
-#include "ejk/detail/embedded.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::opencl {

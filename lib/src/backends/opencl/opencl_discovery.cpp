@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "backends/backends.hpp"
 #include "backends/opencl/opencl_device.hpp"
+#include "core/backend_registry.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::opencl {

@@ -11,13 +11,13 @@
 #include <string>
 #include <unordered_map>
 
-#include "backends/backends.hpp"
 #include "backends/program_store.hpp"
 #include "backends/vulkan/vk_util.hpp"
+#include "core/backend_registry.hpp"
 #include "core/difference.hpp"
+#include "core/embedded.hpp"
 #include "core/fill.hpp"
 #include "core/sha256.hpp"
-#include "ejk/detail/embedded.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::vulkan {

@@ -1,7 +1,8 @@
 #pragma once
-// The backends compiled in. Each registers itself from its own folder (a static
-// BackendRegistration), so core/device.cpp lists and opens devices without naming any backend:
-// adding one is its folder, its enumerator in ejk/device.hpp and its build option.
+// The backends compiled in. The registry is core's and each backend registers itself into it
+// from its own folder (a static BackendRegistration), so core lists and opens devices
+// (core/device.cpp) and names the backends built in (core/version.cpp) without depending on any
+// backend: adding one is its folder, its enumerator in ejk/device.hpp and its build option.
 #include <memory>
 #include <string>
 #include <vector>
