@@ -100,8 +100,9 @@ Bench bench_of(const nlohmann::json& row, const std::string& where) {
   const double scale = unit == "ns" ? 1 : unit == "us" ? 1e3 : unit == "ms" ? 1e6 : unit == "s" ? 1e9 : 0;
   if (scale == 0) throw r.refuse("unknown time_unit '" + printable(unit, 40) + "' (ns, us, ms or s)");
   b.ns = r.number("real_time") * scale;
-  b.gflops = r.number("GFLOP/s");
-  b.gbps = r.number("GB/s");
+  // ejk writes GFLOP/s and GB/s; Google Benchmark programs often count in the larger units.
+  b.gflops = row.contains("GFLOP/s") ? r.number("GFLOP/s") : 1e3 * r.number("TFLOP/s");
+  b.gbps = row.contains("GB/s") ? r.number("GB/s") : 1e3 * r.number("TB/s");
   b.roofline = roofline_of(r);
   if (row.contains("candidates")) {
     const auto& list = row.at("candidates");
@@ -201,11 +202,14 @@ std::string peers_chart(const Bench& b, const std::vector<const Bench*>& peers) 
   auto shown = [&](const Bench& x) {
     return flops ? rate_text(x.gflops * 1e9, "FLOP/s") : bytes ? rate_text(x.gbps * 1e9, "B/s") : svg::time_text(x.ns);
   };
-  std::vector<svg::Bar> list{{b.name, value(b), shown(b), "self"}};
+  std::vector<svg::Bar> list{{"this workload", value(b), shown(b), "self"}};
   for (const Bench* p : peers) {
     if (!(p->ns > 0)) continue;
     const double ratio = p->ns / b.ns;  // > 1: this workload is faster than the peer
-    list.push_back({p->name, value(*p), fmt::format("{}  ({:.2f}x)", shown(*p), ratio), "peer"});
+    // The peer's own part of its name: what it shares with the workload says nothing.
+    const std::string own = p->name.substr(peer_prefix(p->name).size());
+    list.push_back({own.size() > 34 ? own.substr(0, 33) + "..." : own, value(*p),
+                    fmt::format("{}  ({:.2f}x)", shown(*p), ratio), "peer"});
   }
   return fmt::format("<h4>Against its peers ({}; the ratio is the peer's time over this one's)</h4>",
                      flops ? "FLOP/s" : bytes ? "bytes/s" : "median time") +
@@ -294,7 +298,7 @@ std::string result_section(const ResultFile& r, std::size_t index) {
   out += "<table class=\"summary\"><tr><th>workload</th><th>median</th><th>FLOP/s</th><th>B/s</th><th>roofline</th>"
          "<th>tier</th><th>config</th></tr>";
   for (const auto& b : r.rows)
-    out += fmt::format("<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
+    out += fmt::format("<tr class=\"{}\"><td class=\"name\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"config\"><code>{}</code></td></tr>",
                        b.status == "ok" ? "ok" : "failed", escape(b.name),
                        b.status == "ok" ? svg::time_text(b.ns) : escape(b.status), rate_text(b.gflops * 1e9, "FLOP/s"),
                        rate_text(b.gbps * 1e9, "B/s"), b.roofline ? escape(b.roofline->describe()) : "-", escape(b.tier),
@@ -304,8 +308,10 @@ std::string result_section(const ResultFile& r, std::size_t index) {
     if (is_peer(b.name)) continue;
     out += fmt::format("<div class=\"workload\" data-name=\"{}\"><h3>{}</h3>", escape(b.name), escape(b.name));
     if (b.status != "ok") out += fmt::format("<p class=\"failure\">{}: {}</p>", escape(b.status), escape(b.error));
-    else out += fmt::format("<p class=\"rates\">median {}, {}, {}</p>", svg::time_text(b.ns), rate_text(b.gflops * 1e9, "FLOP/s"),
-                            rate_text(b.gbps * 1e9, "B/s"));
+    else
+      out += fmt::format("<p class=\"rates\">median {}{}{}</p>", svg::time_text(b.ns),
+                         b.gflops > 0 ? ", " + rate_text(b.gflops * 1e9, "FLOP/s") : "",
+                         b.gbps > 0 ? ", " + rate_text(b.gbps * 1e9, "B/s") : "");
     if (b.status == "ok") out += ceilings_chart(b, ceilings);
     std::vector<const Bench*> mine;
     for (const Bench* p : peers)
@@ -347,6 +353,7 @@ body{font-family:system-ui,sans-serif;margin:1.5em;color:#222;max-width:1200px}
 h1{font-size:1.5em}h2{font-size:1.25em;border-bottom:1px solid #ccc;margin-top:2em}h3{font-size:1.05em;margin-bottom:.3em}
 h4{font-size:.95em;margin:.8em 0 .2em;color:#444}
 table{border-collapse:collapse;font-size:.85em}td,th{border:1px solid #ddd;padding:2px 6px;text-align:left;white-space:nowrap}
+table.summary{width:100%}td.name,td.config{white-space:normal;overflow-wrap:anywhere;min-width:16em}
 tr.failed td{color:#a00}tr.winner td{background:#fff3c4;font-weight:bold}tr.heuristic td{background:#e3f0ff}
 code{font-size:.9em}.workload,.comparison{margin:1em 0 1.5em}
 svg text{font-size:11px;fill:#333}.frame{fill:none;stroke:#999}.grid{stroke:#eee}.full{stroke:#555;stroke-dasharray:4 3}
