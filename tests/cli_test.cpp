@@ -44,6 +44,9 @@ TEST_F(Cli, RunPrintsATableAndGoogleBenchmarkJson) {
   EXPECT_GT(b["GFLOP/s"].get<double>(), 0);
   EXPECT_GE(b["samples_ns"].size(), 10u);
   EXPECT_EQ(b["tier"], "heuristic");
+  // No ceilings measured (ejk devices --measure): no roofline, in the table or the JSON.
+  EXPECT_FALSE(j["context"].contains("ceilings"));
+  EXPECT_FALSE(b.contains("roofline"));
 }
 
 // Ctrl-C during a long run: the workload under way finishes, the JSON file holds every finished

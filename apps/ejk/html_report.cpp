@@ -13,6 +13,7 @@
 #include "ejk/json.hpp"
 #include "ejk/measurement.hpp"
 #include "ejk/text.hpp"
+#include "report.hpp"
 #include "svg.hpp"
 
 namespace ejk::app {
@@ -156,13 +157,8 @@ DType dtype_of(const std::string& name) {
   return t;
 }
 
-std::string rate_text(double per_second, const char* unit) {
-  if (!(per_second > 0)) return "-";
-  static const char* prefixes[] = {"", "k", "M", "G", "T", "P", "E"};
-  std::size_t p = 0;
-  while (per_second >= 1000 && p + 1 < std::size(prefixes)) per_second /= 1000, ++p;
-  return fmt::format("{:.{}f} {}{}", per_second, per_second < 10 ? 2 : 1, prefixes[p], unit);
-}
+// "812.3 GFLOP/s" (report.hpp), for the rates the page shows.
+std::string rate_text(double per_second, const char* unit) { return human_rate(per_second, unit); }
 
 std::string ceilings_text(const Ceilings& c) {
   std::string s;
@@ -324,7 +320,14 @@ std::string result_section(const ResultFile& r, std::size_t index) {
 }
 
 std::string compare_section(const ResultFile& base, const ResultFile& next, const CompareOptions& options) {
-  const CompareResult cr = compare(base.doc, next.doc, options, base.path, next.path);
+  CompareResult cr;
+  try {
+    cr = compare(base.doc, next.doc, options, base.path, next.path);
+  } catch (const InvalidArgument& e) {
+    // Both files were read whole already: what is left is a base with nothing to compare.
+    return fmt::format("<section class=\"compare\"><h2>{} against {}</h2><p class=\"compare-summary\">{}</p></section>",
+                       escape(next.path), escape(base.path), escape(e.what()));
+  }
   std::map<std::string, std::vector<double>> base_samples, next_samples;
   for (auto& s : samples_by_name(base.doc, base.path)) base_samples[s.name] = std::move(s.ns);
   for (auto& s : samples_by_name(next.doc, next.path)) next_samples[s.name] = std::move(s.ns);
