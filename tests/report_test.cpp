@@ -161,6 +161,28 @@ TEST_F(Report, CeilingsGiveRooflinesAndThePageRendersRunTuneAndCompare) {
   EXPECT_NE(section.find("geomean change"), std::string::npos);
 }
 
+TEST_F(Report, FailedCandidatesAreMarkedByTheirCategory) {
+  write("tune.json", R"({"context": {"device": {"id": "cpu", "name": "a cpu"}}, "benchmarks": [{
+    "name": "matmul/m:8/f32", "real_time": 2, "time_unit": "us", "label": "{\"mr\":4,\"v\":\"a\"}",
+    "heuristic": {"mr": 8, "v": "a"},
+    "candidates": [{"config": {"mr": 4, "v": "a"}, "status": "ok", "median_ns": 2000},
+                   {"config": {"mr": 8, "v": "a"}, "status": "ok", "median_ns": 3000},
+                   {"config": {"mr": 16, "v": "b"}, "status": "compile", "message": "too many registers"},
+                   {"config": {"mr": 2, "v": "b"}, "status": "validation", "message": "wrong values"}]}]})");
+  auto r = ejk("report tune.json -o tune.html");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string page = read("tune.html");
+  EXPECT_NE(page.find("4</span> candidates measured, 2 failed (compile 1, validation 1)"), std::string::npos) << page;
+  const std::string plot = element(page, "<svg class=\"param-plot\" data-param=\"mr\"", "</svg>");
+  EXPECT_EQ(count(plot, "<g class=\"marker "), 4u) << plot;
+  EXPECT_EQ(count(plot, "marker failed status-compile"), 1u) << plot;
+  EXPECT_EQ(count(plot, "marker failed status-validation"), 1u) << plot;
+  EXPECT_EQ(count(plot, "marker ok winner"), 1u) << plot;
+  EXPECT_EQ(count(plot, "marker ok heuristic"), 1u) << plot;
+  // Numbers in their order, not as text: 2 before 16.
+  EXPECT_LT(plot.find(">2</text>"), plot.find(">16</text>")) << plot;
+}
+
 TEST_F(Report, BadInputsNameTheFile) {
   auto r = ejk("report missing.json -o out.html");
   EXPECT_EQ(r.code, 5) << r.out;
