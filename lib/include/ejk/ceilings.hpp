@@ -58,7 +58,7 @@ struct Roofline {
 std::optional<Roofline> roofline(const Ceilings& c, DType t, double flops, double bytes, double ns);
 
 // Times a device copy and the matmul the selector chain picks (a tuned config when the cache
-// has one, else the heuristic) at growing sizes until one run is long enough to saturate the
+// has one, else the heuristic; never tuning on the spot, whatever the policy) at growing sizes until one run is long enough to saturate the
 // device, for f32 and for f16 and bf16 where the device computes in them. Short on a CPU
 // (a few seconds). `progress` hears what is being measured. Throws DeviceError when the device
 // cannot run the copy or any matmul.
