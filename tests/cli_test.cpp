@@ -9,6 +9,7 @@
 #include <functional>
 #include <regex>
 
+#include "cli_support.hpp"
 #include "select_support.hpp"
 #include "support.hpp"
 
@@ -16,48 +17,6 @@ namespace ejk {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Result {
-  int code = -1;
-  std::string out;  // stdout and stderr together
-};
-
-class Cli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("ejk-cli-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    write("tiny.yaml",
-          "name: tiny\ndevice: cpu\nworkloads:\n  - kernel: matmul\n    shape: {m: [8, 16], n: 24, k: 32}\n"
-          "tune: {strategy: random, budget: {evals: 4}, seed: 3}\n");
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  void write(const std::string& name, const std::string& text) const { std::ofstream(path(name)) << text; }
-  std::string read(const std::string& name) const {
-    std::ifstream in(path(name));
-    return {std::istreambuf_iterator<char>(in), {}};
-  }
-
-  // `shell` runs before the program in the same shell (limits, traps).
-  Result ejk(const std::string& args, const std::string& shell = "") const {
-    std::string cmd = "cd " + dir_.string() + " && " + shell + " EJK_CACHE_DIR=" + path("cache") + " EJK_PROFILE_DIR=" + path("none") +
-                      " " EJK_CLI_PATH " " + args + " 2>&1";
-    Result r;
-    FILE* p = popen(cmd.c_str(), "r");
-    char buf[4096];
-    std::size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-    int status = pclose(p);
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
-  }
-
-  fs::path dir_;
-};
 
 // Digits vary from run to run and machine to machine; the shape of the output does not.
 std::string shape_of(const std::string& s) {
@@ -85,6 +44,9 @@ TEST_F(Cli, RunPrintsATableAndGoogleBenchmarkJson) {
   EXPECT_GT(b["GFLOP/s"].get<double>(), 0);
   EXPECT_GE(b["samples_ns"].size(), 10u);
   EXPECT_EQ(b["tier"], "heuristic");
+  // No ceilings measured (ejk devices --measure): no roofline, in the table or the JSON.
+  EXPECT_FALSE(j["context"].contains("ceilings"));
+  EXPECT_FALSE(b.contains("roofline"));
 }
 
 // Ctrl-C during a long run: the workload under way finishes, the JSON file holds every finished

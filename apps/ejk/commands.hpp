@@ -30,5 +30,6 @@ void add_tune(CLI::App& app, Globals& g);
 void add_bundles(CLI::App& app, Globals& g);  // export, import
 void add_cache(CLI::App& app, Globals& g);
 void add_compare(CLI::App& app, Globals& g);
+void add_report(CLI::App& app, Globals& g);
 
 }  // namespace ejk::app

@@ -32,6 +32,16 @@ void check(const CompareOptions& o) {
                                       o.min_effect));
 }
 
+const char* verdict_text(Comparison::Verdict v) {
+  switch (v) {
+    case Comparison::Verdict::slower: return "REGRESSION";
+    case Comparison::Verdict::faster: return "faster";
+    case Comparison::Verdict::same: return "same";
+    case Comparison::Verdict::missing: break;
+  }
+  return "missing";
+}
+
 std::vector<Samples> samples_by_name(const nlohmann::json& doc, std::string_view source) {
   const std::string src = printable(source, 4096);
   if (!doc.is_object()) throw InvalidArgument(src + ": not a benchmark result: expected an object with a \"benchmarks\" list");

@@ -28,6 +28,9 @@ struct Comparison {
   std::string note;  // why it is missing: absent from NEW, or failed there
 };
 
+// What `compare` prints for a verdict: "REGRESSION", "faster", "same", or "missing".
+const char* verdict_text(Comparison::Verdict v);
+
 struct CompareResult {
   std::vector<Comparison> rows;
   double geomean_change = 0;  // geometric mean of new/base over rows present in both, minus 1

@@ -46,9 +46,7 @@ void add_compare(CLI::App& app, Globals& g) {
           fmt::print("{:<{}}  {}\n", names[i], w, printable(c.note, 200));
           continue;
         }
-        const char* verdict = c.verdict == Comparison::Verdict::slower   ? "REGRESSION"
-                              : c.verdict == Comparison::Verdict::faster ? "faster"
-                                                                         : "same";
+        const char* verdict = verdict_text(c.verdict);
         fmt::print("{:<{}}  {:>9.2f} us  {:>9.2f} us  {:>+7.1f}%  {:>9.2g}  {}\n", names[i], w, c.base_ns / 1e3,
                    c.new_ns / 1e3, 100 * c.change, c.p_value, verdict);
       }

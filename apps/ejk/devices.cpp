@@ -1,11 +1,15 @@
+#include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
 #include "ejk/ejk.hpp"
+#include "report.hpp"
 
 namespace ejk::app {
 
@@ -15,14 +19,68 @@ std::string mib(std::uint64_t bytes) {
   if (bytes >= (1ull << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1ull << 20));
   return fmt::format("{} KiB", bytes >> 10);
 }
+
+std::string utc(std::int64_t unix) {
+  std::time_t t = static_cast<std::time_t>(unix);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", &tm);
+  return buf;
+}
+
+void print_ceilings(const Ceilings& c, bool verbose) {
+  std::string line;
+  if (c.copy) line = "copy " + human_rate(c.copy->per_second, "B/s");
+  for (const auto& [t, f] : c.matmul)
+    line += fmt::format("{}matmul {} {}", line.empty() ? "" : ", ", to_string(t), human_rate(f.per_second, "FLOP/s"));
+  fmt::print("  ceilings: {} (measured {})\n", line, utc(c.measured_unix));
+  if (!verbose) return;
+  if (c.copy) fmt::print("    copy: {}\n", c.copy->how);
+  for (const auto& [t, f] : c.matmul) fmt::print("    matmul {}: {}\n", to_string(t), f.how);
+}
+
+// Measures the ceilings of every device `only` names (all when empty) and stores them.
+void measure(const std::vector<DeviceInfo>& devices, const std::string& only, const Globals& g) {
+  PersistentCache cache(default_cache_path());
+  if (!cache.writable())
+    throw IoError("persistent cache " + cache.path().string() +
+                  " can only be read: the ceilings would be lost (point --cache-dir or EJK_CACHE_DIR elsewhere)");
+  const std::string wanted = only.empty() ? "" : open_device(only)->info().id();
+  for (const auto& d : devices) {
+    if (!wanted.empty() && d.id() != wanted) continue;
+    auto dev = open_device(d.id());
+    Progress progress(1, !g.quiet);
+    progress.step(d.id() + " ceilings");
+    const Ceilings c = measure_ceilings(dev, [&](const std::string& what) { progress.detail(what); });
+    progress.finish();
+    cache.put_ceilings(DeviceRecord::of(dev->info()), c);
+  }
+}
+
 }  // namespace
 
 void add_devices(CLI::App& app, Globals& g) {
-  auto* cmd = app.add_subcommand("devices", "list every device with its capabilities\n  example: ejk devices --json devices.json");
-  cmd->callback([&g] {
+  auto measure_flag = std::make_shared<bool>(false);
+  auto* cmd = app.add_subcommand(
+      "devices",
+      "list every device with its capabilities and measured ceilings\n"
+      "  example: ejk devices --json devices.json\n"
+      "  example: ejk --device cpu devices --measure   (copy bandwidth and matmul peak, for rooflines)");
+  cmd->add_flag("--measure", *measure_flag,
+                "time each device's copy bandwidth and fastest matmul (only --device's when given) and store them in "
+                "the persistent cache: run, tune and report then show results as a share of the roofline");
+  cmd->callback([&g, measure_flag] {
+    const std::vector<DeviceInfo> devices = list_devices();
+    if (*measure_flag) measure(devices, g.device, g);
+    // Listing reads the ceilings only from a cache that exists: it never creates one.
+    std::optional<PersistentCache> cache;
+    if (std::filesystem::exists(default_cache_path())) cache.emplace(default_cache_path());
     nlohmann::json all = nlohmann::json::array();
-    for (const auto& d : list_devices()) {
+    for (const auto& d : devices) {
       all.push_back(d.to_json());
+      const std::optional<Ceilings> ceilings = cache ? cache->ceilings(d.fingerprint()) : std::nullopt;
+      if (ceilings) all.back()["ceilings"] = ceilings->to_json();
       if (g.quiet) {
         fmt::print("{}\n", d.id());
         continue;
@@ -37,6 +95,7 @@ void add_devices(CLI::App& app, Globals& g) {
         coop += fmt::format("{}{}x{}x{} {}->{}", coop.empty() ? "" : ", ", c.m, c.n, c.k, to_string(c.a), to_string(c.c));
       fmt::print("  subgroup {}, fp16 {}, bf16 {}, cooperative matrices: {}\n", d.subgroup_size, d.fp16 ? "yes" : "no",
                  d.bf16 ? "yes" : "no", coop.empty() ? "none" : coop);
+      if (ceilings) print_ceilings(*ceilings, g.verbose);
       if (g.verbose) fmt::print("  fingerprint {}\n", d.fingerprint());
     }
     if (!g.json_path.empty()) write_json_file(g.json_path, all);

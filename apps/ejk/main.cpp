@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   ejk::app::add_bundles(app, g);
   ejk::app::add_cache(app, g);
   ejk::app::add_compare(app, g);
+  ejk::app::add_report(app, g);
   // With EJK_AUTOTUNE_POLICY=autotune, selections that reach the autotune tier are tuned here.
   ejk::install_autotuner();
   try {

@@ -55,36 +55,64 @@ std::string human_time(double ns) {
 // "150.97 TFLOP/s", "812.3 GB/s", "3.4 MFLOP/s": `amount` units over `ns`, in the prefix that reads well.
 std::string rate(double amount, double ns, const char* unit) {
   if (amount <= 0 || ns <= 0) return "-";
-  double v = amount / ns * 1e9;  // per second
+  return human_rate(amount / ns * 1e9, unit);
+}
+
+}  // namespace
+
+std::string human_rate(double v, const char* unit) {
+  if (!(v > 0)) return "-";
   static const char* prefixes[] = {"", "k", "M", "G", "T", "P", "E"};
   std::size_t p = 0;
   while (v >= 1000 && p + 1 < std::size(prefixes)) v /= 1000, ++p;
   return fmt::format("{:.{}f} {}{}", v, v < 10 ? 2 : 1, prefixes[p], unit);
 }
 
-std::string header(std::size_t w, bool tuning) {
-  if (tuning)
-    return fmt::format("{:<{}}  {:>10}  {:>10}  {:>7}  {:>14}  {:>9}  {}\n", "workload", w, "heuristic", "tuned", "speedup",
-                       "FLOP/s", "evals", "config");
-  return fmt::format("{:<{}}  {:>10}  {:>6}  {:>14}  {:>12}  {:<10}  {}\n", "workload", w, "median", "±IQR", "FLOP/s", "B/s",
-                     "tier", "config");
+namespace {
+
+// The roofline column, only when the device's ceilings are known: "62% of roofline (compute-bound)".
+constexpr std::size_t roofline_width = 31;
+
+std::string roofline_cell(const Row& r, bool shown) {
+  if (!shown) return "";
+  return fmt::format("{:<{}}  ", r.roofline ? r.roofline->describe() : "-", roofline_width);
 }
 
-std::string line(const Row& r, std::size_t w, bool tuning) {
+std::string header(std::size_t w, bool tuning, bool roofline) {
+  const std::string roof = roofline ? fmt::format("{:<{}}  ", "roofline", roofline_width) : "";
+  if (tuning)
+    return fmt::format("{:<{}}  {:>10}  {:>10}  {:>7}  {:>14}  {:>9}  {}{}\n", "workload", w, "heuristic", "tuned", "speedup",
+                       "FLOP/s", "evals", roof, "config");
+  return fmt::format("{:<{}}  {:>10}  {:>6}  {:>14}  {:>12}  {:<10}  {}{}\n", "workload", w, "median", "±IQR", "FLOP/s", "B/s",
+                     "tier", roof, "config");
+}
+
+std::string line(const Row& r, std::size_t w, bool tuning, bool roofline) {
   if (r.status != "ok") return fmt::format("{:<{}}  {}: {}\n", r.name, w, r.status, r.note);
   const double t = r.stats.median_ns;
   if (tuning)
-    return fmt::format("{:<{}}  {:>10}  {:>10}  {:>7}  {:>14}  {:>9}  {}{}\n", r.name, w, human_time(r.heuristic_ns),
+    return fmt::format("{:<{}}  {:>10}  {:>10}  {:>7}  {:>14}  {:>9}  {}{}{}\n", r.name, w, human_time(r.heuristic_ns),
                        human_time(t), r.speedup > 0 ? fmt::format("{:.2f}x", r.speedup) : "-", rate(r.flops, t, "FLOP/s"),
-                       fmt::format("{}/{}", r.evaluations, r.space), r.config, r.note.empty() ? "" : "  (" + r.note + ")");
-  return fmt::format("{:<{}}  {:>10}  {:>6}  {:>14}  {:>12}  {:<10}  {}\n", r.name, w, human_time(t),
+                       fmt::format("{}/{}", r.evaluations, r.space), roofline_cell(r, roofline), r.config,
+                       r.note.empty() ? "" : "  (" + r.note + ")");
+  return fmt::format("{:<{}}  {:>10}  {:>6}  {:>14}  {:>12}  {:<10}  {}{}\n", r.name, w, human_time(t),
                      t > 0 ? fmt::format("{:.1f}%", 100 * r.stats.iqr_ns / t) : "-", rate(r.flops, t, "FLOP/s"),
-                     rate(r.bytes, t, "B/s"), r.tier, r.config);
+                     rate(r.bytes, t, "B/s"), r.tier, roofline_cell(r, roofline), r.config);
 }
 
 }  // namespace
 
-nlohmann::json benchmark_json(const DeviceInfo& device, const std::vector<Row>& rows) {
+std::optional<Ceilings> stored_ceilings(Executor& ex) {
+  PersistentCache* cache = ex.persistent_cache();
+  if (!cache) return std::nullopt;
+  return cache->ceilings(ex.device().info().fingerprint());
+}
+
+void apply_roofline(Row& row, const std::optional<Ceilings>& c, DType t) {
+  if (c && row.status == "ok") row.roofline = roofline(*c, t, row.flops, row.bytes, row.stats.median_ns);
+}
+
+nlohmann::json benchmark_json(const DeviceInfo& device, const std::vector<Row>& rows, const Ceilings* ceilings) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   std::time_t now = std::time(nullptr);
@@ -98,6 +126,7 @@ nlohmann::json benchmark_json(const DeviceInfo& device, const std::vector<Row>& 
                             {"ejk_version", std::string(tool_version())},
                             {"ejk_build", std::string(build_info())},
                             {"device", device.to_json()}};
+  if (ceilings) context["ceilings"] = ceilings->to_json();
   nlohmann::json benchmarks = nlohmann::json::array();
   for (const auto& r : rows) {
     nlohmann::json b = {{"name", r.name},
@@ -136,6 +165,18 @@ nlohmann::json benchmark_json(const DeviceInfo& device, const std::vector<Row>& 
       if (r.near_best_at > 0) b["evaluations_to_near_best"] = r.near_best_at;
       if (!r.warm_start.empty()) b["warm_start"] = r.warm_start;
     }
+    if (!r.candidates.empty()) {
+      nlohmann::json list = nlohmann::json::array();
+      for (const auto& m : r.candidates) {
+        nlohmann::json c = {{"config", m.config.to_json()}, {"status", std::string(to_string(m.status))}};
+        if (m.status == Status::ok) c["median_ns"] = m.stats.median_ns;
+        else c["message"] = m.message;
+        list.push_back(std::move(c));
+      }
+      b["candidates"] = std::move(list);
+    }
+    if (r.heuristic) b["heuristic"] = r.heuristic->to_json();
+    if (r.roofline) b["roofline"] = r.roofline->to_json();
     benchmarks.push_back(std::move(b));
   }
   return {{"context", context}, {"benchmarks", benchmarks}};
@@ -189,15 +230,16 @@ void Progress::finish() {
   on_ = false;
 }
 
-Report::Report(const std::vector<std::string>& names, bool tuning, bool print, std::string json_path, Progress& progress)
-    : tuning_(tuning), print_(print), json_path_(std::move(json_path)), progress_(progress) {
+Report::Report(const std::vector<std::string>& names, bool tuning, bool print, std::string json_path, Progress& progress,
+               std::optional<Ceilings> ceilings)
+    : tuning_(tuning), print_(print), json_path_(std::move(json_path)), progress_(progress), ceilings_(std::move(ceilings)) {
   for (const auto& n : names) width_ = std::max(width_, n.size());
-  if (print_) progress_.above([&] { fmt::print("{}", header(width_, tuning_)); });
+  if (print_) progress_.above([&] { fmt::print("{}", header(width_, tuning_, ceilings_.has_value())); });
 }
 
 void Report::add(Row row, const DeviceInfo* device) {
   if (!device_) device_ = device;
-  if (print_) progress_.above([&] { fmt::print("{}", line(row, width_, tuning_)); });
+  if (print_) progress_.above([&] { fmt::print("{}", line(row, width_, tuning_, ceilings_.has_value())); });
   rows_.push_back(std::move(row));
   dirty_ = true;
   // At most every two seconds: a run of thousands of small workloads must not spend its time
@@ -213,7 +255,8 @@ void Report::write_json() {
   dirty_ = false;
   written_ = std::chrono::steady_clock::now();
   if (json_path_.empty()) return;
-  write_json_file(json_path_, benchmark_json(device_ ? *device_ : open_device("cpu")->info(), rows_));
+  write_json_file(json_path_, benchmark_json(device_ ? *device_ : open_device("cpu")->info(), rows_,
+                                             ceilings_ ? &*ceilings_ : nullptr));
 }
 
 namespace {

@@ -3,6 +3,7 @@
 // and a progress bar on a terminal.
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,12 +32,26 @@ struct Row {
   std::string warm_start;  // the config the search also started from, and its source
   std::size_t space = 0;
   double seconds = 0;
+  std::vector<Measurement> candidates;  // every candidate measured, the heuristic's included
+  std::optional<Config> heuristic;
+  // Against the device's measured ceilings; absent when it has none (ejk devices --measure).
+  std::optional<Roofline> roofline;
 };
+
+// The device's ceilings from the persistent cache `ex` reads; nullopt when none were measured
+// (or the cache is off).
+std::optional<Ceilings> stored_ceilings(Executor& ex);
+// Sets row.roofline from the row's time, work and dtype when `c` is there.
+void apply_roofline(Row& row, const std::optional<Ceilings>& c, DType t);
 
 // "matmul/m:64/n:256/k:256/f32" from a recipe's sizes, or from the shapes of a trace's arguments.
 std::string workload_name(const Invocation& inv, const std::map<std::string, std::int64_t>& sizes = {});
 
-nlohmann::json benchmark_json(const DeviceInfo& device, const std::vector<Row>& rows);
+// `ceilings`: the device's, written to the context block when given.
+nlohmann::json benchmark_json(const DeviceInfo& device, const std::vector<Row>& rows, const Ceilings* ceilings = nullptr);
+
+// "150.97 TFLOP/s", "812.3 GB/s": a rate per second in the prefix that reads well; "-" for none.
+std::string human_rate(double per_second, const char* unit);
 
 // A progress line on a terminal's stderr: the workload, its part (a tuning candidate i/N) and
 // an ETA. Whatever else goes to the terminal goes through `above`, so the line never tears it.
@@ -69,8 +84,10 @@ class Progress {
 // also when the command is interrupted.
 class Report {
  public:
-  // `names`: every workload's name, for the table's width.
-  Report(const std::vector<std::string>& names, bool tuning, bool print, std::string json_path, Progress& progress);
+  // `names`: every workload's name, for the table's width. `ceilings`: the first device's
+  // measured ceilings; with them the table has a roofline column and the JSON a ceilings block.
+  Report(const std::vector<std::string>& names, bool tuning, bool print, std::string json_path, Progress& progress,
+         std::optional<Ceilings> ceilings = std::nullopt);
   void add(Row row, const DeviceInfo* device);
   // Writes the JSON file a last time.
   void finish();
@@ -82,6 +99,7 @@ class Report {
   std::string json_path_;
   Progress& progress_;
   std::vector<Row> rows_;
+  std::optional<Ceilings> ceilings_;
   const DeviceInfo* device_ = nullptr;
   std::chrono::steady_clock::time_point written_{};
   bool dirty_ = false;

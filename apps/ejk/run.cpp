@@ -30,15 +30,23 @@ class Executors {
     if (!slot) slot = std::make_unique<Executor>(open_device(device));
     return *slot;
   }
+  // The device's measured ceilings, read once.
+  const std::optional<Ceilings>& ceilings(const std::string& device) {
+    auto it = ceilings_.find(device);
+    if (it == ceilings_.end()) it = ceilings_.emplace(device, stored_ceilings((*this)[device])).first;
+    return it->second;
+  }
 
  private:
   std::map<std::string, std::unique_ptr<Executor>> map_;
+  std::map<std::string, std::optional<Ceilings>> ceilings_;
 };
 
 int run_workset(const Workset& w, const Globals& g, bool check) {
   Executors executors;
   Progress progress(w.items.size(), !g.quiet);
-  Report report(w.names(), false, !g.quiet, g.json_path, progress);
+  Report report(w.names(), false, !g.quiet, g.json_path, progress,
+                w.items.empty() ? std::nullopt : executors.ceilings(w.items.front().device));
   Interruptible interruptible;
   int failed = 0;
   for (const auto& item : w.items) {
@@ -72,6 +80,8 @@ int run_workset(const Workset& w, const Globals& g, bool check) {
         row.note = m.message;
         ++failed;
       }
+      if (!item.invocation.args.empty())
+        apply_roofline(row, executors.ceilings(item.device), item.invocation.args.front().dtype);
     } catch (const InvalidArgument& e) {
       row.status = "invalid";
       row.note = item.where + ": " + e.what();

@@ -49,6 +49,12 @@ Row row_of(const Item& item, const TuneResult& r) {
     if (m.status != Status::ok) ++row.failures;
   row.space = r.space_size;
   row.seconds = r.seconds;
+  row.candidates = r.measurements;
+  row.heuristic = r.heuristic;
+  // A heuristic outside the space was measured on its own, as the baseline: it is a candidate too.
+  if (r.heuristic_measurement &&
+      std::none_of(r.measurements.begin(), r.measurements.end(), [&](const Measurement& m) { return m.config == r.heuristic; }))
+    row.candidates.push_back(*r.heuristic_measurement);
   if (!r.tuned) row.note = item.where + ": no candidate passed; falls back to the heuristic";
   else if (row.failures) row.note = fmt::format("{} candidates failed", row.failures);
   return row;
@@ -138,6 +144,18 @@ struct Plan {
   std::vector<std::size_t> to_tune;      // item indices
   std::vector<std::string> keys;         // every distinct key of the run
   const DeviceInfo* first_device = nullptr;
+  std::string first_name;
+  std::map<std::string, std::optional<Ceilings>> ceilings;  // per device name, measured ones only
+  std::optional<Ceilings> first_ceilings() const {
+    auto it = ceilings.find(first_name);
+    return it == ceilings.end() ? std::nullopt : it->second;
+  }
+  // The roofline of an item's row on its device, when that device's ceilings are known.
+  void roofline(Row& row, const Item& item) const {
+    auto it = ceilings.find(item.device);
+    if (it != ceilings.end() && !item.invocation.args.empty())
+      apply_roofline(row, it->second, item.invocation.args.front().dtype);
+  }
 };
 
 // Tuning is for the persistent cache: refused before any time is spent when nothing could be
@@ -157,8 +175,14 @@ Plan plan(const Workset& w, bool force) {
   for (std::size_t i = 0; i < w.items.size(); ++i) {
     const Item& item = w.items[i];
     auto& ex = p.executors[item.device];
-    if (!ex) ex = std::make_unique<Executor>(open_device(item.device));
-    if (!p.first_device) p.first_device = &ex->device().info();
+    if (!ex) {
+      ex = std::make_unique<Executor>(open_device(item.device));
+      p.ceilings[item.device] = stored_ceilings(*ex);
+    }
+    if (!p.first_device) {
+      p.first_device = &ex->device().info();
+      p.first_name = item.device;
+    }
     std::string key;
     at_place(item.where, [&] { key = ex->key(item.invocation); });
     if (!seen.insert(key).second) continue;
@@ -167,6 +191,7 @@ Plan plan(const Workset& w, bool force) {
     if (!force && cache)
       if (auto hit = cache->get(key)) {
         p.rows[i] = cached_row(item, *hit);
+        p.roofline(*p.rows[i], item);
         continue;
       }
     p.to_tune.push_back(i);
@@ -211,7 +236,7 @@ void finish_run(Plan& p, Report& report, const TuneFlags& f, Globals& g, int unu
 void tune_here(const Workset& w, const TuneOptions& options, const TuneFlags& f, Globals& g) {
   Plan p = plan(w, f.force);
   Progress progress(p.to_tune.size(), !g.quiet);
-  Report report(w.names(), true, !g.quiet, g.json_path, progress);
+  Report report(w.names(), true, !g.quiet, g.json_path, progress, p.first_ceilings());
   Interruptible interruptible;
   TuneOptions opts = options;
   opts.progress = [&progress](const Measurement&, std::size_t evaluated, std::size_t space) {
@@ -256,7 +281,9 @@ void tune_here(const Workset& w, const TuneOptions& options, const TuneFlags& f,
     if (r.tuned) cache->put(r.entry, r.measurements, DeviceRecord::of(ex.device().info()));
     if (!r.tuned) ++unusable;
     if (g.verbose) progress.above([&] { fmt::print(stderr, "{}\n", r.report); });
-    report.add(row_of(item, r), &ex.device().info());
+    Row row = row_of(item, r);
+    p.roofline(row, item);
+    report.add(std::move(row), &ex.device().info());
   }
   progress.finish();
   finish_run(p, report, f, g, unusable);
@@ -300,7 +327,7 @@ void tune_ranks(const MpiSession& session, const Workset& w, const TuneOptions& 
   for (const auto& line : out.rank_failures)
     fmt::print(stderr, "ejk: {}; its invocations were tuned again on rank 0\n", line);
   Progress none(0, false);
-  Report report(w.names(), true, !g.quiet, g.json_path, none);
+  Report report(w.names(), true, !g.quiet, g.json_path, none, p.first_ceilings());
   int unusable = 0;
   std::size_t t = 0;
   for (std::size_t i = 0; i < w.items.size(); ++i) {
@@ -317,6 +344,7 @@ void tune_ranks(const MpiSession& session, const Workset& w, const TuneOptions& 
     }
     if (g.verbose) fmt::print(stderr, "{}\n", r.result->report);
     Row row = row_of(w.items[i], *r.result);
+    p.roofline(row, w.items[i]);
     if (!r.result->tuned) ++unusable;
     // The key of an entry measured on another rank's device carries that device's fingerprint.
     if (r.result->tuned) p.keys.push_back(r.result->entry.key());

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ejk/bundle.hpp"
+#include "ejk/ceilings.hpp"
 #include "ejk/export.hpp"
 #include "ejk/measurement.hpp"
 
@@ -84,6 +85,12 @@ class EJK_API PersistentCache {
   std::vector<CacheEntry> list(std::string_view kernel = {}) const;
   std::vector<StoredMeasurement> measurements(std::string_view key) const;
   std::optional<DeviceRecord> device(std::string_view fingerprint) const;
+  // A device's measured ceilings (ejk/ceilings.hpp), kept by fingerprint (device and driver)
+  // beside its entries: put replaces what was measured before and records `device` as put()
+  // does. The table is created on the first put, so caches of older builds stay readable by
+  // them; ceilings() is nullopt until then.
+  void put_ceilings(const DeviceRecord& device, const Ceilings& ceilings);
+  std::optional<Ceilings> ceilings(std::string_view fingerprint) const;
   // Removes the entry and its measurements; false when there was no entry.
   bool remove(std::string_view key);
   std::size_t size() const;  // entries

@@ -5,6 +5,7 @@
 #include "ejk/block_sparse_attention.hpp"
 #include "ejk/bundle.hpp"
 #include "ejk/cache.hpp"
+#include "ejk/ceilings.hpp"
 #include "ejk/config.hpp"
 #include "ejk/context.hpp"
 #include "ejk/decode_attention.hpp"

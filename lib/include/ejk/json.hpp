@@ -39,5 +39,7 @@ EJK_API std::string json_kind(const nlohmann::json& v);
 // reader never sees half a file; the temporary file is removed on any failure. Invalid UTF-8 in
 // strings is written as U+FFFD. Throws IoError naming `path` and the system's reason.
 EJK_API void write_json_file(const std::filesystem::path& path, const nlohmann::json& doc);
+// The same for any text (an HTML report): whole or not at all.
+EJK_API void write_text_file(const std::filesystem::path& path, std::string_view text);
 
 }  // namespace ejk

@@ -220,9 +220,12 @@ nlohmann::json read_json_file(const fs::path& path, const JsonLimits& limits) {
 }
 
 void write_json_file(const fs::path& path, const nlohmann::json& doc) {
+  write_text_file(path, doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+}
+
+void write_text_file(const fs::path& path, std::string_view text) {
   static std::atomic<unsigned> serial{0};
   const std::string name = printable(path.string(), 4096);
-  const std::string text = doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   const fs::path tmp = path.string() + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(serial++);
   // Removes the temporary file unless it was renamed into place.
   struct Temp {

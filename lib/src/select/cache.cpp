@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -474,6 +475,58 @@ std::optional<DeviceRecord> PersistentCache::device(std::string_view fingerprint
     return DeviceRecord{s.text(0), s.text(1), s.text(2), s.text(3), s.text(4), s.text(5)};
   } catch (const sqlite::Error& err) {
     impl_->rethrow(err);
+  }
+}
+
+void PersistentCache::put_ceilings(const DeviceRecord& device, const Ceilings& c) {
+  std::lock_guard lock(impl_->mutex);
+  sqlite3* db = impl_->db.get();
+  try {
+    sqlite::Transaction t(db);
+    sqlite::exec(db, R"sql(CREATE TABLE IF NOT EXISTS ceilings (
+        fingerprint TEXT NOT NULL, name TEXT NOT NULL, per_second REAL NOT NULL, how TEXT NOT NULL,
+        measured_unix INTEGER NOT NULL, PRIMARY KEY (fingerprint, name)))sql");
+    write_device(db, device, true);
+    sqlite::Stmt del(db, "DELETE FROM ceilings WHERE fingerprint = ?");
+    del.bind(1, device.fingerprint).step();
+    sqlite::Stmt ins(db, "INSERT INTO ceilings (fingerprint, name, per_second, how, measured_unix) VALUES (?, ?, ?, ?, ?)");
+    auto row = [&](const std::string& name, const Figure& f) {
+      ins.bind(1, device.fingerprint).bind(2, name).bind(3, f.per_second).bind(4, f.how).bind(5, c.measured_unix);
+      ins.step();
+      ins.reset();
+    };
+    if (c.copy) row("copy", *c.copy);
+    for (const auto& [type, f] : c.matmul) row("matmul/" + std::string(to_string(type)), f);
+    t.commit();
+  } catch (const sqlite::Error& err) {
+    impl_->rethrow(err);
+  }
+}
+
+std::optional<Ceilings> PersistentCache::ceilings(std::string_view fingerprint) const {
+  std::lock_guard lock(impl_->mutex);
+  try {
+    if (!impl_->tables().count("ceilings")) return std::nullopt;
+    sqlite::Stmt s(impl_->db.get(), "SELECT name, per_second, how, measured_unix FROM ceilings WHERE fingerprint = ?");
+    s.bind(1, fingerprint);
+    Ceilings c;
+    while (s.step()) {
+      const std::string name = s.text(0);
+      const Figure f{s.real(1), s.text(2)};
+      // Only plausible rates: anything else is an edited file, and a roofline from it would mislead.
+      if (!(f.per_second > 0) || !std::isfinite(f.per_second))
+        throw IoError("persistent cache " + impl_->path.string() + ": ceiling " + printable(name) + " of " +
+                      printable(fingerprint) + " is not a positive rate (`ejk devices --measure` measures it again)");
+      c.measured_unix = s.integer(3);
+      if (name == "copy") c.copy = f;
+      else if (name.starts_with("matmul/")) c.matmul[parse_dtype(name.substr(7))] = f;
+    }
+    if (c.empty()) return std::nullopt;
+    return c;
+  } catch (const sqlite::Error& err) {
+    impl_->rethrow(err);
+  } catch (const InvalidArgument& e) {
+    throw IoError("persistent cache " + impl_->path.string() + ": " + e.what());
   }
 }
 
