@@ -20,6 +20,20 @@ struct Result {
   std::string out;  // stdout and stderr together
 };
 
+// Runs `cmd` in a shell: its exit code (-1 when it did not exit) and what it printed on stdout
+// (and stderr where `cmd` sends it there).
+inline Result shell(const std::string& cmd) {
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  std::size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
 class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -42,16 +56,8 @@ class Cli : public ::testing::Test {
 
   // `shell` runs before the program in the same shell (limits, traps).
   Result ejk(const std::string& args, const std::string& shell = "") const {
-    std::string cmd = "cd " + dir_.string() + " && " + shell + " EJK_CACHE_DIR=" + path("cache") + " EJK_PROFILE_DIR=" + path("none") +
-                      " " EJK_CLI_PATH " " + args + " 2>&1";
-    Result r;
-    FILE* p = popen(cmd.c_str(), "r");
-    char buf[4096];
-    std::size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-    int status = pclose(p);
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
+    return ejk::shell("cd " + dir_.string() + " && " + shell + " EJK_CACHE_DIR=" + path("cache") +
+                      " EJK_PROFILE_DIR=" + path("none") + " " EJK_CLI_PATH " " + args + " 2>&1");
   }
 
   fs::path dir_;

@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 
+#include "cli_support.hpp"
 #include "support.hpp"
 
 namespace ejk {
@@ -21,11 +22,6 @@ constexpr const char* mpiexec = EJK_MPIEXEC;
 #else
 constexpr const char* mpiexec = nullptr;
 #endif
-
-struct Result {
-  int code = -1;
-  std::string out;  // stdout and stderr together
-};
 
 // Four invocations, tiny and quick to time; a fixed seed so that every run measures the same
 // candidates per invocation.
@@ -46,17 +42,9 @@ class DistributedTune : public ::testing::Test {
   Result tune(const std::string& name, int ranks, const std::string& env = "") const {
     std::string launcher =
         ranks > 0 ? std::string(mpiexec) + " --allow-run-as-root --oversubscribe -n " + std::to_string(ranks) + " " : "";
-    std::string cmd = "cd " + dir_.path.string() + " && " + env + " EJK_CACHE_DIR=" + (dir_ / name).string() +
-                      " EJK_PROFILE_DIR=" + (dir_ / "none").string() + " " + launcher + EJK_CLI_PATH +
-                      " tune tiny.yaml --device cpu --bundle " + name + ".json 2>&1";
-    Result r;
-    FILE* p = popen(cmd.c_str(), "r");
-    char buf[4096];
-    std::size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-    int status = pclose(p);
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
+    return shell("cd " + dir_.path.string() + " && " + env + " EJK_CACHE_DIR=" + (dir_ / name).string() +
+                 " EJK_PROFILE_DIR=" + (dir_ / "none").string() + " " + launcher + EJK_CLI_PATH +
+                 " tune tiny.yaml --device cpu --bundle " + name + ".json 2>&1");
   }
 
   // key -> canonical configs of every measurement stored for it.

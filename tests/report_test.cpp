@@ -76,14 +76,7 @@ class Report : public Cli {};
 
 // What a headless Chromium made of the page: its DOM after parsing. Empty when chromium is absent.
 std::string render(const std::string& file) {
-  const std::string cmd = "chromium --headless --no-sandbox --disable-gpu --dump-dom file://" + file + " 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  std::size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  pclose(p);
-  return out;
+  return shell("chromium --headless --no-sandbox --disable-gpu --dump-dom file://" + file + " 2>/dev/null").out;
 }
 
 std::size_t count(const std::string& text, const std::string& what) {
