@@ -4,6 +4,8 @@
 #include <random>
 #include <set>
 
+#include "ejk/ops.hpp"
+#include "ejk/registry.hpp"
 #include "matmul/matmul.hpp"
 #include "support.hpp"
 
@@ -69,6 +71,34 @@ TEST(MatmulSampledReference, IsTheFullReferenceAtItsElements) {
     for (std::size_t j = 0; j < s.index.size(); ++j)
       EXPECT_NEAR(s.value[j], want[0][static_cast<std::size_t>(s.index[j])], 1e-12) << s.index[j];
   }
+}
+
+// A caller builds an invocation from its own tensors and options, and runs or sweeps it: the
+// same invocation the convenience call makes, checked by the kernel.
+TEST(MatmulInvocation, MadeFromTensorsAndOptions) {
+  Context ctx("cpu");
+  const Tensor a = ctx.random({24, 40}, DType::f32), b = ctx.random({32, 40}, DType::f32);
+  const Tensor c = ctx.empty({24, 32}, DType::f32);
+  const Tensor args[] = {a, b, c};
+  const Invocation inv = Invocation::of("matmul", args, {{"trans_a", false}, {"trans_b", true}}, {{"alpha", 1.0}, {"beta", 0.0}});
+  EXPECT_EQ(inv.signature(), kernels::matmul::invocation(a.spec(), b.spec(), c.spec(), false, true, 1, 0).signature());
+  ctx.executor().run(inv, args);
+  const Tensor d = ejk::matmul(ctx, a, b, MatmulOptions{.trans_b = true});
+  EXPECT_EQ(c.read<float>(), d.read<float>());
+  const auto& impl = Registry::global().implementation(inv, ctx.device().info());
+  EXPECT_FALSE(impl.space(inv, ctx.device().info()).enumerate().empty());
+
+  EXPECT_THROW(Invocation::of("matmul", std::span<const Tensor>(args, 2)), InvalidArgument);
+  EXPECT_THROW(Invocation::of("no_such_kernel", args), NotFound);
+  const Tensor holes[] = {a, Tensor{}, c};
+  try {
+    (void)Invocation::of("matmul", holes);
+    ADD_FAILURE() << "an undefined tensor was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("argument 1 (b) is an undefined tensor"), std::string::npos) << e.what();
+  }
+  // Shapes that do not multiply: the kernel's own check names them.
+  EXPECT_THROW(Invocation::of("matmul", args, {{"trans_a", false}, {"trans_b", false}}), InvalidArgument);
 }
 
 TEST(SamplePositions, SpreadDistinctAndAlwaysTheEnds) {

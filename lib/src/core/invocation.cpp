@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "ejk/error.hpp"
+#include "ejk/registry.hpp"
 
 namespace ejk {
 
@@ -57,6 +58,25 @@ Invocation Invocation::from_json(const nlohmann::json& j) {
   if (j.contains("options")) inv.options = j.at("options");
   if (j.contains("scalars")) inv.scalars = j.at("scalars");
   if (!inv.options.is_object() || !inv.scalars.is_object()) malformed("options and scalars must be objects");
+  return inv;
+}
+
+Invocation Invocation::of(std::string_view kernel, std::span<const Tensor> args, nlohmann::json options,
+                          nlohmann::json scalars) {
+  const Kernel& k = Registry::global().kernel(kernel);
+  const std::vector<ArgDef> defs = k.args();
+  Invocation inv;
+  inv.kernel = std::string(kernel);
+  inv.options = std::move(options);
+  inv.scalars = std::move(scalars);
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (!args[i].defined())
+      throw InvalidArgument(inv.kernel + ": argument " + std::to_string(i) +
+                            (i < defs.size() ? " (" + defs[i].name + ")" : std::string()) +
+                            " is an undefined tensor; an absent optional argument is an empty tensor of shape [0]");
+    inv.args.push_back(args[i].spec());
+  }
+  k.validate(inv);
   return inv;
 }
 
