@@ -118,6 +118,13 @@ TEST_F(Report, CeilingsGiveRooflinesAndThePageRendersRunTuneAndCompare) {
   ASSERT_TRUE(row.contains("candidates")) << row.dump();
   const std::size_t candidates = row["candidates"].size();
   ASSERT_GE(candidates, 2u);
+  // The second workload's search also started from the first's tuned config (the nearest).
+  const auto& second = tune["benchmarks"][1];
+  ASSERT_TRUE(second.contains("warm_start")) << second.dump();
+  EXPECT_NE(second["warm_start"].get<std::string>().find("persistent cache: nearest workload on this device, m 8 for 16"),
+            std::string::npos)
+      << second.dump();
+  EXPECT_GE(second["evaluations_to_near_best"].get<int>(), 1);
 
   ASSERT_EQ(ejk("report tune.json -o tune.html").code, 0);
   ASSERT_EQ(ejk("report run.json run2.json -o compare.html").code, 0);
@@ -139,6 +146,9 @@ TEST_F(Report, CeilingsGiveRooflinesAndThePageRendersRunTuneAndCompare) {
   const std::regex winner("class=\"marker ok[^\"]* winner[ \"]");
   EXPECT_EQ(std::distance(std::sregex_iterator(plot.begin(), plot.end(), winner), std::sregex_iterator()), 1) << plot;
   EXPECT_NE(workload.find("winner: <code>" + row["label"].get<std::string>() + "</code>"), std::string::npos) << workload;
+  const std::string warmed = element(page, "<div class=\"workload\" data-name=\"matmul/m:16/n:24/k:32/f32\"", "</div>");
+  EXPECT_NE(warmed.find("<p class=\"warm-start\">warm start: <code>"), std::string::npos) << warmed;
+  EXPECT_NE(warmed.find("<p class=\"near-best\">within 5% of the best after "), std::string::npos) << warmed;
 
   const std::string cmp = render(path("compare.html"));
   const std::string section = element(cmp, "<section class=\"compare\"", "</section>");

@@ -111,6 +111,9 @@ Bench bench_of(const nlohmann::json& row, const std::string& where) {
     for (std::size_t i = 0; i < list.size(); ++i)
       b.candidates.push_back(candidate_of(list[i], r.where + ": candidates[" + std::to_string(i) + "]"));
   }
+  b.warm_start = r.text("warm_start");
+  b.warm_share = r.number("warm_share");
+  b.near_best_at = r.number("evaluations_to_near_best");
   if (row.contains("heuristic")) {
     try {
       b.heuristic = Config::from_json(row.at("heuristic")).canonical();
@@ -229,6 +232,11 @@ std::string candidates_section(const Bench& b) {
                                 categories.empty() ? "" : " (" + categories + ")");
   out += fmt::format("<p class=\"winner-config\">winner: <code>{}</code></p>", escape(b.label));
   if (b.heuristic) out += fmt::format("<p class=\"heuristic-config\">heuristic: <code>{}</code></p>", escape(*b.heuristic));
+  if (!b.warm_start.empty())
+    out += fmt::format("<p class=\"warm-start\">warm start: <code>{}</code>{}</p>", escape(b.warm_start),
+                       b.warm_share > 0 ? fmt::format(", {:.0f}% of the gain over the heuristic", 100 * b.warm_share) : "");
+  if (b.near_best_at > 0)
+    out += fmt::format("<p class=\"near-best\">within 5% of the best after {:.0f} evaluations</p>", b.near_best_at);
   // One plot per parameter, in the order of the first candidate's config.
   std::vector<std::string> params;
   std::map<std::string, bool> numeric;

@@ -29,6 +29,9 @@ struct Bench {
   std::optional<Roofline> roofline;
   std::vector<Candidate> candidates;
   std::optional<std::string> heuristic;  // canonical config
+  std::string warm_start;                // the config the search also started from, and its source
+  double warm_share = 0;                 // its share of the tune's gain over the heuristic
+  double near_best_at = 0;               // evaluations until the first within 5% of the best
 };
 
 struct ResultFile {

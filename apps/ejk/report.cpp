@@ -164,6 +164,7 @@ nlohmann::json benchmark_json(const DeviceInfo& device, const std::vector<Row>& 
       b["tune_seconds"] = r.seconds;
       if (r.near_best_at > 0) b["evaluations_to_near_best"] = r.near_best_at;
       if (!r.warm_start.empty()) b["warm_start"] = r.warm_start;
+      if (r.warm_share > 0) b["warm_share"] = r.warm_share;
     }
     if (!r.candidates.empty()) {
       nlohmann::json list = nlohmann::json::array();

@@ -30,6 +30,7 @@ struct Row {
   int evaluations = 0, failures = 0;
   int near_best_at = 0;    // evaluations until the first within 5% of the best
   std::string warm_start;  // the config the search also started from, and its source
+  double warm_share = 0;   // its share of the tune's gain over the heuristic (0: none or unknown)
   std::size_t space = 0;
   double seconds = 0;
   std::vector<Measurement> candidates;  // every candidate measured, the heuristic's included

@@ -45,6 +45,7 @@ Row row_of(const Item& item, const TuneResult& r) {
   row.evaluations = static_cast<int>(r.measurements.size());
   row.near_best_at = static_cast<int>(r.evaluations_to_near_best);
   if (r.warm_start) row.warm_start = r.warm_start->config.canonical() + " (" + r.warm_start->source + ")";
+  row.warm_share = r.warm_share;
   for (const auto& m : r.measurements)
     if (m.status != Status::ok) ++row.failures;
   row.space = r.space_size;

@@ -116,6 +116,7 @@ struct EJK_API TuneResult {
   // The warm start given (when it was in the space) and its measurement.
   std::optional<WarmStart> warm_start;
   std::optional<Measurement> warm_measurement;
+  double warm_share = 0;  // the share of the gain over the heuristic the warm start gave alone; 0: none
   // Evaluations until the first within 5% (tuning::near_best) of the best measured; 0 when none
   // passed. What a warm start saves shows here.
   std::size_t evaluations_to_near_best = 0;

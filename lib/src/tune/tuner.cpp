@@ -99,6 +99,7 @@ nlohmann::json TuneResult::to_json() const {
                                     : nlohmann::json()},
           {"warm_measurement", warm_measurement ? warm_measurement->to_json() : nlohmann::json()},
           {"evaluations_to_near_best", evaluations_to_near_best},
+          {"warm_share", warm_share},
           {"validated", validated},
           {"seconds", seconds},
           {"report", report}};
@@ -126,6 +127,7 @@ TuneResult TuneResult::from_json(const nlohmann::json& j) {
     if (j.contains("warm_measurement") && !j.at("warm_measurement").is_null())
       r.warm_measurement = Measurement::from_json(j.at("warm_measurement"));
     r.evaluations_to_near_best = j.value("evaluations_to_near_best", std::size_t{0});
+    r.warm_share = j.value("warm_share", 0.0);
     r.validated = j.value("validated", "");
     r.seconds = j.value("seconds", 0.0);
     r.report = j.value("report", "");
@@ -427,6 +429,7 @@ TuneResult tune(const Invocation& inv, const Implementation& impl, Device& devic
     if (out.warm_start && m.config == out.warm_start->config) out.warm_measurement = m;
   }
   out.evaluations_to_near_best = tuning::evaluations_to_near_best(out.measurements);
+  out.warm_share = tuning::warm_share(out).value_or(0.0);
 
   bool paired = false, kept = false;
   const Measurement* best = rerun_best(out, runner, o.timing, paired);
