@@ -343,10 +343,18 @@ std::string warm_line(const TuneResult& out) {
 
 namespace tuning {
 
-std::size_t evaluations_to_near_best(const std::vector<Measurement>& measured) {
+namespace {
+// The fastest median among the ok measurements; 0 when none is ok.
+double fastest_ns(const std::vector<Measurement>& measured) {
   double best = 0;
   for (const auto& m : measured)
     if (m.status == Status::ok && m.stats.median_ns > 0 && (best == 0 || m.stats.median_ns < best)) best = m.stats.median_ns;
+  return best;
+}
+}  // namespace
+
+std::size_t evaluations_to_near_best(const std::vector<Measurement>& measured) {
+  const double best = fastest_ns(measured);
   if (best == 0) return 0;
   for (std::size_t i = 0; i < measured.size(); ++i)
     if (measured[i].status == Status::ok && measured[i].stats.median_ns > 0 &&
@@ -359,9 +367,7 @@ std::optional<double> warm_share(const TuneResult& out) {
   if (!out.warm_measurement || !out.heuristic_measurement) return std::nullopt;
   const Measurement &w = *out.warm_measurement, &h = *out.heuristic_measurement;
   if (w.status != Status::ok || h.status != Status::ok) return std::nullopt;
-  double best = 0;
-  for (const auto& m : out.measurements)
-    if (m.status == Status::ok && m.stats.median_ns > 0 && (best == 0 || m.stats.median_ns < best)) best = m.stats.median_ns;
+  const double best = fastest_ns(out.measurements);
   const double gain = h.stats.median_ns - best;
   if (best == 0 || gain <= 0) return std::nullopt;
   return std::clamp((h.stats.median_ns - w.stats.median_ns) / gain, 0.0, 1.0);
