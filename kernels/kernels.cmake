@@ -1,6 +1,7 @@
 # Every kernel folder of libejk, one line each: a new kernel is its folder and a line here
 # (ejk_add_kernel in cmake/EjkKernels.cmake). `common` holds what the kernels share.
 ejk_add_kernel(common)
+ejk_add_kernel(add)
 ejk_add_kernel(attention_merge)
 ejk_add_kernel(block_sparse_attention)
 ejk_add_kernel(decode_attention)
