@@ -4,7 +4,7 @@
 //
 //   mpirun -n 2 ejk_ring_attention_bench --device opencl --dtype f16 --shard 4096 --causal
 //
-// --device cpu | opencl | vulkan picks device N of that backend for the rank of local index N
+// --device cpu | opencl | vulkan | cuda picks device N of that backend for the rank of local index N
 // (ranks of one host count 0, 1, ...); "opencl:1" names one device for every rank. Rank 0 prints
 // a table, then one line "summary ..." of key=value pairs that scripts/device/ring-bench reads.
 #include <mpi.h>
@@ -24,7 +24,7 @@ namespace {
 struct Args {
   std::string device = "cpu", dtype = "f32";
   std::int64_t batch = 1, shard = 1024, heads = 8, kv_heads = 8, dim = 64;
-  bool causal = false, backward = true;
+  bool causal = false, backward = true, striped = false, host = false;
   std::int64_t window = -1;
   int reps = 5, warmup = 1;
 };
@@ -33,7 +33,8 @@ struct Args {
   std::fprintf(stderr,
                "ejk_ring_attention_bench: %s\n"
                "options: --device cpu|opencl|vulkan[:N] --dtype f32|f16|bf16 --batch B --shard S (tokens per rank)\n"
-               "         --heads H --kv-heads K --dim D --causal --window W (left) --no-backward --reps R --warmup W\n",
+               "         --heads H --kv-heads K --dim D --causal --window W (left) --striped (layout) --host (transport)\n"
+               "         --no-backward --reps R --warmup W\n",
                why);
   std::exit(2);
 }
@@ -55,6 +56,8 @@ Args parse(int argc, char** argv) {
     else if (k == "--kv-heads") a.kv_heads = integer();
     else if (k == "--dim") a.dim = integer();
     else if (k == "--causal") a.causal = true;
+    else if (k == "--striped") a.striped = true;
+    else if (k == "--host") a.host = true;
     else if (k == "--window") a.window = integer();
     else if (k == "--no-backward") a.backward = false;
     else if (k == "--reps") a.reps = static_cast<int>(integer());
@@ -102,7 +105,7 @@ double ring_messages(std::size_t bytes, int reps) {
   return times[times.size() / 2];
 }
 
-void report(const char* pass, const Row& mine, const std::string& device, int rank, int size) {
+void report(const char* pass, const Row& mine, const std::string& device, const std::string& transport, int rank, int size) {
   std::vector<Row> rows(static_cast<std::size_t>(size));
   MPI_Gather(&mine, sizeof(Row), MPI_BYTE, rows.data(), sizeof(Row), MPI_BYTE, 0, MPI_COMM_WORLD);
   char name[128] = {};
@@ -110,9 +113,9 @@ void report(const char* pass, const Row& mine, const std::string& device, int ra
   std::vector<char> names(static_cast<std::size_t>(size) * sizeof name);
   MPI_Gather(name, sizeof name, MPI_CHAR, names.data(), sizeof name, MPI_CHAR, 0, MPI_COMM_WORLD);
   if (rank != 0) return;
-  std::printf("%s\n%-5s %-28s %6s %10s %10s %10s %10s %10s %9s %8s\n", pass, "rank", "device", "blocks", "total ms",
-              "compute ms", "wait ms", "host ms", "comm ms", "TFLOP/s", "busy");
-  double flops = 0, slowest = 0, wait = 0;
+  std::printf("%s (transport: %s)\n%-5s %-28s %6s %10s %10s %10s %10s %10s %9s %8s\n", pass, transport.c_str(), "rank", "device",
+              "blocks", "total ms", "compute ms", "wait ms", "host ms", "comm ms", "TFLOP/s", "busy");
+  double flops = 0, slowest = 0, wait = 0, mean = 0;
   for (int r = 0; r < size; ++r) {
     const Row& x = rows[static_cast<std::size_t>(r)];
     // comm: the same messages without compute, what the overlap has to hide. A wait below it
@@ -122,10 +125,12 @@ void report(const char* pass, const Row& mine, const std::string& device, int ra
                 1e3 * x.wait_s, 1e3 * x.host_s, 1e3 * x.comm_s, x.flops / x.total_s / 1e12, 100.0 * x.compute_s / x.total_s);
     flops += x.flops;
     slowest = std::max(slowest, x.total_s);
+    mean += x.total_s / size;
     wait = std::max(wait, x.wait_s);
   }
-  std::printf("summary pass=%s ranks=%d aggregate_tflops=%.5f slowest_ms=%.3f max_wait_ms=%.3f\n\n", pass, size,
-              flops / slowest / 1e12, 1e3 * slowest, 1e3 * wait);
+  // imbalance: how much slower the slowest rank's call is than the ranks' mean.
+  std::printf("summary pass=%s ranks=%d aggregate_tflops=%.5f slowest_ms=%.3f max_wait_ms=%.3f imbalance_pct=%.1f\n\n", pass,
+              size, flops / slowest / 1e12, 1e3 * slowest, 1e3 * wait, 100.0 * (slowest / mean - 1.0));
 }
 
 }  // namespace
@@ -151,14 +156,17 @@ int main(int argc, char** argv) {
     const auto seed = static_cast<std::uint64_t>(rank) * 4 + 1;
     const ejk::Tensor q = ctx.random(qs, t, seed), k = ctx.random(ks, t, seed + 1), v = ctx.random(ks, t, seed + 2),
                       dout = ctx.random(qs, t, seed + 3);
-    const ejk::RingAttentionOptions o{.causal = a.causal, .sliding_window = {a.window, -1}};
+    const ejk::RingAttentionOptions o{.causal = a.causal,
+                                      .sliding_window = {a.window, -1},
+                                      .layout = a.striped ? ejk::RingLayout::striped : ejk::RingLayout::contiguous,
+                                      .transport = a.host ? ejk::RingTransport::host : ejk::RingTransport::automatic};
     if (rank == 0)
       std::printf("ring attention: %d rank(s), shard %lld tokens per rank (sequence %lld), batch %lld, heads %lld/%lld, "
-                  "head_dim %lld, %s%s%s\n\n",
+                  "head_dim %lld, %s%s%s%s\n\n",
                   size, static_cast<long long>(a.shard), static_cast<long long>(a.shard * size), static_cast<long long>(a.batch),
                   static_cast<long long>(a.heads), static_cast<long long>(a.kv_heads), static_cast<long long>(a.dim),
                   a.dtype.c_str(), a.causal ? ", causal" : "",
-                  a.window >= 0 ? (", window " + std::to_string(a.window)).c_str() : "");
+                  a.window >= 0 ? (", window " + std::to_string(a.window)).c_str() : "", a.striped ? ", striped" : "");
     std::vector<ejk::RingAttentionStats> fwd, bwd;
     for (int i = 0; i < a.warmup + a.reps; ++i) {
       ejk::RingAttentionStats f, b;
@@ -171,9 +179,10 @@ int main(int argc, char** argv) {
     const std::string name = device + " (" + ctx.device().info().name + ")";
     // Forward messages: a k and v block; backward: that and its dk, dv sums in f32.
     const std::size_t kv = static_cast<std::size_t>(2 * k.numel()) * ejk::dtype_size(t);
-    report("forward", median(fwd, ring_messages(kv, a.reps)), name, rank, size);
+    report("forward", median(fwd, ring_messages(kv, a.reps)), name, fwd.front().transport, rank, size);
     if (a.backward)
-      report("backward", median(bwd, ring_messages(kv + static_cast<std::size_t>(2 * k.numel()) * 4, a.reps)), name, rank, size);
+      report("backward", median(bwd, ring_messages(kv + static_cast<std::size_t>(2 * k.numel()) * 4, a.reps)), name,
+             bwd.front().transport, rank, size);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[rank %d] ejk_ring_attention_bench: %s\n", rank, e.what());
     rc = 1;

@@ -1,10 +1,10 @@
 // ejk::ring_attention and ejk::ring_attention_bwd: flash attention over a sequence sharded
-// across MPI ranks. Key/value blocks circulate rank -> rank + 1 through host memory (GPU-aware
-// MPI is not assumed); each step posts the next block's receive and this block's send, then
-// attends the block in hand on a worker thread while this thread drives MPI's progress, so the
-// transfer hides behind the compute. Partial results merge through the log-sum-exp on the device
-// (attention_merge, forward); dk/dv travel with their block and reach its owner after a full
-// turn, summed in f32 on the host (backward).
+// across MPI ranks. Each step queues the block in hand's transfer to the right neighbour and the
+// next block's from the left, then attends the block in hand while they travel (a Link: device to
+// device through a PeerGroup, or staged through host memory and MPI). Partial results merge
+// through the log-sum-exp on the device (attention_merge); in the backward, dk and dv travel with
+// their block, summed in f32 on each device they visit (add), and reach their owner after a full
+// turn.
 #include "ejk/ring_attention.hpp"
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <limits>
 #include <map>
@@ -21,6 +22,8 @@
 #include <vector>
 
 #include "ejk/error.hpp"
+#include "ejk/ops.hpp"
+#include "ejk/peer.hpp"
 #include "flash_attention/flash_attention.hpp"
 
 namespace ejk {
@@ -29,7 +32,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-constexpr int kv_tag = 7301, grad_tag = 7302, error_text = 240;
+constexpr int pass_tag = 7301, error_text = 240;
 
 void check_mpi(int rc, const char* what) {
   if (rc != MPI_SUCCESS) {
@@ -47,9 +50,10 @@ std::string describe(const char* name, const Tensor& t) {
 // What every rank states about its arguments; all but seq must agree across ranks.
 struct Claim {
   std::int64_t ok = 1, batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0, dtype = 0;
-  std::int64_t causal = 0, left = -1, right = -1, softcap_bits = 0, scale_bits = 0;
+  std::int64_t causal = 0, left = -1, right = -1, softcap_bits = 0, scale_bits = 0, layout = 0, transport = 0;
   char error[error_text] = {};
   char shapes[error_text] = {};
+  char peer[error_text] = {};  // the device's identity when it has a transport to other processes
 };
 
 std::int64_t bits(double d) {
@@ -104,6 +108,10 @@ void copy_text(char (&to)[error_text], const std::string& s) {
   to[n] = 0;
 }
 
+std::int64_t floor_div(std::int64_t a, std::int64_t b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); }
+
+constexpr std::int64_t unbounded = INT64_MAX / 4;
+
 // The sharding every rank agreed on.
 struct Ring {
   MPI_Comm comm;
@@ -112,49 +120,65 @@ struct Ring {
   DType dtype = DType::f32;
   std::vector<std::int64_t> len, start;  // per rank
   RingAttentionOptions o;
+  bool device_link = false;  // every rank's device has a transport and no two share a device
 
+  std::size_t esize() const { return dtype_size(dtype); }
+  std::int64_t kv_elems(int r) const { return batch * length(r) * kv_heads * head_dim; }
   int left() const { return (rank + size - 1) % size; }
   int right() const { return (rank + 1) % size; }
   int src(int step) const { return (rank - step % size + size) % size; }  // whose block step `step` holds
-  std::size_t esize() const { return dtype_size(dtype); }
-  std::int64_t kv_elems(int r) const { return batch * len[static_cast<std::size_t>(r)] * kv_heads * head_dim; }
+  std::int64_t length(int r) const { return len[static_cast<std::size_t>(r)]; }
 
-  // Global key bounds of the global query position i (flash_attention.hpp's lo/hi, d = 0).
-  std::int64_t lo(std::int64_t i) const { return o.sliding_window.left < 0 ? INT64_MIN / 4 : i - o.sliding_window.left; }
-  std::int64_t hi(std::int64_t i) const {
-    std::int64_t h = o.sliding_window.right < 0 ? INT64_MAX / 4 : i + o.sliding_window.right;
-    return o.causal ? std::min(h, i) : h;
+  // Query i of this shard sees key j of rank s's shard when i - below(s) <= j <= i + above(s), in
+  // the shards' own indices (either bound may be `unbounded`).
+  //   contiguous: global positions start + i, so the band of the whole sequence shifted by the
+  //     shards' offset;
+  //   striped: global positions i * P + rank: the whole sequence's band p - left <= p' <= p +
+  //     right (causal: right 0) becomes i - j <= floor((left - (rank - s)) / P) and j - i <=
+  //     floor((right - (s - rank)) / P).
+  std::int64_t below(int s) const {
+    const std::int64_t l = o.sliding_window.left;
+    if (l < 0) return unbounded;
+    if (o.layout == RingLayout::striped) return floor_div(l - (rank - s), size);
+    return l - (start[static_cast<std::size_t>(rank)] - start[static_cast<std::size_t>(s)]);
+  }
+  std::int64_t above(int s) const {
+    const std::int64_t r = o.causal ? 0 : o.sliding_window.right;
+    if (r < 0) return unbounded;
+    if (o.layout == RingLayout::striped) return floor_div(r - (s - rank), size);
+    return r + (start[static_cast<std::size_t>(rank)] - start[static_cast<std::size_t>(s)]);
   }
   // Unmasked (query, key) pairs between this rank's queries and rank s's keys; 0: skip the block.
   std::int64_t pairs(int s) const {
-    const std::int64_t q0 = start[static_cast<std::size_t>(rank)], lq = len[static_cast<std::size_t>(rank)];
-    const std::int64_t k0 = start[static_cast<std::size_t>(s)], k1 = k0 + len[static_cast<std::size_t>(s)] - 1;
-    if (hi(q0 + lq - 1) < k0 || lo(q0) > k1) return 0;
+    const std::int64_t lq = length(rank), lk = length(s), b = below(s), a = above(s);
     std::int64_t n = 0;
-    for (std::int64_t i = q0; i < q0 + lq; ++i) n += std::max<std::int64_t>(0, std::min(hi(i), k1) - std::max(lo(i), k0) + 1);
+    for (std::int64_t i = 0; i < lq; ++i)
+      n += std::max<std::int64_t>(0, std::min(lk - 1, i + std::min(a, unbounded)) - std::max<std::int64_t>(0, i - b) + 1);
     return n;
   }
-  // Local queries end this many positions after block s's keys end: flash attention's
-  // diagonal_offset that gives the block the masks of the whole sequence.
-  std::int64_t offset(int s) const {
-    return (start[static_cast<std::size_t>(rank)] + len[static_cast<std::size_t>(rank)]) -
-           (start[static_cast<std::size_t>(s)] + len[static_cast<std::size_t>(s)]);
-  }
+  // Flash attention's options giving block s that band: its mask reads lo(i) = i + d - left and
+  // hi(i) = i + d (causal) with d = lk - lq + diagonal_offset (attention.hpp).
   AttentionOptions block_options(int s) const {
     AttentionOptions a;
-    a.causal = o.causal;
-    a.sliding_window = o.sliding_window;
     a.logits_soft_cap = o.logits_soft_cap;
     a.softmax_scale = o.softmax_scale;
-    a.diagonal_offset = offset(s);
+    const std::int64_t lq = length(rank), lk = length(s), up = above(s), down = below(s);
+    if (up != unbounded) {
+      a.causal = true;
+      a.diagonal_offset = up - (lk - lq);
+      a.sliding_window = {down == unbounded ? -1 : down + up, -1};
+    } else {
+      a.diagonal_offset = -(lk - lq);
+      a.sliding_window = {down == unbounded ? -1 : down, -1};
+    }
     return a;
   }
 };
 
 // The collective check: every rank states its shard; every rank throws the same error when
 // any rank's arguments are wrong or the shards do not fit together.
-Ring agree(const char* k, const Tensor& q, const Tensor& kk, const Tensor& v, const Tensor* out, const Tensor* dout,
-           const Tensor* lse, MPI_Comm comm, const RingAttentionOptions& o) {
+Ring agree(const char* k, const Context& ctx, const Tensor& q, const Tensor& kk, const Tensor& v, const Tensor* out,
+           const Tensor* dout, const Tensor* lse, MPI_Comm comm, const RingAttentionOptions& o) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -179,6 +203,11 @@ Ring agree(const char* k, const Tensor& q, const Tensor& kk, const Tensor& v, co
   mine.causal = o.causal, mine.left = o.sliding_window.left, mine.right = o.sliding_window.right;
   mine.softcap_bits = bits(o.logits_soft_cap);
   mine.scale_bits = o.softmax_scale ? bits(*o.softmax_scale) : 0;
+  mine.layout = static_cast<std::int64_t>(o.layout), mine.transport = static_cast<std::int64_t>(o.transport);
+  if (o.transport == RingTransport::automatic && mine.ok) {
+    const PeerTransport pt = peer_transport(ctx.device());
+    if (pt.absent.empty()) copy_text(mine.peer, pt.identity);
+  }
   std::vector<Claim> all(static_cast<std::size_t>(ring.size));
   check_mpi(MPI_Allgather(&mine, sizeof(Claim), MPI_BYTE, all.data(), sizeof(Claim), MPI_BYTE, comm), "MPI_Allgather");
 
@@ -196,9 +225,22 @@ Ring agree(const char* k, const Tensor& q, const Tensor& kk, const Tensor& v, co
                             std::to_string(r) + " has " + c.shapes +
                             "; every rank needs the same batch, heads, kv_heads, head_dim and dtype (only seq_shard may differ)");
     if (c.causal != c0.causal || c.left != c0.left || c.right != c0.right || c.softcap_bits != c0.softcap_bits ||
-        c.scale_bits != c0.scale_bits)
+        c.scale_bits != c0.scale_bits || c.layout != c0.layout || c.transport != c0.transport)
       throw InvalidArgument(std::string(k) + ": options differ across ranks (rank 0 and rank " + std::to_string(r) +
-                            "): causal, sliding_window, logits_soft_cap and softmax_scale must be the same on every rank");
+                            "): causal, sliding_window, logits_soft_cap, softmax_scale, layout and transport must be "
+                            "the same on every rank");
+    if (o.layout == RingLayout::striped && c.seq != c0.seq)
+      throw InvalidArgument(std::string(k) + ": a striped layout needs shards of one length: rank 0 has " + c0.shapes +
+                            ", rank " + std::to_string(r) + " has " + c.shapes);
+  }
+  // A device transport when every rank has one and no two ranks share a device (NCCL refuses a
+  // device twice in a group).
+  ring.device_link = ring.size > 1;
+  for (int r = 0; r < ring.size && ring.device_link; ++r) {
+    const char* id = all[static_cast<std::size_t>(r)].peer;
+    if (!*id) ring.device_link = false;
+    for (int u = 0; u < r && ring.device_link; ++u)
+      if (std::strncmp(id, all[static_cast<std::size_t>(u)].peer, error_text) == 0) ring.device_link = false;
   }
   ring.batch = c0.batch, ring.heads = c0.heads, ring.kv_heads = c0.kv_heads, ring.head_dim = c0.head_dim;
   ring.dtype = q.dtype();
@@ -208,9 +250,9 @@ Ring agree(const char* k, const Tensor& q, const Tensor& kk, const Tensor& v, co
     ring.start.push_back(at);
     at += c.seq;
   }
-  // Messages carry one block of k and v in the storage dtype, or its dk and dv in f32.
-  for (int r = 0; r < ring.size; ++r) {
-    const double most = 2.0 * static_cast<double>(ring.kv_elems(r)) * static_cast<double>(std::max<std::size_t>(4, ring.esize()));
+  // MPI messages carry one block's k or v in the storage dtype, or its dk or dv in f32.
+  for (int r = 0; r < ring.size && !ring.device_link; ++r) {
+    const double most = static_cast<double>(ring.kv_elems(r)) * static_cast<double>(std::max<std::size_t>(4, ring.esize()));
     if (most > static_cast<double>(INT_MAX))
       throw InvalidArgument(std::string(k) + ": the shard of rank " + std::to_string(r) + " (" + std::to_string(ring.len[static_cast<std::size_t>(r)]) +
                             " tokens) makes messages of " + std::to_string(most) + " bytes, more than one MPI message of INT_MAX bytes");
@@ -246,6 +288,62 @@ struct Requests {
   }
 };
 
+// One tensor's bytes to the right neighbour and another's from the left, as one step's transfer.
+// `forwarded`: send holds what the previous step's pass of the same index received, unchanged.
+struct Pass {
+  Tensor send, recv;
+  bool forwarded = false;
+};
+
+// How a step's passes travel. post() queues them after the work submitted so far; overlap()
+// runs a step's compute (which submits device work) while they are in flight; land() orders the
+// work submitted after it after their arrival.
+class Link {
+ public:
+  virtual ~Link() = default;
+  virtual void post(std::vector<Pass> passes) = 0;
+  virtual void overlap(const std::function<void()>& work) = 0;
+  virtual void land() = 0;
+  // Waits for the device's work, at the end of the ring.
+  virtual void finish() = 0;
+};
+
+// Device to device through a PeerGroup: every call returns at once and the device orders the
+// rest, so the host runs ahead and the transfers overlap the compute on the device's own queues.
+class DeviceLink final : public Link {
+ public:
+  DeviceLink(const Ring& ring, Device& device, PeerGroup& group, RingAttentionStats& st)
+      : ring_(ring), device_(device), group_(group), st_(st) {}
+  void post(std::vector<Pass> passes) override {
+    std::vector<PeerGroup::Move> moves;
+    for (const Pass& p : passes) {
+      moves.push_back({&p.send.buffer(), nullptr, p.send.bytes(), ring_.right()});
+      moves.push_back({nullptr, &p.recv.buffer(), p.recv.bytes(), ring_.left()});
+    }
+    group_.exchange(moves);
+    held_.push_back(std::move(passes));  // the buffers stay alive until the device is done
+  }
+  void overlap(const std::function<void()>& work) override {
+    const auto t0 = Clock::now();
+    work();
+    st_.compute_s += since(t0);
+  }
+  void land() override { group_.join(); }
+  void finish() override {
+    const auto t0 = Clock::now();
+    device_.synchronize();
+    st_.wait_s += since(t0);
+    held_.clear();
+  }
+
+ private:
+  const Ring& ring_;
+  Device& device_;
+  PeerGroup& group_;
+  RingAttentionStats& st_;
+  std::vector<std::vector<Pass>> held_;
+};
+
 // Runs `work` on a worker thread while this thread lets MPI progress the messages in flight, and
 // returns the worker's duration. MPI is called from this thread only.
 template <class Work>
@@ -261,18 +359,133 @@ double overlapped(Requests& reqs, Work work) {
   return task.get();
 }
 
-// Device tensors for key/value blocks, one pair per distinct shard length.
-struct BlockTensors {
-  const Context& ctx;
-  const Ring& ring;
-  std::map<std::int64_t, std::pair<Tensor, Tensor>> cache;
-  std::pair<Tensor, Tensor>& of(int s) {
-    const std::int64_t n = ring.len[static_cast<std::size_t>(s)];
-    auto it = cache.find(n);
-    if (it == cache.end()) {
-      const Shape shape{ring.batch, n, ring.kv_heads, ring.head_dim};
-      it = cache.emplace(n, std::pair{ctx.empty(shape, ring.dtype), ctx.empty(shape, ring.dtype)}).first;
+// Host buffers of one thread's calls, kept between calls: fresh allocations of these sizes
+// (hundreds of MB at long shards) cost their page faults again on every call.
+struct Staging {
+  std::vector<std::byte> in, out;
+};
+std::vector<Staging>& staging() {
+  thread_local std::vector<Staging> s;
+  return s;
+}
+
+// Through host memory: each pass's send is read back from the device (or was kept from its
+// arrival) and travels by MPI while the step computes; arrivals are written to the device in
+// land(). The device's one queue runs the copies and the compute in turn; the messages overlap
+// the compute.
+class HostLink final : public Link {
+ public:
+  HostLink(const Ring& ring, Device& device, RingAttentionStats& st)
+      : ring_(ring), device_(device), st_(st), reqs_{.spin = device.info().discrete, .r = {}} {}
+  void post(std::vector<Pass> passes) override {
+    auto& stage = staging();
+    if (stage.size() < passes.size()) stage.resize(passes.size());
+    const auto t0 = Clock::now();
+    for (std::size_t i = 0; i < passes.size(); ++i) {
+      Staging& s = stage[i];
+      const Pass& p = passes[i];
+      if (p.forwarded) {
+        s.in.swap(s.out);
+      } else {
+        s.out.resize(p.send.bytes());
+        device_.read(p.send.buffer(), 0, s.out.data(), p.send.bytes());
+      }
+      s.in.resize(p.recv.bytes());
     }
+    st_.host_s += since(t0);
+    for (std::size_t i = 0; i < passes.size(); ++i) {
+      Staging& s = stage[i];
+      const int tag = pass_tag + static_cast<int>(i);
+      MPI_Request a, b;
+      check_mpi(MPI_Irecv(s.in.data(), static_cast<int>(passes[i].recv.bytes()), MPI_BYTE, ring_.left(), tag, ring_.comm, &a),
+                "MPI_Irecv");
+      reqs_.add(a);
+      check_mpi(MPI_Isend(s.out.data(), static_cast<int>(passes[i].send.bytes()), MPI_BYTE, ring_.right(), tag, ring_.comm, &b),
+                "MPI_Isend");
+      reqs_.add(b);
+    }
+    pending_ = std::move(passes);
+  }
+  void overlap(const std::function<void()>& work) override {
+    st_.compute_s += overlapped(reqs_, [&] {
+      work();
+      device_.synchronize();
+    });
+  }
+  void land() override {
+    auto t0 = Clock::now();
+    reqs_.wait();
+    st_.wait_s += since(t0);
+    t0 = Clock::now();
+    for (std::size_t i = 0; i < pending_.size(); ++i) pending_[i].recv.write_bytes(staging()[i].in);
+    pending_.clear();
+    st_.host_s += since(t0);
+  }
+  void finish() override {
+    const auto t0 = Clock::now();
+    device_.synchronize();
+    st_.compute_s += since(t0);
+  }
+
+ private:
+  const Ring& ring_;
+  Device& device_;
+  RingAttentionStats& st_;
+  Requests reqs_;
+  std::vector<Pass> pending_;
+};
+
+// Peer groups kept on the communicator (an MPI attribute, freed with it): opening one (NCCL's
+// communicator) takes far longer than a ring call.
+struct PeerGroups {
+  std::vector<std::pair<const Device*, std::unique_ptr<PeerGroup>>> list;
+};
+int free_groups(MPI_Comm, int, void* attribute, void*) {
+  delete static_cast<PeerGroups*>(attribute);
+  return MPI_SUCCESS;
+}
+PeerGroup& peer_group(const Ring& ring, Device& device) {
+  static const int keyval = [] {
+    int k = MPI_KEYVAL_INVALID;
+    check_mpi(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &free_groups, &k, nullptr), "MPI_Comm_create_keyval");
+    return k;
+  }();
+  void* attribute = nullptr;
+  int found = 0;
+  check_mpi(MPI_Comm_get_attr(ring.comm, keyval, &attribute, &found), "MPI_Comm_get_attr");
+  auto* groups = static_cast<PeerGroups*>(attribute);
+  if (!found) {
+    groups = new PeerGroups;
+    check_mpi(MPI_Comm_set_attr(ring.comm, keyval, groups), "MPI_Comm_set_attr");
+  }
+  for (auto& [d, g] : groups->list)
+    if (d == &device) return *g;
+  PeerGroupKey key;
+  if (ring.rank == 0) key = new_peer_group_key(device);
+  check_mpi(MPI_Bcast(key.bytes.data(), static_cast<int>(key.bytes.size()), MPI_BYTE, 0, ring.comm), "MPI_Bcast");
+  groups->list.emplace_back(&device, open_peer_group(device, key, ring.rank, ring.size));
+  return *groups->list.back().second;
+}
+
+std::unique_ptr<Link> open_link(const Ring& ring, Device& device, RingAttentionStats& st) {
+  if (ring.device_link) {
+    PeerGroup& g = peer_group(ring, device);
+    st.transport = peer_transport(device).name;
+    return std::make_unique<DeviceLink>(ring, device, g, st);
+  }
+  st.transport = "host";
+  return std::make_unique<HostLink>(ring, device, st);
+}
+
+// Device tensors of one shape, two of each (the step's and the next step's), per shard length.
+struct Slots {
+  const Context& ctx;
+  DType dtype;
+  std::function<Shape(std::int64_t)> shape;
+  std::map<std::pair<std::int64_t, int>, Tensor> tensors;
+  const Tensor& of(std::int64_t length, int slot) {
+    auto it = tensors.find({length, slot});
+    if (it == tensors.end()) it = tensors.emplace(std::pair{length, slot}, ctx.empty(shape(length), dtype)).first;
     return it->second;
   }
 };
@@ -294,124 +507,10 @@ void settle(const Ring& ring, const char* k, const std::string& failure) {
       throw Error(std::string(k) + ": rank " + std::to_string(r) + " failed: " + &all[static_cast<std::size_t>(r) * error_text]);
 }
 
-// Host buffers of one thread's calls, kept between calls: fresh allocations of these sizes
-// (hundreds of MB at long shards) cost their page faults again on every call.
-struct Scratch {
-  std::vector<std::byte> msg[2];  // key/value blocks: the one in hand and the next
-  std::vector<std::byte> raw;     // a tensor's bytes on their way to or from the device
-  std::vector<float> dq, grad_in, grad_out;
-};
-Scratch& scratch() {
-  thread_local Scratch s;
-  return s;
-}
-
-// This rank's k and v, back to back in message buffers sized for the longest shard; nothing on a
-// ring of one, where nothing travels.
-void host_block(const Ring& ring, const Tensor& k, const Tensor& v, std::vector<std::byte> (&buf)[2]) {
-  if (ring.size == 1) return;
-  const std::size_t half = static_cast<std::size_t>(ring.kv_elems(ring.rank)) * ring.esize();
-  const std::size_t most = 2 * static_cast<std::size_t>(*std::max_element(ring.len.begin(), ring.len.end())) *
-                           static_cast<std::size_t>(ring.batch * ring.kv_heads * ring.head_dim) * ring.esize();
-  buf[0].resize(most);
-  buf[1].resize(most);
-  k.device().read(k.buffer(), 0, buf[0].data(), half);
-  v.device().read(v.buffer(), 0, buf[0].data() + half, half);
-}
-
-// t's bytes in its storage dtype, read into `into`.
-const std::vector<std::byte>& read_raw(const Tensor& t, std::vector<std::byte>& into) {
-  into.resize(t.bytes());
-  t.device().read(t.buffer(), 0, into.data(), t.bytes());
-  return into;
-}
-
-void upload(const Ring& ring, int s, const std::vector<std::byte>& buf, std::pair<Tensor, Tensor>& kv) {
-  const std::size_t half = static_cast<std::size_t>(ring.kv_elems(s)) * ring.esize();
-  kv.first.write_bytes(std::span<const std::byte>(buf.data(), half));
-  kv.second.write_bytes(std::span<const std::byte>(buf.data() + half, half));
-}
-
-// Step s's key/value block on the device: this rank's own tensors, or the received one uploaded.
-std::pair<Tensor, Tensor> block(const Ring& ring, int s, const Tensor& k, const Tensor& v, const std::vector<std::byte>& buf,
-                                BlockTensors& blocks) {
-  if (s == ring.rank) return {k, v};
-  auto& kv = blocks.of(s);
-  upload(ring, s, buf, kv);
-  return kv;
-}
-
-// Posts this step's key/value transfer: the block in hand to the right, the next from the left.
-void pass_block(const Ring& ring, int step, std::vector<std::byte> (&buf)[2], Requests& reqs) {
-  if (step + 1 >= ring.size) return;
-  const int s = ring.src(step), next = ring.src(step + 1);
-  auto& cur = buf[step % 2];
-  auto& nxt = buf[(step + 1) % 2];
-  MPI_Request a, b;
-  check_mpi(MPI_Irecv(nxt.data(), static_cast<int>(2 * ring.kv_elems(next) * static_cast<std::int64_t>(ring.esize())), MPI_BYTE,
-                      ring.left(), kv_tag, ring.comm, &a),
-            "MPI_Irecv");
-  reqs.add(a);
-  check_mpi(MPI_Isend(cur.data(), static_cast<int>(2 * ring.kv_elems(s) * static_cast<std::int64_t>(ring.esize())), MPI_BYTE,
-                      ring.right(), kv_tag, ring.comm, &b),
-            "MPI_Isend");
-  reqs.add(b);
-}
-
-// Runs fn(i) for i in [0, n) in contiguous chunks on a few threads: the backward's host sums of a GPU
-// rank are the ring's largest host cost. Half the cores (a host usually runs a rank per GPU), at
-// most 8; one thread, inline, on small machines or for small n.
-template <class Fn>
-void host_parallel(std::int64_t n, Fn fn) {
-  static const std::int64_t threads = std::clamp<std::int64_t>(std::thread::hardware_concurrency() / 2, 1, 8);
-  const std::int64_t chunks = std::min(threads, n / 16384 + 1);
-  auto run = [&](std::int64_t c) {
-    for (std::int64_t i = n * c / chunks, e = n * (c + 1) / chunks; i < e; ++i) fn(i);
-  };
-  if (chunks <= 1) return run(0);
-  std::vector<std::future<void>> rest;
-  for (std::int64_t c = 1; c < chunks; ++c) rest.push_back(std::async(std::launch::async, run, c));
-  run(0);
-  for (auto& f : rest) f.get();
-}
-
-// out[i] = base[i] + x[i] (base null: 0) over the n elements of a tensor's raw bytes x in its
-// storage dtype: the backward's sums stay f32 on the host, and the device's partial gradients
-// come back without conversion.
-void add_raw(float* out, const float* base, const std::vector<std::byte>& x, DType t, std::int64_t n) {
-  host_parallel(n, [&](std::int64_t j) {
-    const auto i = static_cast<std::size_t>(j);
-    float v;
-    if (t == DType::f32) {
-      std::memcpy(&v, x.data() + 4 * i, 4);
-    } else {
-      std::uint16_t h;
-      std::memcpy(&h, x.data() + 2 * i, 2);
-      v = t == DType::f16 ? f16_to_f32(h) : bf16_to_f32(h);
-    }
-    out[i] = base ? base[i] + v : v;
-  });
-}
-
-// t = x (t.numel() f32 values), converted to t's dtype on a few threads.
-void write_raw(const Tensor& t, const float* x) {
-  const DType dt = t.dtype();
-  std::vector<std::byte>& raw = scratch().raw;
-  raw.resize(t.bytes());
-  host_parallel(t.numel(), [&](std::int64_t j) {
-    const auto i = static_cast<std::size_t>(j);
-    if (dt == DType::f32) {
-      std::memcpy(raw.data() + 4 * i, x + i, 4);
-    } else {
-      const std::uint16_t h = dt == DType::f16 ? f32_to_f16(x[i]) : f32_to_bf16(x[i]);
-      std::memcpy(raw.data() + 2 * i, &h, 2);
-    }
-  });
-  t.write_bytes(raw);
-}
-
 // Forward FLOPs per unmasked (query, key) pair over all batches and heads: q.k and p.v, 2 * D each.
 double head_flops(const Ring& ring) { return 4.0 * static_cast<double>(ring.batch * ring.heads * ring.head_dim); }
+
+Shape kv_shape(const Ring& ring, std::int64_t length) { return {ring.batch, length, ring.kv_heads, ring.head_dim}; }
 
 }  // namespace
 
@@ -419,12 +518,11 @@ AttentionOutput ring_attention(const Context& ctx, const Tensor& q, const Tensor
                                const RingAttentionOptions& options, RingAttentionStats* stats) {
   constexpr const char* name = "ring_attention";
   const auto t_call = Clock::now();
-  const Ring ring = agree(name, q, k, v, nullptr, nullptr, nullptr, comm, options);
-  const bool spin = ctx.device().info().discrete;  // the compute leaves the host's cores free
+  const Ring ring = agree(name, ctx, q, k, v, nullptr, nullptr, nullptr, comm, options);
   RingAttentionStats st;
   st.wait_s = since(t_call);  // the collective check waits for the slowest rank to arrive
   st.steps = ring.size;
-  const std::int64_t lq = ring.len[static_cast<std::size_t>(ring.rank)];
+  const std::int64_t lq = ring.length(ring.rank);
   const std::size_t rows = static_cast<std::size_t>(ring.batch * ring.heads * lq);
 
   // Running output (f32) and log-sum-exp of this shard's queries, on the device: attention_merge
@@ -437,29 +535,27 @@ AttentionOutput ring_attention(const Context& ctx, const Tensor& q, const Tensor
   };
   const Tensor acc = ctx.empty(q.shape(), DType::f32), acc_lse = minus_inf();
   AttentionOutput part{ctx.empty(q.shape(), q.dtype()), ctx.empty(lse_shape, DType::f32)};
-  BlockTensors blocks{ctx, ring, {}};
+  Slots ks{ctx, ring.dtype, [&](std::int64_t n) { return kv_shape(ring, n); }, {}}, vs = ks;
+  std::unique_ptr<Link> link = open_link(ring, ctx.device(), st);
   std::string failure;
 
-  auto t0 = Clock::now();
-  auto& buf = scratch().msg;
-  host_block(ring, k, v, buf);
-  st.host_s += since(t0);
-
+  // Step t attends rank src(t)'s block: its own at step 0, then what arrived from the left.
+  Tensor kc = k, vc = v;
   for (int step = 0; step < ring.size; ++step) {
     const int s = ring.src(step);
-    Requests reqs{.spin = spin, .r = {}};
-    pass_block(ring, step, buf, reqs);
+    Tensor kn, vn;
+    if (step + 1 < ring.size) {
+      const std::int64_t next = ring.length(ring.src(step + 1));
+      kn = ks.of(next, (step + 1) % 2), vn = vs.of(next, (step + 1) % 2);
+      link->post({{kc, kn, step > 0}, {vc, vn, step > 0}});
+    }
     const std::int64_t pairs = failure.empty() ? ring.pairs(s) : 0;
     if (pairs > 0) {
       try {
-        t0 = Clock::now();
-        const std::pair<Tensor, Tensor> kv = block(ring, s, k, v, buf[step % 2], blocks);
-        st.host_s += since(t0);
         const AttentionOptions bo = ring.block_options(s);
-        st.compute_s += overlapped(reqs, [&] {
-          flash_attention(ctx, q, kv.first, kv.second, part.out, part.lse, bo);
+        link->overlap([&] {
+          flash_attention(ctx, q, kc, vc, part.out, part.lse, bo);
           attention_merge(ctx, acc, acc_lse, part.out, part.lse);
-          ctx.device().synchronize();
         });
         ++st.blocks;
         st.flops += head_flops(ring) * static_cast<double>(pairs);
@@ -467,24 +563,25 @@ AttentionOutput ring_attention(const Context& ctx, const Tensor& q, const Tensor
         failure = std::string(name) + ": rank " + std::to_string(ring.rank) + ": " + e.what();
       }
     }
-    t0 = Clock::now();
-    reqs.wait();
-    st.wait_s += since(t0);
+    if (step + 1 < ring.size) link->land();
+    kc = kn, vc = vn;
   }
-  t0 = Clock::now();
-  settle(ring, name, failure);
-  st.wait_s += since(t0);
 
   // The result in q's dtype: merged into an empty output whose rows are all -inf, acc comes out
   // rounded once, with its lse. Every row was written: its own block holds its diagonal key.
-  t0 = Clock::now();
   AttentionOutput r{acc, acc_lse};
-  if (q.dtype() != DType::f32) {
+  if (q.dtype() != DType::f32 && failure.empty()) {
     r = {ctx.empty(q.shape(), q.dtype()), minus_inf()};
     attention_merge(ctx, r.out, r.lse, acc, acc_lse);
-    ctx.device().synchronize();
   }
-  st.compute_s += since(t0);
+  try {
+    link->finish();
+  } catch (const std::exception& e) {
+    if (failure.empty()) failure = std::string(name) + ": rank " + std::to_string(ring.rank) + ": " + e.what();
+  }
+  const auto t0 = Clock::now();
+  settle(ring, name, failure);
+  st.wait_s += since(t0);
   st.total_s = since(t_call);
   if (stats) *stats = st;
   return r;
@@ -495,121 +592,93 @@ AttentionGrads ring_attention_bwd(const Context& ctx, const Tensor& q, const Ten
                                   const RingAttentionOptions& options, RingAttentionStats* stats) {
   constexpr const char* name = "ring_attention_bwd";
   const auto t_call = Clock::now();
-  const Ring ring = agree(name, q, k, v, &out, &dout, &lse, comm, options);
-  const bool spin = ctx.device().info().discrete;  // the compute leaves the host's cores free
+  const Ring ring = agree(name, ctx, q, k, v, &out, &dout, &lse, comm, options);
   RingAttentionStats st;
   st.wait_s = since(t_call);  // the collective check waits for the slowest rank to arrive
   st.steps = ring.size;
-  const std::int64_t most = *std::max_element(ring.len.begin(), ring.len.end());
-  const std::size_t block_floats = static_cast<std::size_t>(ring.batch * most * ring.kv_heads * ring.head_dim);
 
-  // Every element of these is written before it is read: dq by the first block's sum, grad_out
-  // each step, grad_in by its message.
-  std::vector<float>& dq = scratch().dq;
-  dq.resize(static_cast<std::size_t>(q.numel()));
-  bool dq_seen = false;
-  // dk then dv of the block in hand, summed over the ranks it has visited (f32 on the wire).
-  std::vector<float>&grad_in = scratch().grad_in, &grad_out = scratch().grad_out;
-  grad_in.resize(2 * block_floats);
-  grad_out.resize(2 * block_floats);
-  AttentionGrads part{ctx.empty(q.shape(), q.dtype()), {}, {}, {}, {}};
-  std::map<std::int64_t, std::pair<Tensor, Tensor>> dkv;  // per shard length
-  BlockTensors blocks{ctx, ring, {}};
+  // dq summed in f32 over the blocks; each block's dk and dv (f32, g*) summed over the ranks it
+  // visits, travelling one step behind the block itself.
+  const Tensor dq = ctx.empty(q.shape(), DType::f32);
+  Slots ks{ctx, ring.dtype, [&](std::int64_t n) { return kv_shape(ring, n); }, {}}, vs = ks;
+  Slots gks{ctx, DType::f32, ks.shape, {}}, gvs = gks;
+  Slots pks{ctx, ring.dtype, ks.shape, {}}, pvs = pks;  // a block's own dk and dv (slot 0 only)
+  const Tensor part_dq = ctx.empty(q.shape(), q.dtype());
+  std::unique_ptr<Link> link = open_link(ring, ctx.device(), st);
   std::string failure;
 
-  auto t0 = Clock::now();
-  auto& buf = scratch().msg;
-  host_block(ring, k, v, buf);
-  st.host_s += since(t0);
-
-  auto grad_count = [&](int s) { return static_cast<int>(2 * ring.kv_elems(s)); };
+  Tensor kc = k, vc = v, gk_prev, gv_prev;
   for (int step = 0; step < ring.size; ++step) {
     const int s = ring.src(step);
-    Requests reqs{.spin = spin, .r = {}};
-    pass_block(ring, step, buf, reqs);
-    if (step > 0) {
-      // The left neighbour's sums for this block arrive while we compute; ours for the block of
-      // the previous step go right.
-      MPI_Request a, b;
-      check_mpi(MPI_Irecv(grad_in.data(), grad_count(s), MPI_FLOAT, ring.left(), grad_tag, ring.comm, &a), "MPI_Irecv");
-      reqs.add(a);
-      check_mpi(MPI_Isend(grad_out.data(), grad_count(ring.src(step - 1)), MPI_FLOAT, ring.right(), grad_tag, ring.comm, &b),
-                "MPI_Isend");
-      reqs.add(b);
+    const std::int64_t n = ring.length(s);
+    // This block's sums so far arrive from the left while it is attended; the previous block's
+    // go right.
+    const Tensor gk = gks.of(n, step % 2), gv = gvs.of(n, step % 2);
+    std::vector<Pass> passes;
+    Tensor kn, vn;
+    if (step + 1 < ring.size) {
+      const std::int64_t next = ring.length(ring.src(step + 1));
+      kn = ks.of(next, (step + 1) % 2), vn = vs.of(next, (step + 1) % 2);
+      passes.push_back({kc, kn, step > 0});
+      passes.push_back({vc, vn, step > 0});
     }
+    if (step > 0) {
+      passes.push_back({gk_prev, gk, false});
+      passes.push_back({gv_prev, gv, false});
+    }
+    if (!passes.empty()) link->post(std::move(passes));
     const std::int64_t pairs = failure.empty() ? ring.pairs(s) : 0;
     bool computed = false;
+    AttentionGrads part{part_dq, pks.of(n, 0), pvs.of(n, 0), {}, {}};
     if (pairs > 0) {
       try {
-        t0 = Clock::now();
-        const std::pair<Tensor, Tensor> kv = block(ring, s, k, v, buf[step % 2], blocks);
-        auto it = dkv.find(ring.len[static_cast<std::size_t>(s)]);
-        if (it == dkv.end())
-          it = dkv.emplace(ring.len[static_cast<std::size_t>(s)], std::pair{ctx.empty(kv.first.shape(), ring.dtype),
-                                                                             ctx.empty(kv.first.shape(), ring.dtype)})
-                   .first;
-        part.dk = it->second.first;
-        part.dv = it->second.second;
-        st.host_s += since(t0);
         const AttentionOptions bo = ring.block_options(s);
-        st.compute_s += overlapped(reqs, [&] {
-          flash_attention_bwd(ctx, q, kv.first, kv.second, out, dout, lse, part, bo);
-          ctx.device().synchronize();
+        link->overlap([&] {
+          flash_attention_bwd(ctx, q, kc, vc, out, dout, lse, part, bo);
+          // Step 0 is this rank's own block, never masked whole: the first term of dq.
+          add(ctx, step == 0 ? part.dq : dq, part.dq, dq, step == 0 ? 0.0 : 1.0);
         });
         ++st.blocks;
         st.flops += 2.5 * head_flops(ring) * static_cast<double>(pairs);
-        t0 = Clock::now();
-        add_raw(dq.data(), dq_seen ? dq.data() : nullptr, read_raw(part.dq, scratch().raw), ring.dtype, q.numel());
-        dq_seen = true;
-        st.host_s += since(t0);
         computed = true;
       } catch (const std::exception& e) {
         failure = std::string(name) + ": rank " + std::to_string(ring.rank) + ": " + e.what();
       }
     }
-    t0 = Clock::now();
-    reqs.wait();
-    st.wait_s += since(t0);
-    t0 = Clock::now();
-    const std::size_t n = static_cast<std::size_t>(ring.kv_elems(s));
-    // This block's sums so far: none at step 0, else what the left neighbour sent.
-    const float* base = step == 0 ? nullptr : grad_in.data();
+    link->land();
     if (computed) {
-      add_raw(grad_out.data(), base, read_raw(part.dk, scratch().raw), ring.dtype, static_cast<std::int64_t>(n));
-      add_raw(grad_out.data() + n, base ? base + n : nullptr, read_raw(part.dv, scratch().raw), ring.dtype, static_cast<std::int64_t>(n));
-    } else if (base) {
-      std::copy(grad_in.begin(), grad_in.begin() + static_cast<std::ptrdiff_t>(2 * n), grad_out.begin());
-    } else {
-      std::fill(grad_out.begin(), grad_out.begin() + static_cast<std::ptrdiff_t>(2 * n), 0.f);
+      try {
+        // At step 0 the block's sums start here; later, what the left neighbour sent grows.
+        add(ctx, step == 0 ? part.dk : gk, part.dk, gk, step == 0 ? 0.0 : 1.0);
+        add(ctx, step == 0 ? part.dv : gv, part.dv, gv, step == 0 ? 0.0 : 1.0);
+      } catch (const std::exception& e) {
+        failure = std::string(name) + ": rank " + std::to_string(ring.rank) + ": " + e.what();
+      }
     }
-    st.host_s += since(t0);
+    kc = kn, vc = vn, gk_prev = gk, gv_prev = gv;
   }
   // The last block handled is the right neighbour's, now complete; ours comes from the left.
+  Tensor gk = gk_prev, gv = gv_prev;
   if (ring.size > 1) {
-    Requests reqs{.spin = spin, .r = {}};
-    MPI_Request a, b;
-    check_mpi(MPI_Irecv(grad_in.data(), grad_count(ring.rank), MPI_FLOAT, ring.left(), grad_tag, ring.comm, &a), "MPI_Irecv");
-    reqs.add(a);
-    check_mpi(MPI_Isend(grad_out.data(), grad_count(ring.right()), MPI_FLOAT, ring.right(), grad_tag, ring.comm, &b),
-              "MPI_Isend");
-    reqs.add(b);
-    t0 = Clock::now();
-    reqs.wait();
-    st.wait_s += since(t0);
-  } else {
-    grad_in.swap(grad_out);
+    const std::int64_t n = ring.length(ring.rank);
+    gk = gks.of(n, ring.size % 2), gv = gvs.of(n, ring.size % 2);
+    link->post({{gk_prev, gk, false}, {gv_prev, gv, false}});
+    link->land();
   }
-  t0 = Clock::now();
+  AttentionGrads r{ctx.empty(q.shape(), q.dtype()), ctx.empty(k.shape(), k.dtype()), ctx.empty(v.shape(), v.dtype()), {}, {}};
+  try {
+    if (failure.empty()) {
+      add(ctx, dq, dq, r.dq, 0.0);
+      add(ctx, gk, gk, r.dk, 0.0);
+      add(ctx, gv, gv, r.dv, 0.0);
+    }
+    link->finish();
+  } catch (const std::exception& e) {
+    if (failure.empty()) failure = std::string(name) + ": rank " + std::to_string(ring.rank) + ": " + e.what();
+  }
+  const auto t0 = Clock::now();
   settle(ring, name, failure);
   st.wait_s += since(t0);
-
-  t0 = Clock::now();
-  const std::size_t n = static_cast<std::size_t>(ring.kv_elems(ring.rank));
-  AttentionGrads r{ctx.empty(q.shape(), q.dtype()), ctx.empty(k.shape(), k.dtype()), ctx.empty(v.shape(), v.dtype()), {}, {}};
-  write_raw(r.dq, dq.data());
-  write_raw(r.dk, grad_in.data());
-  write_raw(r.dv, grad_in.data() + n);
-  st.host_s += since(t0);
   st.total_s = since(t_call);
   if (stats) *stats = st;
   return r;

@@ -1,11 +1,14 @@
 // ring_attention and ring_attention_bwd under mpirun: every rank builds the same full sequence,
 // attends its shard through the ring, and compares with flash attention of the whole sequence
 // on the same device (forward, lse and gradients); then the collective errors. Usage:
-//   mpirun -n N ejk_ring_attention_test --device cpu|opencl:0|vulkan:0 [gtest flags]
+//   mpirun -n N ejk_ring_attention_test --device cpu|opencl:0|vulkan:0|cuda [gtest flags]
+// A backend without an index (cuda) gives each rank of a host its own device where there are
+// enough (local rank modulo the count), so that GPU ranks move their blocks device to device.
 // Failures of any rank fail the run (mpirun's exit status); ranks other than 0 print only failures.
 #include <mpi.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -44,16 +47,22 @@ std::vector<double> uniform(std::uint64_t seed, std::int64_t n, double lo, doubl
   return v;
 }
 
-// Tokens [t0, t0 + n) of a [batch, seq, heads, dim] array (or of the last dim of [batch, heads, seq]).
-std::vector<double> tokens(const std::vector<double>& a, std::int64_t batch, std::int64_t seq, std::int64_t row,
-                           std::int64_t t0, std::int64_t n) {
+// The tokens of this rank's shard: [t0, t0 + n), or t0, t0 + stride, ... (n of them) of a
+// [batch, seq, heads, dim] array (or of the last dim of [batch, heads, seq]).
+struct Shard {
+  std::int64_t t0 = 0, n = 0, stride = 1;
+};
+std::vector<double> tokens(const std::vector<double>& a, std::int64_t batch, std::int64_t seq, std::int64_t row, Shard sh) {
   std::vector<double> out;
   for (std::int64_t b = 0; b < batch; ++b)
-    out.insert(out.end(), a.begin() + (b * seq + t0) * row, a.begin() + (b * seq + t0 + n) * row);
+    for (std::int64_t i = 0; i < sh.n; ++i) {
+      const auto at = a.begin() + (b * seq + sh.t0 + i * sh.stride) * row;
+      out.insert(out.end(), at, at + row);
+    }
   return out;
 }
-std::vector<double> lse_tokens(const std::vector<double>& a, std::int64_t bh, std::int64_t seq, std::int64_t t0, std::int64_t n) {
-  return tokens(a, bh, seq, 1, t0, n);
+std::vector<double> lse_tokens(const std::vector<double>& a, std::int64_t bh, std::int64_t seq, Shard sh) {
+  return tokens(a, bh, seq, 1, sh);
 }
 
 double tolerance(DType t) { return t == DType::f32 ? 2e-5 : t == DType::f16 ? 4e-3 : 2.5e-2; }
@@ -68,6 +77,7 @@ void expect_matches(const Case& c, DType t) {
   for (int r = 0; r < g_size; ++r) (r < g_rank ? t0 : seq) += len[static_cast<std::size_t>(r)];
   seq += t0;
   const std::int64_t n = len[static_cast<std::size_t>(g_rank)];
+  const Shard sh = c.o.layout == RingLayout::striped ? Shard{g_rank, n, g_size} : Shard{t0, n, 1};
   const std::int64_t qrow = c.heads * c.dim, krow = c.kv_heads * c.dim;
   // The same full inputs on every rank; q spans [-3, 3) so that softmax rows are far from uniform.
   const auto q = uniform(1, c.batch * seq * qrow, -3, 3), k = uniform(2, c.batch * seq * krow, -1, 1),
@@ -83,28 +93,38 @@ void expect_matches(const Case& c, DType t) {
   const auto gfull = flash_attention_bwd(ctx, qf, kf, vf, full.out, df, full.lse, fo);
 
   const Shape qsh{c.batch, n, c.heads, c.dim}, ksh{c.batch, n, c.kv_heads, c.dim};
-  const Tensor qr = ctx.from(qsh, t, tokens(q, c.batch, seq, qrow, t0, n));
-  const Tensor kr = ctx.from(ksh, t, tokens(k, c.batch, seq, krow, t0, n));
-  const Tensor vr = ctx.from(ksh, t, tokens(v, c.batch, seq, krow, t0, n));
-  const Tensor dr = ctx.from(qsh, t, tokens(dout, c.batch, seq, qrow, t0, n));
+  const Tensor qr = ctx.from(qsh, t, tokens(q, c.batch, seq, qrow, sh));
+  const Tensor kr = ctx.from(ksh, t, tokens(k, c.batch, seq, krow, sh));
+  const Tensor vr = ctx.from(ksh, t, tokens(v, c.batch, seq, krow, sh));
+  const Tensor dr = ctx.from(qsh, t, tokens(dout, c.batch, seq, qrow, sh));
   RingAttentionStats fs, bs;
   const auto ring = ring_attention(ctx, qr, kr, vr, MPI_COMM_WORLD, c.o, &fs);
   const auto g = ring_attention_bwd(ctx, qr, kr, vr, ring.out, dr, ring.lse, MPI_COMM_WORLD, c.o, &bs);
 
   const double tol = tolerance(t);
-  EXPECT_LE(test::relative_error(ring.out.read(), tokens(full.out.read(), c.batch, seq, qrow, t0, n)), tol) << "out";
-  EXPECT_LE(test::relative_error(ring.lse.read(), lse_tokens(full.lse.read(), c.batch * c.heads, seq, t0, n)), tol) << "lse";
-  EXPECT_LE(test::relative_error(g.dq.read(), tokens(gfull.dq.read(), c.batch, seq, qrow, t0, n)), 4 * tol) << "dq";
-  EXPECT_LE(test::relative_error(g.dk.read(), tokens(gfull.dk.read(), c.batch, seq, krow, t0, n)), 4 * tol) << "dk";
-  EXPECT_LE(test::relative_error(g.dv.read(), tokens(gfull.dv.read(), c.batch, seq, krow, t0, n)), 4 * tol) << "dv";
+  EXPECT_LE(test::relative_error(ring.out.read(), tokens(full.out.read(), c.batch, seq, qrow, sh)), tol) << "out";
+  EXPECT_LE(test::relative_error(ring.lse.read(), lse_tokens(full.lse.read(), c.batch * c.heads, seq, sh)), tol) << "lse";
+  EXPECT_LE(test::relative_error(g.dq.read(), tokens(gfull.dq.read(), c.batch, seq, qrow, sh)), 4 * tol) << "dq";
+  EXPECT_LE(test::relative_error(g.dk.read(), tokens(gfull.dk.read(), c.batch, seq, krow, sh)), 4 * tol) << "dk";
+  EXPECT_LE(test::relative_error(g.dv.read(), tokens(gfull.dv.read(), c.batch, seq, krow, sh)), 4 * tol) << "dv";
   EXPECT_EQ(fs.steps, g_size);
   EXPECT_GE(fs.blocks, 1);
   EXPECT_LE(fs.blocks, g_size);
   EXPECT_EQ(fs.blocks, bs.blocks);
-  // The causal mask leaves rank r blocks 0..r: the skipped ones are never computed.
+  // The causal mask leaves rank r of contiguous shards blocks 0..r: the skipped ones are never
+  // computed. Striped, every rank attends every block.
   if (c.o.causal && c.o.sliding_window.left < 0 && c.o.sliding_window.right < 0) {
-    EXPECT_EQ(fs.blocks, g_rank + 1);
+    EXPECT_EQ(fs.blocks, c.o.layout == RingLayout::striped ? g_size : g_rank + 1);
   }
+  // Every rank agrees on the transport: the host's, or one device-to-device transport.
+  if (c.o.transport == RingTransport::host || g_size == 1) {
+    EXPECT_EQ(fs.transport, "host");
+  }
+  EXPECT_EQ(fs.transport, bs.transport);
+  std::vector<char> mine(64, 0), all(static_cast<std::size_t>(g_size) * 64);
+  std::snprintf(mine.data(), mine.size(), "%s", fs.transport.c_str());
+  MPI_Allgather(mine.data(), 64, MPI_CHAR, all.data(), 64, MPI_CHAR, MPI_COMM_WORLD);
+  for (int r = 0; r < g_size; ++r) EXPECT_STREQ(&all[static_cast<std::size_t>(r) * 64], mine.data()) << "rank " << r;
 }
 
 TEST(RingAttention, EachOption) {
@@ -120,6 +140,29 @@ TEST(RingAttention, EachOption) {
       {.name = "head_dim 80", .batch = 1, .shard = 7, .dim = 80, .o = {.causal = true}},
   };
   for (const auto& c : cases) expect_matches(c, DType::f32);
+}
+
+// Rank r holds tokens r, r + P, ...: every mask becomes a band of the shards' own indices.
+TEST(RingAttention, StripedLayout) {
+  constexpr RingLayout striped = RingLayout::striped;
+  const std::vector<Case> cases = {
+      {.name = "striped causal", .o = {.causal = true, .layout = striped}},
+      {.name = "striped plain mha", .kv_heads = 4, .o = {.layout = striped}},
+      {.name = "striped causal window", .shard = 9, .o = {.causal = true, .sliding_window = {10, -1}, .layout = striped}},
+      {.name = "striped two-sided window", .o = {.sliding_window = {5, 3}, .layout = striped}},
+      {.name = "striped right window only", .o = {.sliding_window = {-1, 2}, .layout = striped}},
+      {.name = "striped window 0", .o = {.causal = true, .sliding_window = {0, -1}, .layout = striped}},
+      {.name = "striped soft cap", .batch = 1, .shard = 7, .dim = 80, .o = {.causal = true, .logits_soft_cap = 2.5, .layout = striped}},
+  };
+  for (const auto& c : cases) expect_matches(c, DType::f32);
+  expect_matches({.name = "striped causal f16", .o = {.causal = true, .layout = striped}}, DType::f16);
+}
+
+// Through host memory whatever the devices offer (on GPUs with a transport, the other path).
+TEST(RingAttention, HostTransport) {
+  expect_matches({.name = "host causal", .uneven = true, .o = {.causal = true, .transport = RingTransport::host}}, DType::f32);
+  expect_matches({.name = "host striped", .o = {.causal = true, .layout = RingLayout::striped, .transport = RingTransport::host}},
+                 DType::bf16);
 }
 
 TEST(RingAttention, HalfPrecision) {
@@ -156,6 +199,13 @@ TEST(RingAttention, ErrorsOnEveryRank) {
   test::expect_error([&] { (void)ring_attention_bwd(ctx, q, k, v, fwd.out, fwd.out, ctx.empty({1, 8, 4}, DType::f32), MPI_COMM_WORLD); },
                      "lse [1, 8, 4] f32 must be f32 [1, 4, 8]");
   test::expect_error([&] { (void)ring_attention(ctx, q, k, v, MPI_COMM_NULL); }, "MPI_COMM_NULL");
+  if (g_size > 1) {
+    // Striped shards of different lengths.
+    const Tensor q5 = g_rank == 0 ? ctx.random({1, 5, 4, 16}, DType::f32, 1) : q;
+    const Tensor k5 = g_rank == 0 ? ctx.random({1, 5, 2, 16}, DType::f32, 2) : k;
+    test::expect_error([&] { (void)ring_attention(ctx, q5, k5, k5, MPI_COMM_WORLD, {.layout = RingLayout::striped}); },
+                       "a striped layout needs shards of one length");
+  }
   // Still in step after all that: a correct call works.
   const auto again = ring_attention(ctx, q, k, v, MPI_COMM_WORLD);
   EXPECT_EQ(again.out.shape(), q.shape());
@@ -184,6 +234,15 @@ int main(int argc, char** argv) {
 #endif
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) ejk::g_device = argv[++i];
+  if (ejk::g_device != "cpu" && ejk::g_device.find(':') == std::string::npos) {
+    MPI_Comm node;
+    int local = 0, count = 0;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, ejk::g_rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &local);
+    MPI_Comm_free(&node);
+    for (const auto& d : ejk::list_devices()) count += ejk::to_string(d.backend) == ejk::g_device;
+    ejk::g_device += ":" + std::to_string(count ? local % count : 0);
+  }
   if (ejk::g_rank != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());

@@ -24,6 +24,7 @@
 #include "ejk/native_sparse_attention.hpp"
 #include "ejk/ops.hpp"
 #include "ejk/overlay.hpp"
+#include "ejk/peer.hpp"
 #include "ejk/policy.hpp"
 #include "ejk/pooling.hpp"
 #include "ejk/registry.hpp"

@@ -11,7 +11,9 @@
 //   auto g = ejk::ring_attention_bwd(ctx, q, k, v, out, dout, lse, MPI_COMM_WORLD, {.causal = true});
 #include <mpi.h>
 
+#include <cstdint>
 #include <optional>
+#include <string>
 
 #include "ejk/attention.hpp"
 #include "ejk/context.hpp"
@@ -20,6 +22,24 @@
 
 namespace ejk {
 
+// Which tokens of the whole sequence each rank holds.
+enum class RingLayout : std::uint8_t {
+  // Rank i holds a run of tokens right after rank i - 1's; shards may differ in length.
+  contiguous,
+  // Rank i of P holds tokens i, i + P, i + 2P, ... (every shard the same length): under a causal
+  // mask or a window every rank then does the same work, where contiguous shards leave rank 0
+  // one block and rank P - 1 all P.
+  striped,
+};
+
+// How key/value blocks and gradients travel between ranks.
+enum class RingTransport : std::uint8_t {
+  // Device to device when every rank's device has a transport (peer_transport) and no two ranks
+  // share a device; else through host memory.
+  automatic,
+  host,  // device -> host -> MPI -> host -> device, always
+};
+
 // The options of flash attention that ring attention supports, with the same meaning for the
 // whole (gathered) sequence: positions are global, so a window or the causal mask spans shards.
 struct RingAttentionOptions {
@@ -27,6 +47,8 @@ struct RingAttentionOptions {
   AttentionWindow sliding_window{};
   double logits_soft_cap = 0.0;
   std::optional<double> softmax_scale{};  // default 1 / sqrt(head_dim)
+  RingLayout layout = RingLayout::contiguous;
+  RingTransport transport = RingTransport::automatic;
 };
 
 // Where one rank's time went in one call (seconds).
@@ -35,17 +57,19 @@ struct RingAttentionStats {
   int blocks = 0;           // key/value blocks this rank attended; blocks masked whole are skipped
   double flops = 0;         // of the attended blocks, counting only the unmasked (query, key) pairs
   double total_s = 0;       // the whole call
-  double compute_s = 0;     // flash attention and the forward's merges on the device, overlapped
-                            // with the messages in flight
-  double wait_s = 0;        // waiting for messages once a step's compute was done (communication not
-                            // hidden), and for the other ranks at the collective checks on entry and exit
-  double host_s = 0;        // host <-> device copies of blocks, and the backward's sums of partial
-                            // gradients on the host
+  double compute_s = 0;     // flash attention, merges and gradient sums, overlapped with the
+                            // transfers in flight (device transports: the host's time to submit them)
+  double wait_s = 0;        // waiting for transfers once a step's compute was done (communication not
+                            // hidden; device transports: for the device to finish the ring), and for
+                            // the other ranks at the collective checks on entry and exit
+  double host_s = 0;        // host <-> device copies of blocks (host transport)
+  std::string transport;    // "host", or the device transport's name ("nccl 2.27.5 (...)")
 };
 
 // q [batch, seq_shard, heads, head_dim], k and v [batch, seq_shard, kv_heads, head_dim] (GQA);
-// rank i holds tokens start_i .. start_i + seq_shard_i - 1 of the sequence, in rank order.
-// Shards may differ in length; everything else must agree on every rank, which is checked
+// rank i holds the tokens options.layout gives it, in order (contiguous: start_i .. start_i +
+// seq_shard_i - 1, shards may differ in length; striped: i, i + P, ...). Everything else must
+// agree on every rank, which is checked
 // collectively: a mismatch throws InvalidArgument on every rank. Returns this shard's out (like
 // q) and lse (f32 [batch, heads, seq_shard]), as flash attention on the gathered sequence.
 // Collective: every rank of `comm` calls it.

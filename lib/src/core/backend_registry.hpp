@@ -8,8 +8,16 @@
 #include <vector>
 
 #include "ejk/device.hpp"
+#include "ejk/peer.hpp"
 
 namespace ejk::backends {
+
+// A backend's device-to-device transport between processes (ejk/peer.hpp).
+struct PeerHooks {
+  PeerTransport (*transport)(Device&) = nullptr;
+  PeerGroupKey (*new_key)(Device&) = nullptr;
+  std::unique_ptr<PeerGroup> (*open)(Device&, const PeerGroupKey&, int rank, int size) = nullptr;
+};
 
 struct BackendEntry {
   Backend backend = Backend::cpu;
@@ -21,6 +29,7 @@ struct BackendEntry {
   std::string build_name;
   // Its devices are clc::Devices: they run the kernels' OpenCL C (backends/clc/clc_device.hpp).
   bool opencl_c = false;
+  const PeerHooks* peer = nullptr;  // null: no transport of its own
 };
 
 class BackendRegistration {

@@ -54,6 +54,7 @@ Loaded load_driver() {
   EJK_TAKE(cuStreamCreate, "cuStreamCreate")
   EJK_TAKE(cuStreamDestroy, "cuStreamDestroy_v2")
   EJK_TAKE(cuStreamSynchronize, "cuStreamSynchronize")
+  EJK_TAKE(cuStreamWaitEvent, "cuStreamWaitEvent")
   EJK_TAKE(cuMemAlloc, "cuMemAlloc_v2")
   EJK_TAKE(cuMemFree, "cuMemFree_v2")
   EJK_TAKE(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2")

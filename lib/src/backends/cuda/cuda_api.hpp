@@ -29,6 +29,7 @@ struct Driver {
   EJK_CU_FN(cuStreamCreate)
   EJK_CU_FN(cuStreamDestroy)
   EJK_CU_FN(cuStreamSynchronize)
+  EJK_CU_FN(cuStreamWaitEvent)
   EJK_CU_FN(cuMemAlloc)
   EJK_CU_FN(cuMemFree)
   EJK_CU_FN(cuMemcpyHtoDAsync)

@@ -205,6 +205,19 @@ void CudaDevice::copy(const Buffer& src, std::size_t src_offset, Buffer& dst, st
   submitted();
 }
 
+void CudaDevice::record(CUevent event) {
+  current();
+  std::lock_guard lock(stream_mutex_);
+  check(driver_.cuEventRecord(event, stream_), "cuEventRecord");
+}
+
+void CudaDevice::wait(CUevent event) {
+  current();
+  std::lock_guard lock(stream_mutex_);
+  check(driver_.cuStreamWaitEvent(stream_, event, 0), "cuStreamWaitEvent");
+  submitted();
+}
+
 void CudaDevice::synchronize() {
   current();
   check(driver_.cuStreamSynchronize(stream_), "cuStreamSynchronize(" + info_.id() + ")");

@@ -160,7 +160,15 @@ class CudaDevice final : public CudaTarget {
   bool hardware_fma() const override { return true; }
   ModuleCacheStats module_cache_stats() const;
 
+  // Makes the device's context the calling thread's (what the runtime API, and so NCCL, uses).
+  void current() const;
+  // An event recorded on the device's stream after the work submitted so far; the stream made to
+  // wait for an event recorded elsewhere (other streams' work ordered with the device's).
+  void record(CUevent event);
+  void wait(CUevent event);
+
   CUcontext context() const { return ctx_; }
+  CUdevice handle() const { return device_; }
   CUstream stream() const { return stream_; }
   const std::string& arch() const { return arch_; }
   int compute_capability() const { return cc_; }  // 90 for sm_90
@@ -186,7 +194,6 @@ class CudaDevice final : public CudaTarget {
                                     const std::string& stored_key);
   std::shared_ptr<CudaKernel> kernel_for(const Source& source, const std::vector<std::string>& options,
                                          std::string_view origin, std::string_view name);
-  void current() const;
   void submitted() { submissions_.fetch_add(1, std::memory_order_relaxed); }
 
   const Driver& driver_;
