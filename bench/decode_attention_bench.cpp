@@ -8,12 +8,15 @@
 // once: every cached key and value a context reaches, the query, the output and the index
 // arrays. The peer, BM_decode_copy_peer/<device>, copies as many bytes on the same device and
 // clock (4.15 TB/s read + written on the H200, ../DEVICE.md; ../PERF.md asks for 80% of it).
+// On Vulkan devices BM_decode_copy_peer/<device>/transfer and /shader time each of the copy's
+// paths (vulkan::CopyPath: vkCmdCopyBuffer, kernels/common/copy.comp) beside the default one.
 //
 // $EJK_BENCH_DECODE_SHAPE="B,H,KVH,CTX,D" overrides the shape (CPU-hosted drivers need a smaller
 // one: lavapipe's largest buffer is 128 MiB), $EJK_BENCH_DECODE_DTYPE picks f32 | f16 | bf16,
 // $EJK_BENCH_TUNE_EVALS the tune's budget (default 24; 0 skips the tuned rows).
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -23,6 +26,9 @@
 #include <benchmark/benchmark.h>
 
 #include "ejk/ejk.hpp"
+#ifdef EJK_HAVE_VULKAN
+#include "backends/vulkan/vulkan_device.hpp"
+#endif
 
 namespace {
 
@@ -122,17 +128,25 @@ void run_case(benchmark::State& state, const std::string& device, const std::str
 
 // The peer: a device-to-device copy of as many bytes as the kernel reads, on the same device and
 // clock; GB/s counts bytes read plus bytes written, as ../DEVICE.md's copy anchor does.
-void copy_peer(benchmark::State& state, const std::string& device) {
+void copy_peer(benchmark::State& state, const std::string& device, const std::string& path) {
   Tensors& t = tensors(device, kernels_benched[0]);
   Device& dev = t.ctx.device();
   const std::size_t bytes = static_cast<std::size_t>(t.bytes);
   auto src = dev.allocate(bytes), dst = dev.allocate(bytes);
-  dev.copy(*src, *dst, bytes);
+  std::function<void()> copy_once = [&] { dev.copy(*src, *dst, bytes); };
+#ifdef EJK_HAVE_VULKAN
+  if (!path.empty()) {
+    auto& vk = vulkan::vulkan_device(dev);
+    const vulkan::CopyPath p = path == "shader" ? vulkan::CopyPath::shader : vulkan::CopyPath::transfer;
+    copy_once = [&vk, p, &src, &dst, bytes] { vk.copy_by(p, *src, 0, *dst, 0, bytes); };
+  }
+#endif
+  copy_once();
   dev.synchronize();
-  for (auto _ : state) state.SetIterationTime(dev.time_ns([&] { dev.copy(*src, *dst, bytes); }) * 1e-9);
+  for (auto _ : state) state.SetIterationTime(dev.time_ns(copy_once) * 1e-9);
   state.counters["GB/s"] = benchmark::Counter(2.0 * static_cast<double>(bytes) * static_cast<double>(state.iterations()) / 1e9,
                                               benchmark::Counter::kIsRate);
-  state.SetLabel(dev.info().name + ", " + std::to_string(bytes >> 20) + " MiB copied");
+  state.SetLabel(dev.info().name + ", " + std::to_string(bytes >> 20) + " MiB copied" + (path.empty() ? "" : " by " + path));
 }
 
 // Registered before main: the CPU, then one row per GPU-backend device and config source.
@@ -144,11 +158,18 @@ const int registered = [] {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "decode_attention_bench: no devices: %s\n", e.what());
   }
-  for (const auto& dev : devices)
-    benchmark::RegisterBenchmark(("BM_decode_copy_peer/" + dev).c_str(), [dev](benchmark::State& s) { copy_peer(s, dev); })
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond)
-        ->MinTime(0.2);
+  for (const auto& dev : devices) {
+    std::vector<std::string> paths{""};
+#ifdef EJK_HAVE_VULKAN
+    if (dev.starts_with("vulkan:")) paths.insert(paths.end(), {"transfer", "shader"});
+#endif
+    for (const auto& path : paths)
+      benchmark::RegisterBenchmark(("BM_decode_copy_peer/" + dev + (path.empty() ? "" : "/" + path)).c_str(),
+                                   [dev, path](benchmark::State& s) { copy_peer(s, dev, path); })
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(0.2);
+  }
   for (const std::string kernel : kernels_benched)
     for (const auto& dev : devices)
       for (bool tuned : {false, true}) {

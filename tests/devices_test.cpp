@@ -271,6 +271,14 @@ TEST_P(DeviceBuffers, CopiesBetweenOffsetsAndRejectsRangesPastTheEnd) {
   EXPECT_EQ(b.read(), want);
 }
 
+TEST_P(DeviceBuffers, LargeUnalignedAndOddCopiesAreByteExact) {
+  Context ctx(GetParam());
+  Device& dev = ctx.device();
+  test::expect_copies_byte_exact(
+      dev, [&](const Buffer& s, std::size_t so, Buffer& d, std::size_t dof, std::size_t n) { dev.copy(s, so, d, dof, n); },
+      GetParam());
+}
+
 TEST_P(DeviceBuffers, TimingIsPositive) {
   Context ctx(GetParam());
   Tensor a = ctx.random({256, 256}, DType::f32);

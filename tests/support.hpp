@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <source_location>
 #include <string>
@@ -111,6 +113,54 @@ inline void expect_bitwise_repeatable(Context& ctx, const Invocation& inv, std::
   const HostArrays want = kernel.reference(inv, in);
   for (const auto& [i, name] : checked)
     EXPECT_LE(relative_error(first[i], want[i]), kernel.tolerance(inv)) << name;
+}
+
+// A device copy: (src, src_offset, dst, dst_offset, bytes), as Device::copy takes them.
+using CopyFn = std::function<void(const Buffer&, std::size_t, Buffer&, std::size_t, std::size_t)>;
+
+// Copies through `copy` on `dev` and expects every byte of the destination buffer: the copied
+// range equal to the source's, the rest untouched. The cases cover what a vectorized copy does
+// differently: sizes past 1 MiB (where Vulkan takes its shader), offsets congruent modulo 16 but
+// unaligned (a head and a tail around the vector body), offsets that disagree modulo 16 and 4,
+// odd sizes, a whole buffer whose size is no multiple of 16, and disjoint ranges of one buffer.
+inline void expect_copies_byte_exact(Device& dev, const CopyFn& copy, const std::string& label) {
+  constexpr std::size_t mib = std::size_t{1} << 20, n = 3 * mib + 37;
+  struct Case {
+    std::size_t src_offset, dst_offset, bytes;
+  };
+  const Case cases[] = {{0, 0, 2 * mib},        {16, 48, 2 * mib + 13},    {5, 21, 2 * mib + 7}, {3, 8, mib + 1},
+                        {4, 12, mib + 4},       {0, 0, n},                 {1, 2, 15},           {16, 0, 16},
+                        {7, 7, 9},              {mib + 9, 25, mib - 3}};
+  std::vector<std::byte> src_bytes(n), dst_bytes(n);
+  std::uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (std::size_t i = 0; i < n; ++i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    src_bytes[i] = static_cast<std::byte>(x >> 56);
+    dst_bytes[i] = static_cast<std::byte>(~i);
+  }
+  auto src = dev.allocate(n), dst = dev.allocate(n);
+  dev.write(*src, 0, src_bytes.data(), n);
+  std::vector<std::byte> got(n);
+  auto expect_bytes = [&](const Buffer& b, const std::vector<std::byte>& want, const std::string& what) {
+    dev.read(b, 0, got.data(), n);
+    const auto diff = std::mismatch(got.begin(), got.end(), want.begin());
+    EXPECT_TRUE(diff.first == got.end()) << label << ", " << what << ": first wrong byte at "
+                                         << (diff.first - got.begin()) << " of " << n;
+  };
+  for (const Case& c : cases) {
+    dev.write(*dst, 0, dst_bytes.data(), n);
+    copy(*src, c.src_offset, *dst, c.dst_offset, c.bytes);
+    std::vector<std::byte> want = dst_bytes;
+    std::memcpy(want.data() + c.dst_offset, src_bytes.data() + c.src_offset, c.bytes);
+    expect_bytes(*dst, want, "copy of " + std::to_string(c.bytes) + " bytes from " + std::to_string(c.src_offset) +
+                                 " to " + std::to_string(c.dst_offset));
+  }
+  // Within one buffer: [3, 3 + mib + 5) to mib + 35 (congruent modulo 16, disjoint).
+  dev.write(*dst, 0, src_bytes.data(), n);
+  copy(*dst, 3, *dst, mib + 35, mib + 5);
+  std::vector<std::byte> want = src_bytes;
+  std::memcpy(want.data() + mib + 35, src_bytes.data() + 3, mib + 5);
+  expect_bytes(*dst, want, "copy within one buffer");
 }
 
 // A name gtest accepts for a device id ("opencl:0" -> "opencl_0").

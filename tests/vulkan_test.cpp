@@ -121,6 +121,58 @@ TEST_P(Vulkan, StagingTransfersKeepTheirOrder) {
   EXPECT_GT(ns, 0.0);
 }
 
+// Each copy path on its own, byte-exact; the shader path dispatches kernels/common/copy.comp
+// (counted in the pipeline statistics) and the transfer path never does.
+TEST_P(Vulkan, CopyPathsAreByteExact) {
+  auto dev = std::make_shared<vulkan::VulkanDevice>(index());
+  for (auto [path, name] : {std::pair{vulkan::CopyPath::transfer, "transfer"}, std::pair{vulkan::CopyPath::shader, "shader"},
+                            std::pair{vulkan::CopyPath::automatic, "automatic"}}) {
+    const vulkan::PipelineStats before = dev->pipeline_stats();
+    test::expect_copies_byte_exact(
+        *dev,
+        [&, path = path](const Buffer& s, std::size_t so, Buffer& d, std::size_t dof, std::size_t n) {
+          dev->copy_by(path, s, so, d, dof, n);
+        },
+        GetParam() + " " + name);
+    const vulkan::PipelineStats after = dev->pipeline_stats();
+    const std::uint64_t dispatched = after.created + after.hits - before.created - before.hits;
+    if (path == vulkan::CopyPath::transfer) {
+      EXPECT_EQ(dispatched, 0u);
+    } else if (path == vulkan::CopyPath::shader) {
+      // Seven of the cases have a 16-byte body (offsets congruent modulo 16, 16 bytes or more).
+      EXPECT_GE(dispatched, 7u);
+    }
+  }
+  // A device opened with the shader path takes it for copy() of any size with a vector body.
+  auto shader = std::make_shared<vulkan::VulkanDevice>(index(), vulkan::DeviceOptions{.copy = vulkan::CopyPath::shader});
+  auto a = shader->allocate(64), b = shader->allocate(64);
+  const std::uint64_t before = shader->pipeline_stats().created;
+  shader->copy(*a, *b, 64);
+  EXPECT_EQ(shader->pipeline_stats().created, before + 1);
+}
+
+TEST(VulkanCopyPath, EnvironmentPicksThePathAndRejectsOthersByName) {
+  const char* saved = std::getenv("EJK_VULKAN_COPY");
+  const std::optional<std::string> restore = saved ? std::optional<std::string>(saved) : std::nullopt;
+  struct Restore {
+    const std::optional<std::string>& value;
+    ~Restore() {
+      if (value) ::setenv("EJK_VULKAN_COPY", value->c_str(), 1);
+      else ::unsetenv("EJK_VULKAN_COPY");
+    }
+  } restore_on_exit{restore};
+  ::unsetenv("EJK_VULKAN_COPY");
+  EXPECT_EQ(vulkan::copy_path_from_env(), vulkan::CopyPath::automatic);
+  ::setenv("EJK_VULKAN_COPY", "transfer", 1);
+  EXPECT_EQ(vulkan::copy_path_from_env(), vulkan::CopyPath::transfer);
+  ::setenv("EJK_VULKAN_COPY", "shader", 1);
+  EXPECT_EQ(vulkan::copy_path_from_env(), vulkan::CopyPath::shader);
+  ::setenv("EJK_VULKAN_COPY", "auto", 1);
+  EXPECT_EQ(vulkan::copy_path_from_env(), vulkan::CopyPath::automatic);
+  ::setenv("EJK_VULKAN_COPY", "dma", 1);
+  test::expect_error([] { vulkan::copy_path_from_env(); }, "EJK_VULKAN_COPY=dma");
+}
+
 TEST_P(Vulkan, PipelinesAreCachedPerShaderAndSpecialization) {
   Context ctx(std::make_shared<vulkan::VulkanDevice>(index()));
   auto& dev = vulkan::vulkan_device(ctx.device());

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -66,9 +67,13 @@ const VulkanBuffer& buffer_of(const Buffer& b, const Core* core, const char* wha
   return *vb;
 }
 
-int memory_type(const VkPhysicalDeviceMemoryProperties& mp, std::uint32_t bits, VkMemoryPropertyFlags want) {
-  for (std::uint32_t i = 0; i < mp.memoryTypeCount; ++i)
-    if ((bits & (1u << i)) && (mp.memoryTypes[i].propertyFlags & want) == want) return static_cast<int>(i);
+// The first type allowed by `bits` with every flag of `want` and none of `avoid`.
+int memory_type(const VkPhysicalDeviceMemoryProperties& mp, std::uint32_t bits, VkMemoryPropertyFlags want,
+                VkMemoryPropertyFlags avoid = 0) {
+  for (std::uint32_t i = 0; i < mp.memoryTypeCount; ++i) {
+    const VkMemoryPropertyFlags f = mp.memoryTypes[i].propertyFlags;
+    if ((bits & (1u << i)) && (f & want) == want && (f & avoid) == 0) return static_cast<int>(i);
+  }
   return -1;
 }
 
@@ -80,6 +85,16 @@ std::string spec_text(const Launch& l) {
 }
 
 }  // namespace
+
+CopyPath copy_path_from_env() {
+  const char* v = std::getenv("EJK_VULKAN_COPY");
+  if (!v || !*v) return CopyPath::automatic;
+  const std::string_view value(v);
+  if (value == "auto") return CopyPath::automatic;
+  if (value == "transfer") return CopyPath::transfer;
+  if (value == "shader") return CopyPath::shader;
+  throw InvalidArgument("EJK_VULKAN_COPY=" + std::string(value) + ": expected transfer, shader or auto");
+}
 
 struct VulkanDevice::State {
   struct Batch {
@@ -107,6 +122,7 @@ struct VulkanDevice::State {
   bool push_descriptors = false;
   bool full_subgroups = false;
   bool map_device_memory = false;  // tensors live in mapped memory: no staging copies
+  CopyPath copy_path = CopyPath::automatic;
   PFN_vkCmdPushDescriptorSetKHR push_descriptor_fn = nullptr;
 
   mutable std::mutex mutex;  // the stream, the caches and the queue
@@ -158,6 +174,7 @@ struct VulkanDevice::State {
     }
     push_descriptors = pd.push_descriptor && options.push_descriptors;
     map_device_memory = pd.integrated && !options.staging;
+    copy_path = options.copy;
     if (push_descriptors) extensions.push_back(VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
 
     auto info = make<VkDeviceCreateInfo>(VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO);
@@ -238,6 +255,12 @@ struct VulkanDevice::State {
       case Memory::device:
         // Integrated GPUs and CPUs see host-visible memory as fast as any: no staging there.
         if (map_device_memory) type = memory_type(pd.memory, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | host);
+        // Unmapped tensors skip device-local types the host can see where there are others: on
+        // discrete GPUs those are the PCIe BAR window (256 MiB without resizable BAR), whose
+        // order among the types is the driver's choice.
+        if (type < 0)
+          type = memory_type(pd.memory, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT,
+                             VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT);
         if (type < 0) type = memory_type(pd.memory, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
         break;
       case Memory::upload: type = memory_type(pd.memory, req.memoryTypeBits, host); break;
@@ -634,15 +657,58 @@ void VulkanDevice::read_ranges(std::span<const ReadRange> ranges) {
 
 void VulkanDevice::copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,
                         std::size_t bytes) {
+  copy_by(state_->copy_path, src, src_offset, dst, dst_offset, bytes);
+}
+
+void VulkanDevice::copy_by(CopyPath path, const Buffer& src, std::size_t src_offset, Buffer& dst,
+                           std::size_t dst_offset, std::size_t bytes) {
   State& s = *state_;
   const auto& from = buffer_of(src, s.core.get(), "copy");
   const auto& to = buffer_of(dst, s.core.get(), "copy");
   check_copy(src, src_offset, dst, dst_offset, bytes);
   if (bytes == 0) return;
+  if (path == CopyPath::automatic)
+    path = !s.pd.cpu && bytes >= shader_copy_min_bytes ? CopyPath::shader : CopyPath::transfer;
+  // The shader moves whole 16-byte vectors of both ranges, which exist only when the offsets
+  // agree modulo 16; the head before them and the tail after them go by vkCmdCopyBuffer.
+  std::size_t head = 0, body = 0;
+  if (path == CopyPath::shader && src_offset % 16 == dst_offset % 16) {
+    head = std::min(bytes, (16 - src_offset % 16) % 16);
+    body = (bytes - head) / 16 * 16;
+  }
+  std::vector<VkBufferCopy> regions;
+  if (body == 0) {
+    regions.push_back({src_offset, dst_offset, bytes});
+  } else {
+    if (head) regions.push_back({src_offset, dst_offset, head});
+    if (const std::size_t tail = bytes - head - body)
+      regions.push_back({src_offset + head + body, dst_offset + head + body, tail});
+  }
+  if (body) {
+    // Mirrors copy.comp's push-constant block. Buffers are at most maxStorageBufferRange (32-bit)
+    // bytes, so vector indices fit 32 bits.
+    struct Push {
+      std::uint32_t src0, dst0, count;
+    };
+    constexpr std::uint32_t local = 256, unroll = 4;
+    const Push push{static_cast<std::uint32_t>((src_offset + head) / 16), static_cast<std::uint32_t>((dst_offset + head) / 16),
+                    static_cast<std::uint32_t>(body / 16)};
+    // One pass when it fits (a group per 4 KiB: 256 threads, 4 vectors each), else the shader's
+    // grid-stride loop covers the rest.
+    const std::uint32_t max_groups = std::min<std::uint32_t>(physical().limits.maxComputeWorkGroupCount[0], 65535);
+    Launch l;
+    l.spirv = "common/copy.spv";
+    l.local_size = {local, 1, 1};
+    l.buffers = {&src, &dst};
+    l.push = push_bytes(push);
+    l.groups = {std::min<std::uint32_t>((push.count + local * unroll - 1) / (local * unroll), max_groups), 1, 1};
+    dispatch(l);
+  }
+  if (regions.empty()) return;
   std::lock_guard lock(s.mutex);
   VkCommandBuffer cmd = s.begin_command();
-  VkBufferCopy region{src_offset, dst_offset, bytes};
-  vkCmdCopyBuffer(cmd, from.allocation()->buffer.get(), to.allocation()->buffer.get(), 1, &region);
+  vkCmdCopyBuffer(cmd, from.allocation()->buffer.get(), to.allocation()->buffer.get(),
+                  static_cast<std::uint32_t>(regions.size()), regions.data());
   s.recording->keep.push_back(from.allocation());
   s.recording->keep.push_back(to.allocation());
   s.after_command();
@@ -842,7 +908,11 @@ std::vector<DeviceInfo> vulkan_devices() {
   return out;
 }
 
-std::shared_ptr<Device> open_vulkan(int index) { return std::make_shared<vulkan::VulkanDevice>(index); }
+std::shared_ptr<Device> open_vulkan(int index) {
+  vulkan::DeviceOptions options;
+  options.copy = vulkan::copy_path_from_env();
+  return std::make_shared<vulkan::VulkanDevice>(index, options);
+}
 
 #ifdef EJK_HAVE_COOPMAT
 constexpr const char* vulkan_build_name = "vulkan +coopmat";

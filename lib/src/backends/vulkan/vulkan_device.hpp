@@ -55,12 +55,25 @@ struct PipelineStats {
   std::uint64_t loaded = 0;   // of those built, the ones seeded with data another process kept
 };
 
+// How VulkanDevice::copy moves bytes. `transfer` is vkCmdCopyBuffer, which NVIDIA runs at under
+// a third of an SM copy's bandwidth (about 850 GB/s against 3 TB/s on an H100); `shader` is
+// kernels/common/copy.comp, 16 bytes a load. `automatic` takes the shader for copies of at least
+// shader_copy_min_bytes on GPUs, and vkCmdCopyBuffer below that (no pipeline to bind) and on CPU
+// drivers (lavapipe's transfer is a memcpy). The shader needs src and dst offsets congruent
+// modulo 16; other copies, and the bytes around the aligned body, go through vkCmdCopyBuffer.
+enum class CopyPath { automatic, transfer, shader };
+inline constexpr std::size_t shader_copy_min_bytes = std::size_t{1} << 20;
+// $EJK_VULKAN_COPY: unset or empty is automatic, else transfer | shader | auto; throws
+// InvalidArgument naming the variable and the value otherwise.
+CopyPath copy_path_from_env();
+
 struct DeviceOptions {
   // Off: descriptor sets come from per-batch pools even where VK_KHR_push_descriptor exists.
   bool push_descriptors = true;
   // On: transfers go through staging buffers even where device memory is host-visible
   // (integrated GPUs and CPUs map it instead), as they do on discrete GPUs.
   bool staging = false;
+  CopyPath copy = CopyPath::automatic;  // what copy() does; open_device takes $EJK_VULKAN_COPY
 };
 
 class VulkanDevice final : public Device {
@@ -76,6 +89,9 @@ class VulkanDevice final : public Device {
   void read_ranges(std::span<const ReadRange> ranges) override;
   using Device::copy;
   void copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset, std::size_t bytes) override;
+  // A copy by a path of the caller's choosing, for A/B measurements and for tests of each path.
+  void copy_by(CopyPath path, const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,
+               std::size_t bytes);
   // A reduction on the device (kernels/common/difference.comp): a few bytes a group come back.
   Difference difference(const Buffer& got, const Buffer* want, DType t, std::int64_t n) override;
   void synchronize() override;
