@@ -297,7 +297,8 @@ struct Pass {
 
 // How a step's passes travel. post() queues them after the work submitted so far; overlap()
 // runs a step's compute (which submits device work) while they are in flight; land() orders the
-// work submitted after it after their arrival.
+// work submitted after it after their arrival. With `timed`, each step's compute is timed on the
+// device's clock into compute_s (Device::time_ns, which waits for it).
 class Link {
  public:
   virtual ~Link() = default;
@@ -308,11 +309,12 @@ class Link {
   virtual void finish() = 0;
 };
 
-// Device to device through a PeerGroup: every call returns at once and the device orders the
-// rest, so the host runs ahead and the transfers overlap the compute on the device's own queues.
+// Device to device through a PeerGroup (none on a ring of one, where nothing travels): every
+// call returns at once and the device orders the rest, so the host runs ahead and the transfers
+// overlap the compute on the device's own queues.
 class DeviceLink final : public Link {
  public:
-  DeviceLink(const Ring& ring, Device& device, PeerGroup& group, RingAttentionStats& st)
+  DeviceLink(const Ring& ring, Device& device, PeerGroup* group, RingAttentionStats* st)
       : ring_(ring), device_(device), group_(group), st_(st) {}
   void post(std::vector<Pass> passes) override {
     std::vector<PeerGroup::Move> moves;
@@ -320,27 +322,26 @@ class DeviceLink final : public Link {
       moves.push_back({&p.send.buffer(), nullptr, p.send.bytes(), ring_.right()});
       moves.push_back({nullptr, &p.recv.buffer(), p.recv.bytes(), ring_.left()});
     }
-    group_.exchange(moves);
+    group_->exchange(moves);
     held_.push_back(std::move(passes));  // the buffers stay alive until the device is done
   }
   void overlap(const std::function<void()>& work) override {
-    const auto t0 = Clock::now();
-    work();
-    st_.compute_s += since(t0);
+    if (st_) st_->compute_s += device_.time_ns(work) * 1e-9;
+    else work();
   }
-  void land() override { group_.join(); }
+  void land() override {
+    if (group_) group_->join();
+  }
   void finish() override {
-    const auto t0 = Clock::now();
     device_.synchronize();
-    st_.wait_s += since(t0);
     held_.clear();
   }
 
  private:
   const Ring& ring_;
   Device& device_;
-  PeerGroup& group_;
-  RingAttentionStats& st_;
+  PeerGroup* group_;
+  RingAttentionStats* st_;
   std::vector<std::vector<Pass>> held_;
 };
 
@@ -377,6 +378,7 @@ class HostLink final : public Link {
  public:
   HostLink(const Ring& ring, Device& device, RingAttentionStats& st)
       : ring_(ring), device_(device), st_(st), reqs_{.spin = device.info().discrete, .r = {}} {}
+  // The host path always times (its worker waits for the device anyway).
   void post(std::vector<Pass> passes) override {
     auto& stage = staging();
     if (stage.size() < passes.size()) stage.resize(passes.size());
@@ -407,10 +409,9 @@ class HostLink final : public Link {
     pending_ = std::move(passes);
   }
   void overlap(const std::function<void()>& work) override {
-    st_.compute_s += overlapped(reqs_, [&] {
-      work();
-      device_.synchronize();
-    });
+    double device_s = 0;
+    overlapped(reqs_, [&] { device_s = device_.time_ns(work) * 1e-9; });
+    st_.compute_s += device_s;
   }
   void land() override {
     auto t0 = Clock::now();
@@ -421,11 +422,7 @@ class HostLink final : public Link {
     pending_.clear();
     st_.host_s += since(t0);
   }
-  void finish() override {
-    const auto t0 = Clock::now();
-    device_.synchronize();
-    st_.compute_s += since(t0);
-  }
+  void finish() override { device_.synchronize(); }
 
  private:
   const Ring& ring_;
@@ -467,11 +464,15 @@ PeerGroup& peer_group(const Ring& ring, Device& device) {
   return *groups->list.back().second;
 }
 
-std::unique_ptr<Link> open_link(const Ring& ring, Device& device, RingAttentionStats& st) {
+std::unique_ptr<Link> open_link(const Ring& ring, Device& device, RingAttentionStats& st, bool timed) {
+  if (ring.size == 1) {
+    st.transport = "none";
+    return std::make_unique<DeviceLink>(ring, device, nullptr, timed ? &st : nullptr);
+  }
   if (ring.device_link) {
     PeerGroup& g = peer_group(ring, device);
     st.transport = peer_transport(device).name;
-    return std::make_unique<DeviceLink>(ring, device, g, st);
+    return std::make_unique<DeviceLink>(ring, device, &g, timed ? &st : nullptr);
   }
   st.transport = "host";
   return std::make_unique<HostLink>(ring, device, st);
@@ -485,7 +486,8 @@ struct Slots {
   std::map<std::pair<std::int64_t, int>, Tensor> tensors;
   const Tensor& of(std::int64_t length, int slot) {
     auto it = tensors.find({length, slot});
-    if (it == tensors.end()) it = tensors.emplace(std::pair{length, slot}, ctx.empty(shape(length), dtype)).first;
+    if (it == tensors.end())
+      it = tensors.emplace(std::pair{length, slot}, Tensor::scratch(ctx.device_ptr(), shape(length), dtype)).first;
     return it->second;
   }
 };
@@ -522,21 +524,17 @@ AttentionOutput ring_attention(const Context& ctx, const Tensor& q, const Tensor
   RingAttentionStats st;
   st.wait_s = since(t_call);  // the collective check waits for the slowest rank to arrive
   st.steps = ring.size;
-  const std::int64_t lq = ring.length(ring.rank);
-  const std::size_t rows = static_cast<std::size_t>(ring.batch * ring.heads * lq);
+  const Shape lse_shape{ring.batch, ring.heads, ring.length(ring.rank)};
+  const auto& dev = ctx.device_ptr();
 
-  // Running output (f32) and log-sum-exp of this shard's queries, on the device: attention_merge
-  // folds in each block's result. Rows start at -inf, which it reads as "nothing yet".
-  const Shape lse_shape{ring.batch, ring.heads, lq};
-  auto minus_inf = [&] {
-    Tensor t = ctx.empty(lse_shape, DType::f32);
-    t.write(std::vector<float>(rows, -std::numeric_limits<float>::infinity()));
-    return t;
-  };
-  const Tensor acc = ctx.empty(q.shape(), DType::f32), acc_lse = minus_inf();
-  AttentionOutput part{ctx.empty(q.shape(), q.dtype()), ctx.empty(lse_shape, DType::f32)};
+  // Running output (f32) and log-sum-exp of this shard's queries, on the device: the first block
+  // (this rank's own, never masked whole: it holds every query's diagonal key) starts them, and
+  // attention_merge folds in each later block's result.
+  const bool f32 = ring.dtype == DType::f32;
+  const Tensor acc = Tensor::scratch(dev, q.shape(), DType::f32), acc_lse = Tensor::scratch(dev, lse_shape, DType::f32);
+  const AttentionOutput part{Tensor::scratch(dev, q.shape(), q.dtype()), Tensor::scratch(dev, lse_shape, DType::f32)};
   Slots ks{ctx, ring.dtype, [&](std::int64_t n) { return kv_shape(ring, n); }, {}}, vs = ks;
-  std::unique_ptr<Link> link = open_link(ring, ctx.device(), st);
+  std::unique_ptr<Link> link = open_link(ring, ctx.device(), st, stats != nullptr);
   std::string failure;
 
   // Step t attends rank src(t)'s block: its own at step 0, then what arrived from the left.
@@ -554,8 +552,15 @@ AttentionOutput ring_attention(const Context& ctx, const Tensor& q, const Tensor
       try {
         const AttentionOptions bo = ring.block_options(s);
         link->overlap([&] {
-          flash_attention(ctx, q, kc, vc, part.out, part.lse, bo);
-          attention_merge(ctx, acc, acc_lse, part.out, part.lse);
+          if (step == 0 && f32) {
+            flash_attention(ctx, q, kc, vc, acc, acc_lse, bo);
+          } else if (step == 0) {
+            flash_attention(ctx, q, kc, vc, part.out, acc_lse, bo);
+            add(ctx, part.out, part.out, acc, 0.0);
+          } else {
+            flash_attention(ctx, q, kc, vc, part.out, part.lse, bo);
+            attention_merge(ctx, acc, acc_lse, part.out, part.lse);
+          }
         });
         ++st.blocks;
         st.flops += head_flops(ring) * static_cast<double>(pairs);
@@ -567,15 +572,16 @@ AttentionOutput ring_attention(const Context& ctx, const Tensor& q, const Tensor
     kc = kn, vc = vn;
   }
 
-  // The result in q's dtype: merged into an empty output whose rows are all -inf, acc comes out
-  // rounded once, with its lse. Every row was written: its own block holds its diagonal key.
+  // The result in q's dtype, rounded once; the log-sum-exp is the running one.
   AttentionOutput r{acc, acc_lse};
-  if (q.dtype() != DType::f32 && failure.empty()) {
-    r = {ctx.empty(q.shape(), q.dtype()), minus_inf()};
-    attention_merge(ctx, r.out, r.lse, acc, acc_lse);
-  }
   try {
+    if (!f32 && failure.empty()) {
+      r.out = ctx.empty(q.shape(), q.dtype());
+      add(ctx, acc, acc, r.out, 0.0);
+    }
+    const auto t0 = Clock::now();
     link->finish();
+    st.wait_s += since(t0);
   } catch (const std::exception& e) {
     if (failure.empty()) failure = std::string(name) + ": rank " + std::to_string(ring.rank) + ": " + e.what();
   }
@@ -599,12 +605,13 @@ AttentionGrads ring_attention_bwd(const Context& ctx, const Tensor& q, const Ten
 
   // dq summed in f32 over the blocks; each block's dk and dv (f32, g*) summed over the ranks it
   // visits, travelling one step behind the block itself.
-  const Tensor dq = ctx.empty(q.shape(), DType::f32);
+  const auto& dev = ctx.device_ptr();
+  const Tensor dq = Tensor::scratch(dev, q.shape(), DType::f32);
   Slots ks{ctx, ring.dtype, [&](std::int64_t n) { return kv_shape(ring, n); }, {}}, vs = ks;
   Slots gks{ctx, DType::f32, ks.shape, {}}, gvs = gks;
   Slots pks{ctx, ring.dtype, ks.shape, {}}, pvs = pks;  // a block's own dk and dv (slot 0 only)
-  const Tensor part_dq = ctx.empty(q.shape(), q.dtype());
-  std::unique_ptr<Link> link = open_link(ring, ctx.device(), st);
+  const Tensor part_dq = Tensor::scratch(dev, q.shape(), q.dtype());
+  std::unique_ptr<Link> link = open_link(ring, ctx.device(), st, stats != nullptr);
   std::string failure;
 
   Tensor kc = k, vc = v, gk_prev, gv_prev;
@@ -649,8 +656,10 @@ AttentionGrads ring_attention_bwd(const Context& ctx, const Tensor& q, const Ten
     if (computed) {
       try {
         // At step 0 the block's sums start here; later, what the left neighbour sent grows.
-        add(ctx, step == 0 ? part.dk : gk, part.dk, gk, step == 0 ? 0.0 : 1.0);
-        add(ctx, step == 0 ? part.dv : gv, part.dv, gv, step == 0 ? 0.0 : 1.0);
+        link->overlap([&] {
+          add(ctx, step == 0 ? part.dk : gk, part.dk, gk, step == 0 ? 0.0 : 1.0);
+          add(ctx, step == 0 ? part.dv : gv, part.dv, gv, step == 0 ? 0.0 : 1.0);
+        });
       } catch (const std::exception& e) {
         failure = std::string(name) + ": rank " + std::to_string(ring.rank) + ": " + e.what();
       }
@@ -672,7 +681,9 @@ AttentionGrads ring_attention_bwd(const Context& ctx, const Tensor& q, const Ten
       add(ctx, gk, gk, r.dk, 0.0);
       add(ctx, gv, gv, r.dv, 0.0);
     }
+    const auto t0 = Clock::now();
     link->finish();
+    st.wait_s += since(t0);
   } catch (const std::exception& e) {
     if (failure.empty()) failure = std::string(name) + ": rank " + std::to_string(ring.rank) + ": " + e.what();
   }

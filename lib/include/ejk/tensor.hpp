@@ -26,6 +26,10 @@ class EJK_API Tensor {
   // A tensor whose buffer holds `spare_bytes` beyond its data (buffer().bytes() counts them,
   // bytes() does not): room for a canary pattern that reveals out-of-bounds writes.
   static Tensor with_spare(std::shared_ptr<Device> device, Shape shape, DType dtype, std::size_t spare_bytes);
+  // Working memory from Device::scratch, contents undefined: a device that recycles released
+  // buffers (CUDA, where an allocation and its free cost more than much of the work) may hand out
+  // one released earlier, so work that uses it must be submitted after that release.
+  static Tensor scratch(std::shared_ptr<Device> device, Shape shape, DType dtype);
   // The same buffer seen with another shape of the same element count (no copy): writes
   // through either are seen by both. Throws InvalidArgument when the counts differ.
   Tensor reshaped(Shape shape) const;

@@ -35,6 +35,15 @@ Tensor Tensor::with_spare(std::shared_ptr<Device> device, Shape shape, DType dty
   return t;
 }
 
+Tensor Tensor::scratch(std::shared_ptr<Device> device, Shape shape, DType dtype) {
+  Tensor t;
+  t.device_ = device;
+  t.spec_ = {std::move(shape), dtype};
+  (void)ejk::numel(t.spec_.shape, "tensor");
+  t.buffer_ = device->scratch(std::max<std::size_t>(t.bytes(), 4));
+  return t;
+}
+
 std::int64_t Tensor::numel() const { return ejk::numel(spec_.shape); }
 std::size_t Tensor::bytes() const { return static_cast<std::size_t>(numel()) * dtype_size(spec_.dtype); }
 
