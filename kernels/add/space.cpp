@@ -10,7 +10,7 @@ namespace ejk::kernels::add {
 ParamSpace device_space(const Invocation& inv, const DeviceInfo& dev) {
   const AddKernel k;
   ParamSpace s;
-  s.param("threads", {64, 128, 256, 512})
+  s.param("threads", {64, 128, 256})
       .param("vec", {1, 2, 4})
       .constraint("threads <= max_workgroup_size")
       .bind(k.vars(inv))

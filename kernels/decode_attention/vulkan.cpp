@@ -133,8 +133,8 @@ class VulkanDecode final : public Implementation {
     const bool wide = need16 || dev.physical().storage16;
 
     const std::int64_t parts = std::max<std::int64_t>(1, e.tokens * e.heads * splits);
-    auto acc = dev.allocate(static_cast<std::size_t>(parts * e.head_dim) * 4);
-    auto ml = dev.allocate(static_cast<std::size_t>(parts) * 8);
+    auto acc = dev.scratch(static_cast<std::size_t>(parts * e.head_dim) * 4);
+    auto ml = dev.scratch(static_cast<std::size_t>(parts) * 8);
     auto arg = [&](int slot) -> const Buffer* { return &arg_at(e, args, slot).buffer(); };
     Push push{};
     push.dtype = u32(dtype_code(e.dtype));

@@ -208,8 +208,8 @@ class CudaBackward final : public Implementation {
     // Query rows padded to the 64-row blocks: each block's lse and D are one bulk copy.
     const std::int64_t rows = p.batch * p.seq_q * p.heads, seq_pad = (p.seq_q + 63) / 64 * 64;
     const std::int64_t padded_rows = p.batch * seq_pad * p.heads;
-    auto stats = dev.allocate(static_cast<std::size_t>(std::max<std::int64_t>(2 * padded_rows, 1)) * 4);
-    auto dq_acc = dev.allocate(static_cast<std::size_t>(std::max<std::int64_t>(padded_rows * p.head_dim, 1)) * 4);
+    auto stats = dev.scratch(static_cast<std::size_t>(std::max<std::int64_t>(2 * padded_rows, 1)) * 4);
+    auto dq_acc = dev.scratch(static_cast<std::size_t>(std::max<std::int64_t>(padded_rows * p.head_dim, 1)) * 4);
     CUdeviceptr stats_p = dev.pointer(*stats), dq_acc_p = dev.pointer(*dq_acc);
     CUdeviceptr out = dev.pointer(args[bwd::out].buffer()), dout = dev.pointer(args[bwd::dout].buffer());
     CUdeviceptr lse = dev.pointer(args[bwd::lse].buffer()), dq = dev.pointer(args[bwd::dq].buffer());

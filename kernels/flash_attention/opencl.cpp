@@ -237,9 +237,9 @@ class OpenCLBackward final : public OpenCLBase {
     // broadcast, dbias unbroadcast in f32 (summed by the finish pass instead of atomically).
     const std::int64_t prep_blocks = ceil_div(p.seq_q, prep_threads);
     const bool broadcast = p.has_bias && ((p.bias_batch == 1 && p.batch > 1) || (p.bias_heads == 1 && p.heads > 1));
-    auto delta = dev.allocate(static_cast<std::size_t>(std::max<std::int64_t>(1, p.heads * p.total_q)) * 4);
-    auto parts = dev.allocate(static_cast<std::size_t>(std::max<std::int64_t>(1, p.batch * p.heads * prep_blocks)) * 4);
-    auto scratch = dev.allocate(static_cast<std::size_t>(broadcast ? p.batch * p.heads * p.seq_q * p.seq_k : 1) * 4);
+    auto delta = dev.scratch(static_cast<std::size_t>(std::max<std::int64_t>(1, p.heads * p.total_q)) * 4);
+    auto parts = dev.scratch(static_cast<std::size_t>(std::max<std::int64_t>(1, p.batch * p.heads * prep_blocks)) * 4);
+    auto scratch = dev.scratch(static_cast<std::size_t>(broadcast ? p.batch * p.heads * p.seq_q * p.seq_k : 1) * 4);
 
     ProgramOptions params = program_options(p, "flash_attention_bwd opencl");
     params.flags |= broadcast ? program_flag::dbias_scratch : 0u;

@@ -299,9 +299,9 @@ class VulkanBackward final : public VulkanBase {
     constexpr std::int64_t prep_rows = 64;
     const std::int64_t prep_blocks = ceil_div(p.seq_q, prep_rows);
     const bool broadcast = p.has_bias && ((p.bias_batch == 1 && p.batch > 1) || (p.bias_heads == 1 && p.heads > 1));
-    auto delta = dev.allocate(static_cast<std::size_t>(std::max<std::int64_t>(1, p.heads * p.total_q)) * 4);
-    auto parts = dev.allocate(static_cast<std::size_t>(std::max<std::int64_t>(1, p.batch * p.heads * prep_blocks)) * 4);
-    auto scratch = dev.allocate(static_cast<std::size_t>(broadcast ? p.batch * p.heads * p.seq_q * p.seq_k : 1) * 4);
+    auto delta = dev.scratch(static_cast<std::size_t>(std::max<std::int64_t>(1, p.heads * p.total_q)) * 4);
+    auto parts = dev.scratch(static_cast<std::size_t>(std::max<std::int64_t>(1, p.batch * p.heads * prep_blocks)) * 4);
+    auto scratch = dev.scratch(static_cast<std::size_t>(broadcast ? p.batch * p.heads * p.seq_q * p.seq_k : 1) * 4);
 
     Push push{program_options(p, "flash_attention_bwd vulkan")};
     push.o.flags |= broadcast ? program_flag::dbias_scratch : 0u;

@@ -94,13 +94,13 @@ class VulkanLinearAttention final : public Implementation {
     const Buffer* gamma = buf(fwd::g_gamma);
     if (p.variant == Variant::lightning) {
       const auto bytes = encode(p.dtype, p.gamma({}));
-      gamma_buf = dev.allocate(bytes.size());
+      gamma_buf = dev.scratch(bytes.size());
       dev.write(*gamma_buf, 0, bytes.data(), bytes.size());
       gamma = gamma_buf.get();
     }
     std::vector<std::shared_ptr<Buffer>> scratch;
     auto f32 = [&](Slot s, std::int64_t n) {
-      scratch.push_back(dev.allocate(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * 4));
+      scratch.push_back(dev.scratch(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * 4));
       at(s) = scratch.back().get();
     };
     const std::int64_t TH = p.tokens() * p.heads, states = p.num_seqs * p.heads * p.K * p.V;

@@ -52,7 +52,7 @@ class OpenCLMeanPooling final : public clc::Implementation {
                  args[arg::out], packed, seq, tokens, segs, dim, nb, ns);
       return;
     }
-    auto partial = dev.allocate(splits > 1 ? static_cast<std::size_t>(splits * p.segs * p.dim) * 4 : 4);
+    auto partial = dev.scratch(splits > 1 ? static_cast<std::size_t>(splits * p.segs * p.dim) * 4 : 4);
     dev.launch(*dev.kernel(source_key, options, "mean_pool"), global, local, args[arg::in], args[arg::cu_seqlens],
                args[arg::out], *partial, packed, seq, tokens, segs, dim, nb, ns);
     if (splits > 1)

@@ -75,7 +75,7 @@ class VulkanMeanPooling final : public Implementation {
       dev.dispatch(l);
       return;
     }
-    auto partial = dev.allocate(splits > 1 ? static_cast<std::size_t>(splits * p.segs * p.dim) * 4 : 4);
+    auto partial = dev.scratch(splits > 1 ? static_cast<std::size_t>(splits * p.segs * p.dim) * 4 : 4);
     const std::string pool = "mean_pooling/mean_pooling_pool" + suffix, finish = "mean_pooling/mean_pooling_finish" + suffix;
     l.spirv = pool;
     l.buffers = {&args[arg::in].buffer(), &args[arg::cu_seqlens].buffer(), &args[arg::out].buffer(), partial.get()};

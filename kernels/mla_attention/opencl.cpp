@@ -95,9 +95,9 @@ class OpenCLMlaDecode final : public clc::Implementation {
     auto combine = dev.kernel(source_key, options, "mla_combine");
 
     const std::int64_t bh = p.batch * p.heads;
-    auto qs = dev.allocate(static_cast<std::size_t>(bh * p.width()) * 4);
-    auto part_o = dev.allocate(static_cast<std::size_t>(bh * splits * p.rank) * 4);
-    auto part_ml = dev.allocate(static_cast<std::size_t>(bh * splits * 2) * 4);
+    auto qs = dev.scratch(static_cast<std::size_t>(bh * p.width()) * 4);
+    auto part_o = dev.scratch(static_cast<std::size_t>(bh * splits * p.rank) * 4);
+    auto part_ml = dev.scratch(static_cast<std::size_t>(bh * splits * 2) * 4);
     const int dtype = dtype_code(p.dtype);
     const auto t = static_cast<std::size_t>(threads);
     dev.launch(*absorb, clc::Range(static_cast<std::size_t>(bh) * t), clc::Range(t), args[arg::q_nope],

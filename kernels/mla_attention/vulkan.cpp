@@ -115,9 +115,9 @@ class VulkanMlaDecode final : public Implementation {
                             " exceed the workgroup counts of " + info.id());
 
     const std::int64_t bh = p.batch * p.heads;
-    auto qs = dev.allocate(static_cast<std::size_t>(bh * p.width()) * 4);
-    auto part_o = dev.allocate(static_cast<std::size_t>(bh * splits * p.rank) * 4);
-    auto part_ml = dev.allocate(static_cast<std::size_t>(bh * splits * 2) * 4);
+    auto qs = dev.scratch(static_cast<std::size_t>(bh * p.width()) * 4);
+    auto part_o = dev.scratch(static_cast<std::size_t>(bh * splits * p.rank) * 4);
+    auto part_ml = dev.scratch(static_cast<std::size_t>(bh * splits * 2) * 4);
 
     const Push push{u32(p.heads), u32(p.nope_dim), u32(p.block_size), u32(p.max_blocks), u32(splits), u32(p.v_dim),
                     p.dtype == DType::f16 ? 1u : p.dtype == DType::bf16 ? 2u : 0u, static_cast<float>(p.scale)};
