@@ -117,7 +117,9 @@ void expect_matches(const Case& c, DType t) {
     EXPECT_EQ(fs.blocks, c.o.layout == RingLayout::striped ? g_size : g_rank + 1);
   }
   // Every rank agrees on the transport: the host's, or one device-to-device transport.
-  if (c.o.transport == RingTransport::host || g_size == 1) {
+  if (g_size == 1) {
+    EXPECT_EQ(fs.transport, "none");
+  } else if (c.o.transport == RingTransport::host) {
     EXPECT_EQ(fs.transport, "host");
   }
   EXPECT_EQ(fs.transport, bs.transport);

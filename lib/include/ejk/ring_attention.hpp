@@ -51,19 +51,20 @@ struct RingAttentionOptions {
   RingTransport transport = RingTransport::automatic;
 };
 
-// Where one rank's time went in one call (seconds).
+// Where one rank's time went in one call (seconds). Asking for them times each step's compute on
+// the device's clock, which waits for it before the next step is queued (a few microseconds a
+// step on a GPU).
 struct RingAttentionStats {
   int steps = 0;            // ring steps: the communicator's size
   int blocks = 0;           // key/value blocks this rank attended; blocks masked whole are skipped
   double flops = 0;         // of the attended blocks, counting only the unmasked (query, key) pairs
   double total_s = 0;       // the whole call
-  double compute_s = 0;     // flash attention, merges and gradient sums, overlapped with the
-                            // transfers in flight (device transports: the host's time to submit them)
-  double wait_s = 0;        // waiting for transfers once a step's compute was done (communication not
-                            // hidden; device transports: for the device to finish the ring), and for
-                            // the other ranks at the collective checks on entry and exit
+  double compute_s = 0;     // flash attention, merges and gradient sums on the device's clock,
+                            // overlapped with the transfers in flight
+  double wait_s = 0;        // waiting for transfers not hidden by the compute, for the device to finish
+                            // at the end, and for the other ranks at the collective checks
   double host_s = 0;        // host <-> device copies of blocks (host transport)
-  std::string transport;    // "host", or the device transport's name ("nccl 2.27.5 (...)")
+  std::string transport;    // "host", "none" (one rank), or the device transport's ("nccl 2.28.9 (path)")
 };
 
 // q [batch, seq_shard, heads, head_dim], k and v [batch, seq_shard, kv_heads, head_dim] (GQA);
