@@ -509,6 +509,40 @@ void settle(const Ring& ring, const char* k, const std::string& failure) {
       throw Error(std::string(k) + ": rank " + std::to_string(r) + " failed: " + &all[static_cast<std::size_t>(r) * error_text]);
 }
 
+// One rank's side of a collective call: its figures, and the first failure met on the way. A
+// failure does not stop the rank (it keeps passing blocks so that no other rank waits for one);
+// end() makes every rank throw it.
+struct Call {
+  explicit Call(const char* n) : name(n) {}
+  const char* name;
+  Clock::time_point start = Clock::now();
+  RingAttentionStats st{};
+  std::string failure;
+
+  bool failed() const { return !failure.empty(); }
+  template <class Work>
+  bool attempt(const Ring& ring, Work work) {
+    try {
+      work();
+      return true;
+    } catch (const std::exception& e) {
+      if (failure.empty()) failure = std::string(name) + ": rank " + std::to_string(ring.rank) + ": " + e.what();
+      return false;
+    }
+  }
+  // Waits for the device, agrees on failures, and hands out the figures.
+  void end(const Ring& ring, Link& link, RingAttentionStats* stats) {
+    auto t0 = Clock::now();
+    attempt(ring, [&] { link.finish(); });
+    st.wait_s += since(t0);
+    t0 = Clock::now();
+    settle(ring, name, failure);
+    st.wait_s += since(t0);
+    st.total_s = since(start);
+    if (stats) *stats = st;
+  }
+};
+
 // Forward FLOPs per unmasked (query, key) pair over all batches and heads: q.k and p.v, 2 * D each.
 double head_flops(const Ring& ring) { return 4.0 * static_cast<double>(ring.batch * ring.heads * ring.head_dim); }
 
@@ -518,11 +552,10 @@ Shape kv_shape(const Ring& ring, std::int64_t length) { return {ring.batch, leng
 
 AttentionOutput ring_attention(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, MPI_Comm comm,
                                const RingAttentionOptions& options, RingAttentionStats* stats) {
-  constexpr const char* name = "ring_attention";
-  const auto t_call = Clock::now();
-  const Ring ring = agree(name, ctx, q, k, v, nullptr, nullptr, nullptr, comm, options);
-  RingAttentionStats st;
-  st.wait_s = since(t_call);  // the collective check waits for the slowest rank to arrive
+  Call call("ring_attention");
+  const Ring ring = agree(call.name, ctx, q, k, v, nullptr, nullptr, nullptr, comm, options);
+  RingAttentionStats& st = call.st;
+  st.wait_s = since(call.start);  // the collective check waits for the slowest rank to arrive
   st.steps = ring.size;
   const Shape lse_shape{ring.batch, ring.heads, ring.length(ring.rank)};
   const auto& dev = ctx.device_ptr();
@@ -535,7 +568,6 @@ AttentionOutput ring_attention(const Context& ctx, const Tensor& q, const Tensor
   const AttentionOutput part{Tensor::scratch(dev, q.shape(), q.dtype()), Tensor::scratch(dev, lse_shape, DType::f32)};
   Slots ks{ctx, ring.dtype, [&](std::int64_t n) { return kv_shape(ring, n); }, {}}, vs = ks;
   std::unique_ptr<Link> link = open_link(ring, ctx.device(), st, stats != nullptr);
-  std::string failure;
 
   // Step t attends rank src(t)'s block: its own at step 0, then what arrived from the left.
   Tensor kc = k, vc = v;
@@ -547,26 +579,23 @@ AttentionOutput ring_attention(const Context& ctx, const Tensor& q, const Tensor
       kn = ks.of(next, (step + 1) % 2), vn = vs.of(next, (step + 1) % 2);
       link->post({{kc, kn, step > 0}, {vc, vn, step > 0}});
     }
-    const std::int64_t pairs = failure.empty() ? ring.pairs(s) : 0;
-    if (pairs > 0) {
-      try {
-        const AttentionOptions bo = ring.block_options(s);
-        link->overlap([&] {
-          if (step == 0 && f32) {
-            flash_attention(ctx, q, kc, vc, acc, acc_lse, bo);
-          } else if (step == 0) {
-            flash_attention(ctx, q, kc, vc, part.out, acc_lse, bo);
-            add(ctx, part.out, part.out, acc, 0.0);
-          } else {
-            flash_attention(ctx, q, kc, vc, part.out, part.lse, bo);
-            attention_merge(ctx, acc, acc_lse, part.out, part.lse);
-          }
-        });
-        ++st.blocks;
-        st.flops += head_flops(ring) * static_cast<double>(pairs);
-      } catch (const std::exception& e) {
-        failure = std::string(name) + ": rank " + std::to_string(ring.rank) + ": " + e.what();
-      }
+    const std::int64_t pairs = call.failed() ? 0 : ring.pairs(s);
+    if (pairs > 0 && call.attempt(ring, [&] {
+          const AttentionOptions bo = ring.block_options(s);
+          link->overlap([&] {
+            if (step == 0 && f32) {
+              flash_attention(ctx, q, kc, vc, acc, acc_lse, bo);
+            } else if (step == 0) {
+              flash_attention(ctx, q, kc, vc, part.out, acc_lse, bo);
+              add(ctx, part.out, part.out, acc, 0.0);
+            } else {
+              flash_attention(ctx, q, kc, vc, part.out, part.lse, bo);
+              attention_merge(ctx, acc, acc_lse, part.out, part.lse);
+            }
+          });
+        })) {
+      ++st.blocks;
+      st.flops += head_flops(ring) * static_cast<double>(pairs);
     }
     if (step + 1 < ring.size) link->land();
     kc = kn, vc = vn;
@@ -574,33 +603,22 @@ AttentionOutput ring_attention(const Context& ctx, const Tensor& q, const Tensor
 
   // The result in q's dtype, rounded once; the log-sum-exp is the running one.
   AttentionOutput r{acc, acc_lse};
-  try {
-    if (!f32 && failure.empty()) {
+  if (!f32 && !call.failed())
+    call.attempt(ring, [&] {
       r.out = ctx.empty(q.shape(), q.dtype());
       add(ctx, acc, acc, r.out, 0.0);
-    }
-    const auto t0 = Clock::now();
-    link->finish();
-    st.wait_s += since(t0);
-  } catch (const std::exception& e) {
-    if (failure.empty()) failure = std::string(name) + ": rank " + std::to_string(ring.rank) + ": " + e.what();
-  }
-  const auto t0 = Clock::now();
-  settle(ring, name, failure);
-  st.wait_s += since(t0);
-  st.total_s = since(t_call);
-  if (stats) *stats = st;
+    });
+  call.end(ring, *link, stats);
   return r;
 }
 
 AttentionGrads ring_attention_bwd(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& out, const Tensor& dout, const Tensor& lse, MPI_Comm comm,
                                   const RingAttentionOptions& options, RingAttentionStats* stats) {
-  constexpr const char* name = "ring_attention_bwd";
-  const auto t_call = Clock::now();
-  const Ring ring = agree(name, ctx, q, k, v, &out, &dout, &lse, comm, options);
-  RingAttentionStats st;
-  st.wait_s = since(t_call);  // the collective check waits for the slowest rank to arrive
+  Call call("ring_attention_bwd");
+  const Ring ring = agree(call.name, ctx, q, k, v, &out, &dout, &lse, comm, options);
+  RingAttentionStats& st = call.st;
+  st.wait_s = since(call.start);  // the collective check waits for the slowest rank to arrive
   st.steps = ring.size;
 
   // dq summed in f32 over the blocks; each block's dk and dv (f32, g*) summed over the ranks it
@@ -612,7 +630,6 @@ AttentionGrads ring_attention_bwd(const Context& ctx, const Tensor& q, const Ten
   Slots pks{ctx, ring.dtype, ks.shape, {}}, pvs = pks;  // a block's own dk and dv (slot 0 only)
   const Tensor part_dq = Tensor::scratch(dev, q.shape(), q.dtype());
   std::unique_ptr<Link> link = open_link(ring, ctx.device(), st, stats != nullptr);
-  std::string failure;
 
   Tensor kc = k, vc = v, gk_prev, gv_prev;
   for (int step = 0; step < ring.size; ++step) {
@@ -634,36 +651,29 @@ AttentionGrads ring_attention_bwd(const Context& ctx, const Tensor& q, const Ten
       passes.push_back({gv_prev, gv, false});
     }
     if (!passes.empty()) link->post(std::move(passes));
-    const std::int64_t pairs = failure.empty() ? ring.pairs(s) : 0;
-    bool computed = false;
+    const std::int64_t pairs = call.failed() ? 0 : ring.pairs(s);
     AttentionGrads part{part_dq, pks.of(n, 0), pvs.of(n, 0), {}, {}};
-    if (pairs > 0) {
-      try {
-        const AttentionOptions bo = ring.block_options(s);
-        link->overlap([&] {
-          flash_attention_bwd(ctx, q, kc, vc, out, dout, lse, part, bo);
-          // Step 0 is this rank's own block, never masked whole: the first term of dq.
-          add(ctx, step == 0 ? part.dq : dq, part.dq, dq, step == 0 ? 0.0 : 1.0);
-        });
-        ++st.blocks;
-        st.flops += 2.5 * head_flops(ring) * static_cast<double>(pairs);
-        computed = true;
-      } catch (const std::exception& e) {
-        failure = std::string(name) + ": rank " + std::to_string(ring.rank) + ": " + e.what();
-      }
+    const bool computed = pairs > 0 && call.attempt(ring, [&] {
+      const AttentionOptions bo = ring.block_options(s);
+      link->overlap([&] {
+        flash_attention_bwd(ctx, q, kc, vc, out, dout, lse, part, bo);
+        // Step 0 is this rank's own block, never masked whole: the first term of dq.
+        add(ctx, step == 0 ? part.dq : dq, part.dq, dq, step == 0 ? 0.0 : 1.0);
+      });
+    });
+    if (computed) {
+      ++st.blocks;
+      st.flops += 2.5 * head_flops(ring) * static_cast<double>(pairs);
     }
     link->land();
-    if (computed) {
-      try {
-        // At step 0 the block's sums start here; later, what the left neighbour sent grows.
+    // At step 0 the block's sums start here; later, what the left neighbour sent grows.
+    if (computed)
+      call.attempt(ring, [&] {
         link->overlap([&] {
           add(ctx, step == 0 ? part.dk : gk, part.dk, gk, step == 0 ? 0.0 : 1.0);
           add(ctx, step == 0 ? part.dv : gv, part.dv, gv, step == 0 ? 0.0 : 1.0);
         });
-      } catch (const std::exception& e) {
-        failure = std::string(name) + ": rank " + std::to_string(ring.rank) + ": " + e.what();
-      }
-    }
+      });
     kc = kn, vc = vn, gk_prev = gk, gv_prev = gv;
   }
   // The last block handled is the right neighbour's, now complete; ours comes from the left.
@@ -675,23 +685,13 @@ AttentionGrads ring_attention_bwd(const Context& ctx, const Tensor& q, const Ten
     link->land();
   }
   AttentionGrads r{ctx.empty(q.shape(), q.dtype()), ctx.empty(k.shape(), k.dtype()), ctx.empty(v.shape(), v.dtype()), {}, {}};
-  try {
-    if (failure.empty()) {
+  if (!call.failed())
+    call.attempt(ring, [&] {
       add(ctx, dq, dq, r.dq, 0.0);
       add(ctx, gk, gk, r.dk, 0.0);
       add(ctx, gv, gv, r.dv, 0.0);
-    }
-    const auto t0 = Clock::now();
-    link->finish();
-    st.wait_s += since(t0);
-  } catch (const std::exception& e) {
-    if (failure.empty()) failure = std::string(name) + ": rank " + std::to_string(ring.rank) + ": " + e.what();
-  }
-  const auto t0 = Clock::now();
-  settle(ring, name, failure);
-  st.wait_s += since(t0);
-  st.total_s = since(t_call);
-  if (stats) *stats = st;
+    });
+  call.end(ring, *link, stats);
   return r;
 }
 
