@@ -96,7 +96,12 @@ void add_devices(CLI::App& app, Globals& g) {
       fmt::print("  subgroup {}, fp16 {}, bf16 {}, cooperative matrices: {}\n", d.subgroup_size, d.fp16 ? "yes" : "no",
                  d.bf16 ? "yes" : "no", coop.empty() ? "none" : coop);
       if (ceilings) print_ceilings(*ceilings, g.verbose);
-      if (g.verbose) fmt::print("  fingerprint {}\n", d.fingerprint());
+      if (g.verbose) {
+        fmt::print("  fingerprint {}\n", d.fingerprint());
+        // Opening the device is what it takes to ask (NCCL is looked for once, then kept).
+        const PeerTransport pt = peer_transport(*open_device(d.id()));
+        fmt::print("  transport to other processes: {}\n", pt.absent.empty() ? pt.name : "none (" + pt.absent + ")");
+      }
     }
     if (!g.json_path.empty()) write_json_file(g.json_path, all);
   });
