@@ -43,46 +43,20 @@ layout(binding = 2) buffer OutH2 { uint out_h2[]; };
 layout(binding = 2) buffer OutH4 { uvec2 out_h4[]; };
 #endif
 
-// load_X(e, dt): elements e .. e + VEC - 1 of a or b (the rest of the vec4 is 0);
-// load1_X(i, dt): element i alone.
+// load_X(e, dt): elements e .. e + VEC - 1 of a or b (common/vulkan.glsl); load1_X(i, dt):
+// element i alone.
 #if ELEM16
-#define LOADER(name)                                                                 \
-  vec4 load_##name(uint e, uint dt) {                                                \
-    if (dt == 0u) {                                                                  \
-      if (VEC == 4u) return name##_f4[e / 4u];                                       \
-      if (VEC == 2u) return vec4(name##_f2[e / 2u], 0.0, 0.0);                       \
-      return vec4(name##_f[e], 0.0, 0.0, 0.0);                                       \
-    }                                                                                \
-    if (VEC == 4u) return ejk_decode16x4(name##_h4[e / 4u], dt);                     \
-    if (VEC == 2u) return vec4(ejk_decode16x2(name##_h2[e / 2u], dt), 0.0, 0.0);     \
-    return vec4(EJK_LD16(name##_h, e, dt), 0.0, 0.0, 0.0);                           \
-  }                                                                                  \
+#define LOAD1(name) \
   float load1_##name(uint i, uint dt) { return dt == 0u ? name##_f[i] : EJK_LD16(name##_h, i, dt); }
 #else
-#define LOADER(name)                                                                 \
-  vec4 load_##name(uint e, uint dt) {                                                \
-    if (VEC == 4u) return name##_f4[e / 4u];                                         \
-    if (VEC == 2u) return vec4(name##_f2[e / 2u], 0.0, 0.0);                         \
-    return vec4(name##_f[e], 0.0, 0.0, 0.0);                                         \
-  }                                                                                  \
+#define LOAD1(name) \
   float load1_##name(uint i, uint dt) { return name##_f[i]; }
 #endif
-LOADER(a)
-LOADER(b)
-
-void store_out(uint e, uint dt, vec4 x) {
-#if ELEM16
-  if (dt != 0u) {
-    if (VEC == 4u) out_h4[e / 4u] = uvec2(ejk_encode16x2(x.xy, dt), ejk_encode16x2(x.zw, dt));
-    else if (VEC == 2u) out_h2[e / 2u] = ejk_encode16x2(x.xy, dt);
-    else EJK_ST16(out_h, e, dt, x.x);
-    return;
-  }
-#endif
-  if (VEC == 4u) out_f4[e / 4u] = x;
-  else if (VEC == 2u) out_f2[e / 2u] = x.xy;
-  else out_f[e] = x.x;
-}
+EJK_VEC_LOADER(a)
+LOAD1(a)
+EJK_VEC_LOADER(b)
+LOAD1(b)
+EJK_VEC_STORER(out)
 
 void store1_out(uint i, uint dt, float x) {
 #if ELEM16

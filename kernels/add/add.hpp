@@ -34,9 +34,6 @@ struct Problem {
 
 Invocation invocation(const TensorSpec& a, const TensorSpec& b, const TensorSpec& out, double alpha);
 
-// Device dtype codes, shared by the OpenCL -D options and the Vulkan push constants.
-inline int dtype_code(DType t) { return t == DType::f32 ? 0 : t == DType::f16 ? 1 : 2; }
-
 class AddKernel : public Kernel {
  public:
   std::string_view name() const override { return "add"; }

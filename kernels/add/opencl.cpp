@@ -7,6 +7,7 @@
 #include "add/space.hpp"
 #include "backends/clc/clc_device.hpp"
 #include "common/builtin.hpp"
+#include "common/dtype_code.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::kernels::add {

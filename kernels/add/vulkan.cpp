@@ -8,6 +8,8 @@
 #include "add/space.hpp"
 #include "backends/vulkan/vulkan_device.hpp"
 #include "common/builtin.hpp"
+#include "common/dtype_code.hpp"
+#include "common/vulkan_grid.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::kernels::add {
@@ -52,11 +54,7 @@ class VulkanAdd final : public Implementation {
       throw InvalidArgument(where + ": " + dev.info().id() + " has no 16-bit storage buffers for f16/bf16 a, b or out");
     if (p.numel == 0) return;
     const std::int64_t threads = config.get("threads"), vec = config.get("vec"), n_groups = groups(p.numel, config);
-    // Groups beyond the first dimension's limit go on as further rows of a 2D grid.
-    const auto& lim = dev.physical().limits;
-    const std::int64_t gx = std::min<std::int64_t>(n_groups, lim.maxComputeWorkGroupCount[0]), gy = ceil_div(n_groups, gx);
-    if (gy > lim.maxComputeWorkGroupCount[1])
-      throw InvalidArgument(where + ": " + std::to_string(n_groups) + " groups exceed the workgroup count of " + dev.info().id());
+    const auto [gx, gy] = grid_2d(dev, n_groups, where);
     const Push push{u32(p.numel), u32(gx), u32(dtype_code(p.a_dtype)), u32(dtype_code(p.b_dtype)),
                     u32(dtype_code(p.out_dtype)), static_cast<float>(p.alpha)};
     vulkan::Launch l;

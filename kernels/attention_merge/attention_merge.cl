@@ -7,28 +7,6 @@
 // and written VEC elements at a time through common/clc.h's codecs; all arithmetic is f32.
 
 #include "common/clc.h"
-#define XCAT(a, b) EJK_CAT(a, b)
-
-// LOAD_t / STORE_t: VEC elements of storage dtype t at element e, as f32.
-#if VEC == 1
-#define VF float
-#define LOAD_0(p, e) EJK_LD_0(p, e)
-#define LOAD_1(p, e) EJK_LD_1(p, e)
-#define LOAD_2(p, e) EJK_LD_2(p, e)
-#define STORE_0(x, p, e) EJK_ST_0(p, e, x)
-#define STORE_1(x, p, e) EJK_ST_1(p, e, x)
-#define STORE_2(x, p, e) EJK_ST_2(p, e, x)
-#else
-#define VF XCAT(float, VEC)
-#define LOADV(p, e) XCAT(vload, VEC)(0, (p) + (e))
-#define STOREV(x, p, e) XCAT(vstore, VEC)((x), 0, (p) + (e))
-#define LOAD_0(p, e) LOADV(p, e)
-#define LOAD_1(p, e) XCAT(vload_half, VEC)(0, (p) + (e))
-#define LOAD_2(p, e) EJK_BF16_TO_F32V(VEC, LOADV(p, e))
-#define STORE_0(x, p, e) STOREV(x, p, e)
-#define STORE_1(x, p, e) XCAT(XCAT(vstore_half, VEC), _rte)((x), 0, (p) + (e))
-#define STORE_2(x, p, e) STOREV(XCAT(ejk_f32_to_bf16_, VEC)(x), p, e)
-#endif
 
 // Grid: one group per rows_per_group rows. Each row's weights are computed once into local
 // memory (wa < 0: row left as it is; wa == 0: out not read; wc == 0: part not read), then the
@@ -70,10 +48,10 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void attention_mer
   for (int e = r0 * dim + lid * VEC; e < end; e += step) {
     const float wa = wa_l[i], wc = wc_l[i];
     if (wa >= 0.f) {
-      VF x = (VF)(0.f);
-      if (wa != 0.f) x = XCAT(LOAD_, OUT_T)(out, e) * wa;
-      if (wc != 0.f) x += XCAT(LOAD_, PART_T)(part, e) * wc;
-      XCAT(STORE_, OUT_T)(x, out, e);
+      EJK_VF x = (EJK_VF)(0.f);
+      if (wa != 0.f) x = EJK_VLOAD(OUT_T, out, e) * wa;
+      if (wc != 0.f) x += EJK_VLOAD(PART_T, part, e) * wc;
+      EJK_VSTORE(OUT_T, x, out, e);
     }
     i += drow;
     col += dcol;

@@ -38,43 +38,10 @@ layout(binding = 2) readonly buffer PartH2 { uint part_h2[]; };
 layout(binding = 2) readonly buffer PartH4 { uvec2 part_h4[]; };
 #endif
 
-// Elements e .. e + VEC - 1 of out or part (the rest of the vec4 is 0).
-#if ELEM16
-#define LOADER(name)                                                                 \
-  vec4 load_##name(uint e, uint dt) {                                                \
-    if (dt == 0u) {                                                                  \
-      if (VEC == 4u) return name##_f4[e / 4u];                                       \
-      if (VEC == 2u) return vec4(name##_f2[e / 2u], 0.0, 0.0);                       \
-      return vec4(name##_f[e], 0.0, 0.0, 0.0);                                       \
-    }                                                                                \
-    if (VEC == 4u) return ejk_decode16x4(name##_h4[e / 4u], dt);                     \
-    if (VEC == 2u) return vec4(ejk_decode16x2(name##_h2[e / 2u], dt), 0.0, 0.0);     \
-    return vec4(EJK_LD16(name##_h, e, dt), 0.0, 0.0, 0.0);                           \
-  }
-#else
-#define LOADER(name)                                                                 \
-  vec4 load_##name(uint e, uint dt) {                                                \
-    if (VEC == 4u) return name##_f4[e / 4u];                                         \
-    if (VEC == 2u) return vec4(name##_f2[e / 2u], 0.0, 0.0);                         \
-    return vec4(name##_f[e], 0.0, 0.0, 0.0);                                         \
-  }
-#endif
-LOADER(out)
-LOADER(part)
-
-void store_out(uint e, uint dt, vec4 x) {
-#if ELEM16
-  if (dt != 0u) {
-    if (VEC == 4u) out_h4[e / 4u] = uvec2(ejk_encode16x2(x.xy, dt), ejk_encode16x2(x.zw, dt));
-    else if (VEC == 2u) out_h2[e / 2u] = ejk_encode16x2(x.xy, dt);
-    else EJK_ST16(out_h, e, dt, x.x);
-    return;
-  }
-#endif
-  if (VEC == 4u) out_f4[e / 4u] = x;
-  else if (VEC == 2u) out_f2[e / 2u] = x.xy;
-  else out_f[e] = x.x;
-}
+// Elements e .. e + VEC - 1 of out or part, and of out again (common/vulkan.glsl).
+EJK_VEC_LOADER(out)
+EJK_VEC_LOADER(part)
+EJK_VEC_STORER(out)
 
 // log1p without cancellation for x in [0, 1]: log(u) * x / (u - 1) corrects u's rounding.
 float log1p_(float x) {

@@ -7,14 +7,13 @@
 #include "attention_merge/space.hpp"
 #include "backends/clc/clc_device.hpp"
 #include "common/builtin.hpp"
+#include "common/dtype_code.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::kernels::attention_merge {
 namespace {
 
 constexpr const char* source_key = "attention_merge/attention_merge.cl";
-
-int dtype_code(DType t) { return t == DType::f32 ? 0 : t == DType::f16 ? 1 : 2; }
 
 class OpenCLAttentionMerge final : public clc::Implementation {
  public:

@@ -1,13 +1,14 @@
 // attention_merge on Vulkan: attention_merge.glsl, the plan of opencl.cpp (one group per
 // rows_per_group rows). The "16" module reads and writes any mix of f32, f16 and bf16 through
 // 16-bit storage; the other only f32, so devices without 16-bit storage still merge f32.
-#include <algorithm>
 #include <memory>
 #include <string>
 
 #include "attention_merge/space.hpp"
 #include "backends/vulkan/vulkan_device.hpp"
 #include "common/builtin.hpp"
+#include "common/dtype_code.hpp"
+#include "common/vulkan_grid.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::kernels::attention_merge {
@@ -19,7 +20,6 @@ struct Push {
 };
 
 std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
-std::uint32_t dtype_code(DType t) { return t == DType::f32 ? 0u : t == DType::f16 ? 1u : 2u; }
 bool wide(const Invocation& inv) {
   return inv.args.size() == arg::count && (inv.args[arg::out].dtype != DType::f32 || inv.args[arg::part].dtype != DType::f32);
 }
@@ -53,13 +53,9 @@ class VulkanAttentionMerge final : public Implementation {
     if (p.rows() == 0) return;
     const std::int64_t threads = config.get("threads"), vec = config.get("vec");
     const std::int64_t rpg = rows_per_group(threads, vec, p.head_dim), groups = ceil_div(p.rows(), rpg);
-    // Groups beyond the first dimension's limit go on as further rows of a 2D grid.
-    const auto& lim = dev.physical().limits;
-    const std::int64_t gx = std::min<std::int64_t>(groups, lim.maxComputeWorkGroupCount[0]), gy = ceil_div(groups, gx);
-    if (gy > lim.maxComputeWorkGroupCount[1])
-      throw InvalidArgument(where + ": " + std::to_string(groups) + " groups exceed the workgroup count of " + dev.info().id());
+    const auto [gx, gy] = grid_2d(dev, groups, where);
     const Push push{u32(p.rows()), u32(p.seq), u32(p.heads), u32(p.head_dim), u32(rpg), u32(gx),
-                    dtype_code(p.out_dtype), dtype_code(p.part_dtype)};
+                    u32(dtype_code(p.out_dtype)), u32(dtype_code(p.part_dtype))};
     const std::string spirv = wide(inv) ? "attention_merge/attention_merge16.spv" : "attention_merge/attention_merge.spv";
     vulkan::Launch l;
     l.spirv = spirv;

@@ -72,6 +72,34 @@ EJK_BF16_NARROW(16)
 #define EJK_LD(T, p, i) EJK_CAT(EJK_LD_, T)(p, i)
 #define EJK_ST(T, p, i, x) EJK_CAT(EJK_ST_, T)(p, i, x)
 
+/* A kernel's VEC (a -D option: 1, 2 or 4) contiguous elements moved as one vector, so that wide
+   loads and stores reach the memory system whatever the dtype: EJK_VF, the f32 vector they are
+   computed in; EJK_VLOAD_t(p, e) / EJK_VSTORE_t(x, p, e), elements e .. e + VEC - 1 of dtype t's
+   array p, e a multiple of VEC. */
+#ifdef VEC
+#if VEC == 1
+#define EJK_VF float
+#define EJK_VLOAD_0(p, e) EJK_LD_0(p, e)
+#define EJK_VLOAD_1(p, e) EJK_LD_1(p, e)
+#define EJK_VLOAD_2(p, e) EJK_LD_2(p, e)
+#define EJK_VSTORE_0(x, p, e) EJK_ST_0(p, e, x)
+#define EJK_VSTORE_1(x, p, e) EJK_ST_1(p, e, x)
+#define EJK_VSTORE_2(x, p, e) EJK_ST_2(p, e, x)
+#else
+#define EJK_VF EJK_CAT(float, VEC)
+#define EJK_VLOADV_(p, e) EJK_CAT(vload, VEC)(0, (p) + (e))
+#define EJK_VSTOREV_(x, p, e) EJK_CAT(vstore, VEC)((x), 0, (p) + (e))
+#define EJK_VLOAD_0(p, e) EJK_VLOADV_(p, e)
+#define EJK_VLOAD_1(p, e) EJK_CAT(vload_half, VEC)(0, (p) + (e))
+#define EJK_VLOAD_2(p, e) EJK_BF16_TO_F32V(VEC, EJK_VLOADV_(p, e))
+#define EJK_VSTORE_0(x, p, e) EJK_VSTOREV_(x, p, e)
+#define EJK_VSTORE_1(x, p, e) EJK_CAT(EJK_CAT(vstore_half, VEC), _rte)((x), 0, (p) + (e))
+#define EJK_VSTORE_2(x, p, e) EJK_VSTOREV_(EJK_CAT(ejk_f32_to_bf16_, VEC)(x), p, e)
+#endif
+#define EJK_VLOAD(T, p, e) EJK_CAT(EJK_VLOAD_, T)(p, e)
+#define EJK_VSTORE(T, x, p, e) EJK_CAT(EJK_VSTORE_, T)(x, p, e)
+#endif
+
 /* A storage dtype dt known only at run time (one program serving every dtype): element i of
    the array at p, whatever pointer type carries it. */
 float ejk_load(const __global void* p, size_t i, uint dt) {

@@ -40,4 +40,45 @@ uint ejk_encode16x2(vec2 x, uint dt) {
 #define EJK_LD16(a, i, dt) ejk_decode16(uint(a[i]), (dt))
 #define EJK_ST16(a, i, dt, x) a[i] = uint16_t(ejk_encode16((x), (dt)))
 
+
+// A shader's array `name` bound as name_f / name_f2 / name_f4 (float, vec2, vec4) and, where
+// ELEM16 is set, the same binding again as name_h / name_h2 / name_h4 (uint16_t, uint, uvec2):
+// so that an invocation's VEC (1, 2 or 4) contiguous elements move as one load and one store
+// whatever the dtype. EJK_VEC_LOADER(name) defines vec4 load_name(e, dt), elements e .. e + VEC
+// - 1 (the rest of the vec4 0); EJK_VEC_STORER(name) defines store_name(e, dt, x), x's first VEC
+// elements there; e a multiple of VEC. The shader sets ELEM16 before it includes this file.
+#define EJK_VEC_LOAD_F32_(name, e)                                                    \
+  if (VEC == 4u) return name##_f4[e / 4u];                                            \
+  if (VEC == 2u) return vec4(name##_f2[e / 2u], 0.0, 0.0);                            \
+  return vec4(name##_f[e], 0.0, 0.0, 0.0);
+#define EJK_VEC_STORE_F32_(name, e, x)                                                \
+  if (VEC == 4u) name##_f4[e / 4u] = x;                                               \
+  else if (VEC == 2u) name##_f2[e / 2u] = x.xy;                                       \
+  else name##_f[e] = x.x;
+#if defined(ELEM16) && ELEM16
+#define EJK_VEC_LOADER(name)                                                          \
+  vec4 load_##name(uint e, uint dt) {                                                 \
+    if (dt == 0u) {                                                                   \
+      EJK_VEC_LOAD_F32_(name, e)                                                      \
+    }                                                                                 \
+    if (VEC == 4u) return ejk_decode16x4(name##_h4[e / 4u], dt);                      \
+    if (VEC == 2u) return vec4(ejk_decode16x2(name##_h2[e / 2u], dt), 0.0, 0.0);      \
+    return vec4(EJK_LD16(name##_h, e, dt), 0.0, 0.0, 0.0);                            \
+  }
+#define EJK_VEC_STORER(name)                                                          \
+  void store_##name(uint e, uint dt, vec4 x) {                                        \
+    if (dt != 0u) {                                                                   \
+      if (VEC == 4u) name##_h4[e / 4u] = uvec2(ejk_encode16x2(x.xy, dt), ejk_encode16x2(x.zw, dt)); \
+      else if (VEC == 2u) name##_h2[e / 2u] = ejk_encode16x2(x.xy, dt);               \
+      else EJK_ST16(name##_h, e, dt, x.x);                                            \
+      return;                                                                         \
+    }                                                                                 \
+    EJK_VEC_STORE_F32_(name, e, x)                                                    \
+  }
+#else
+#define EJK_VEC_LOADER(name) \
+  vec4 load_##name(uint e, uint dt) { EJK_VEC_LOAD_F32_(name, e) }
+#define EJK_VEC_STORER(name) \
+  void store_##name(uint e, uint dt, vec4 x) { EJK_VEC_STORE_F32_(name, e, x) }
+#endif
 #endif
