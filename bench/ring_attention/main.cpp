@@ -72,16 +72,28 @@ Args parse(int argc, char** argv) {
 // One rank's figures of one pass (the median repetition by total time).
 struct Row {
   double total_s, compute_s, wait_s, host_s, flops, comm_s;
+  double self_tflops;  // the same shard's ring on this rank alone (MPI_COMM_SELF); 0: not measured
   int blocks;
 };
 
 // total: the median of the calls made without figures (as a program calls the ring: asking for
 // them times each step on the device's clock, which holds the host back at every step); the
 // split of the time, FLOPs and blocks: from one more call, with them.
-Row median(std::vector<double> totals, const ejk::RingAttentionStats& split, double comm_s) {
-  std::sort(totals.begin(), totals.end());
-  return {totals[totals.size() / 2], split.compute_s, split.wait_s, split.host_s, split.flops, comm_s, split.blocks};
+double middle(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
+Row median(const std::vector<double>& totals, const ejk::RingAttentionStats& split, double comm_s, double self_tflops) {
+  return {middle(totals), split.compute_s, split.wait_s, split.host_s, split.flops, comm_s, self_tflops, split.blocks};
+}
+
+// One pass's calls on one communicator: wall times of the calls without figures, and the
+// figures of one more call.
+struct Timed {
+  std::vector<double> totals;
+  ejk::RingAttentionStats split;
+  double tflops() const { return split.flops / middle(totals) / 1e12; }
+};
 
 // The same messages as a ring pass without compute: size - 1 steps of `bytes` to the right
 // neighbour, from the left one; median of `reps` passes. The baseline the overlap is judged by.
@@ -118,7 +130,7 @@ void report(const char* pass, const Row& mine, const std::string& device, const 
   if (rank != 0) return;
   std::printf("%s (transport: %s)\n%-5s %-28s %6s %10s %10s %10s %10s %10s %9s %8s\n", pass, transport.c_str(), "rank", "device",
               "blocks", "total ms", "compute ms", "wait ms", "host ms", "comm ms", "TFLOP/s", "busy");
-  double flops = 0, slowest = 0, wait = 0, mean = 0, busiest = 0, mean_compute = 0;
+  double flops = 0, slowest = 0, wait = 0, mean = 0, busiest = 0, mean_compute = 0, self_sum = 0;
   for (int r = 0; r < size; ++r) {
     const Row& x = rows[static_cast<std::size_t>(r)];
     // comm: the same messages without compute, what the overlap has to hide. A wait below it
@@ -129,14 +141,18 @@ void report(const char* pass, const Row& mine, const std::string& device, const 
     flops += x.flops;
     slowest = std::max(slowest, x.total_s);
     mean += x.total_s / size;
+    self_sum += x.self_tflops;
     busiest = std::max(busiest, x.compute_s);
     mean_compute += x.compute_s / size;
     wait = std::max(wait, x.wait_s);
   }
   // imbalance: how much longer the busiest rank computes than the ranks' mean (ranks wait for
   // each other, so their totals agree whatever the balance).
-  std::printf("summary pass=%s ranks=%d aggregate_tflops=%.5f slowest_ms=%.3f max_wait_ms=%.3f imbalance_pct=%.1f\n\n", pass,
+  std::printf("summary pass=%s ranks=%d aggregate_tflops=%.5f slowest_ms=%.3f max_wait_ms=%.3f imbalance_pct=%.1f", pass,
               size, flops / slowest / 1e12, 1e3 * slowest, 1e3 * wait, 100.0 * (busiest / mean_compute - 1.0));
+  // Weak scaling against each rank's own shard attended alone, on its GPU, in the same run.
+  if (self_sum > 0) std::printf(" alone_sum_tflops=%.5f efficiency_pct=%.1f", self_sum, 100.0 * flops / slowest / 1e12 / self_sum);
+  std::printf("\n\n");
 }
 
 }  // namespace
@@ -173,44 +189,37 @@ int main(int argc, char** argv) {
                   static_cast<long long>(a.heads), static_cast<long long>(a.kv_heads), static_cast<long long>(a.dim),
                   a.dtype.c_str(), a.causal ? ", causal" : "",
                   a.window >= 0 ? (", window " + std::to_string(a.window)).c_str() : "", a.striped ? ", striped" : "");
-    std::vector<double> fwd, bwd;
-    ejk::RingAttentionStats fs, bs;
-    for (int i = 0; i <= a.warmup + a.reps; ++i) {
-      const bool split = i == a.warmup + a.reps;  // the last call, with figures
+    // Repetitions alternate the ring over every rank with the same shard's ring on each rank
+    // alone (MPI_COMM_SELF: one block, no transfers), so that both see the same GPUs in the same
+    // state; unmasked rings only (a masked shard alone is other work).
+    const bool alone = size > 1 && !a.causal && a.window < 0;
+    Timed fwd, bwd, fwd1, bwd1;
+    auto pass = [&](MPI_Comm comm, Timed& f, Timed& b, bool split, bool keep) {
       MPI_Barrier(MPI_COMM_WORLD);
       auto t0 = std::chrono::steady_clock::now();
-      const auto r = ejk::ring_attention(ctx, q, k, v, MPI_COMM_WORLD, o, split ? &fs : nullptr);
+      const auto r = ejk::ring_attention(ctx, q, k, v, comm, o, split ? &f.split : nullptr);
       const double tf = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       MPI_Barrier(MPI_COMM_WORLD);
       t0 = std::chrono::steady_clock::now();
-      if (a.backward) (void)ejk::ring_attention_bwd(ctx, q, k, v, r.out, dout, r.lse, MPI_COMM_WORLD, o, split ? &bs : nullptr);
+      if (a.backward) (void)ejk::ring_attention_bwd(ctx, q, k, v, r.out, dout, r.lse, comm, o, split ? &b.split : nullptr);
       const double tb = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (i >= a.warmup && !split) fwd.push_back(tf), bwd.push_back(tb);
+      if (keep) f.totals.push_back(tf), b.totals.push_back(tb);
+    };
+    for (int i = 0; i <= a.warmup + a.reps; ++i) {
+      const bool split = i == a.warmup + a.reps;  // the last call, with figures
+      pass(MPI_COMM_WORLD, fwd, bwd, split, i >= a.warmup && !split);
+      if (alone) pass(MPI_COMM_SELF, fwd1, bwd1, split, i >= a.warmup && !split);
     }
     const std::string name = device + " (" + ctx.device().info().name + ")";
-    // The one-GPU alternative: flash attention of one shard, alone, on the device's clock (the
-    // median of --reps); the ring's weak scaling is also judged against it.
-    if (rank == 0 && !a.causal && a.window < 0) {
-      std::vector<double> f, b;
-      const auto fa = ejk::flash_attention(ctx, q, k, v);
-      for (int i = 0; i < a.reps + 1; ++i) {
-        const double tf = ctx.device().time_ns([&] { (void)ejk::flash_attention(ctx, q, k, v); });
-        const double tb = a.backward ? ctx.device().time_ns([&] { (void)ejk::flash_attention_bwd(ctx, q, k, v, fa.out, dout, fa.lse); }) : 0;
-        if (i > 0) f.push_back(tf), b.push_back(tb);
-      }
-      std::sort(f.begin(), f.end());
-      std::sort(b.begin(), b.end());
-      const double flops = 4.0 * static_cast<double>(a.batch * a.heads * a.shard * a.shard * a.dim);
-      std::printf("alone pass=forward tflops=%.5f ms=%.3f\n", flops / f[f.size() / 2] * 1e-3, f[f.size() / 2] * 1e-6);
-      if (a.backward)
-        std::printf("alone pass=backward tflops=%.5f ms=%.3f\n\n", 2.5 * flops / b[b.size() / 2] * 1e-3, b[b.size() / 2] * 1e-6);
-    }
     // Forward messages: a k and v block; backward: that and its dk, dv sums in f32.
     const std::size_t kv = static_cast<std::size_t>(2 * k.numel()) * ejk::dtype_size(t);
-    report("forward", median(fwd, fs, ring_messages(kv, a.reps)), name, fs.transport, rank, size);
+    report("forward", median(fwd.totals, fwd.split, ring_messages(kv, a.reps), alone ? fwd1.tflops() : 0), name,
+           fwd.split.transport, rank, size);
     if (a.backward)
-      report("backward", median(bwd, bs, ring_messages(kv + static_cast<std::size_t>(2 * k.numel()) * 4, a.reps)), name,
-             bs.transport, rank, size);
+      report("backward",
+             median(bwd.totals, bwd.split, ring_messages(kv + static_cast<std::size_t>(2 * k.numel()) * 4, a.reps),
+                    alone ? bwd1.tflops() : 0),
+             name, bwd.split.transport, rank, size);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[rank %d] ejk_ring_attention_bench: %s\n", rank, e.what());
     rc = 1;
