@@ -9,6 +9,7 @@
 #include "add/add.hpp"
 #include "backends/cpu/cpu_device.hpp"
 #include "common/builtin.hpp"
+#include "common/ceil_div.hpp"
 #include "common/convert.hpp"
 #include "ejk/error.hpp"
 
@@ -17,7 +18,6 @@ namespace {
 
 constexpr std::int64_t chunk = 1024;  // scratch elements: two arrays of 4 KiB, in L1
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 class CpuAdd final : public Implementation {
  public:

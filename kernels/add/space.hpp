@@ -5,6 +5,7 @@
 // consecutive vectors so that every access is coalesced; the last partial vector, where numel
 // is not a multiple of vec, goes element by element.
 #include "add/add.hpp"
+#include "common/ceil_div.hpp"
 #include "ejk/kernel.hpp"
 
 namespace ejk::kernels::add {
@@ -17,7 +18,6 @@ Config device_heuristic(const Invocation& inv, const DeviceInfo& dev, bool gpu);
 // Throws InvalidArgument for a config the kernels cannot run (one that did not come from the space).
 void check_config(std::string_view where, const Config& c);
 
-inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 // Groups of the launch: one per block of threads * vec elements.
 inline std::int64_t groups(std::int64_t numel, const Config& c) { return ceil_div(numel, c.get("threads") * c.get("vec")); }
 

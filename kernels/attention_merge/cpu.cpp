@@ -10,6 +10,7 @@
 #include "attention_merge/attention_merge.hpp"
 #include "backends/cpu/cpu_device.hpp"
 #include "common/builtin.hpp"
+#include "common/ceil_div.hpp"
 #include "common/convert.hpp"
 #include "ejk/error.hpp"
 
@@ -84,7 +85,6 @@ class CpuAttentionMerge final : public Implementation {
   }
 
  private:
-  static std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
   AttentionMergeKernel kernel_;
 };
 

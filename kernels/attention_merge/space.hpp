@@ -5,6 +5,7 @@
 // streams the rows' elements, vec contiguous ones per work-item, consecutive work-items on
 // consecutive elements so that every load is coalesced.
 #include "attention_merge/attention_merge.hpp"
+#include "common/ceil_div.hpp"
 #include "ejk/kernel.hpp"
 
 namespace ejk::kernels::attention_merge {
@@ -22,6 +23,5 @@ void check_config(std::string_view where, const Config& c, const Problem& p);
 inline std::int64_t rows_per_group(std::int64_t threads, std::int64_t vec, std::int64_t head_dim) {
   return head_dim > 0 ? std::max<std::int64_t>(1, threads * vec / head_dim) : 1;
 }
-inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace ejk::kernels::attention_merge

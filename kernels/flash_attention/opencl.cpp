@@ -17,6 +17,7 @@
 
 #include "backends/clc/clc_device.hpp"
 #include "common/builtin.hpp"
+#include "common/ceil_div.hpp"
 #include "ejk/error.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "flash_attention/opencl.hpp"
@@ -38,7 +39,6 @@ constexpr std::int64_t prep_threads = 64;
 constexpr std::int64_t gpu_max_threads = 256;
 
 std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 // The space's limits, for configs that reach run() without it.
 TileGeometry geometry(const Config& c, const Problem& p, const DeviceInfo& info) {

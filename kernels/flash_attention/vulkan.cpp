@@ -16,6 +16,7 @@
 
 #include "backends/vulkan/vulkan_device.hpp"
 #include "common/builtin.hpp"
+#include "common/ceil_div.hpp"
 #include "ejk/error.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "flash_attention/program.hpp"
@@ -32,7 +33,6 @@ struct Push {
 static_assert(sizeof(Push) == 116, "the shader's block is 29 words");
 
 std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 // The same limits as the space's constraints, for configs that reach run() without it.
 TileGeometry geometry(const Config& c, const Problem& p, const DeviceInfo& info) {

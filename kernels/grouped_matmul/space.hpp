@@ -3,6 +3,7 @@
 // grouped_matmul_tgmm: both run matmul's tiled GEMM, one output tile per group of work-items.
 #include <string_view>
 
+#include "common/ceil_div.hpp"
 #include "ejk/kernel.hpp"
 #include "grouped_matmul/grouped_matmul.hpp"
 
@@ -18,6 +19,5 @@ Config device_heuristic(const Invocation& inv, const DeviceInfo& dev, bool gpu, 
 // Throws InvalidArgument for a config the kernels cannot run (one that did not come from a space).
 void check_config(std::string_view where, const Config& c);
 
-inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace ejk::kernels::grouped_matmul

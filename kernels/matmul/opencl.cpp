@@ -7,6 +7,7 @@
 
 #include "backends/clc/clc_device.hpp"
 #include "common/builtin.hpp"
+#include "common/ceil_div.hpp"
 #include "ejk/error.hpp"
 #include "matmul/matmul.hpp"
 #include "matmul/opencl.hpp"
@@ -46,7 +47,6 @@ struct Geometry {
   }
 };
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 class OpenCLMatmul final : public clc::Implementation {
  public:

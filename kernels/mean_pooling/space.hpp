@@ -1,6 +1,7 @@
 #pragma once
 // The device backends' (OpenCL, Vulkan) parameter space and heuristic for mean_pooling and
 // mean_pooling_bwd: both run the same plan (one group per block of columns, sequence and part).
+#include "common/ceil_div.hpp"
 #include "ejk/kernel.hpp"
 #include "mean_pooling/mean_pooling.hpp"
 
@@ -16,6 +17,5 @@ Config device_heuristic(const Invocation& inv, const DeviceInfo& dev, bool gpu);
 // Throws InvalidArgument for a config the kernels cannot run (one that did not come from the space).
 void check_config(std::string_view where, const Config& c);
 
-inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace ejk::kernels::mean_pooling
