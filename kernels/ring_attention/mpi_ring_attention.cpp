@@ -15,7 +15,6 @@
 #include <cstring>
 #include <functional>
 #include <future>
-#include <limits>
 #include <map>
 #include <string>
 #include <thread>
