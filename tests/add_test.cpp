@@ -182,20 +182,8 @@ TEST_P(Add, BadInputNamesTheArgument) {
 // The tuner checks every candidate against the reference, on every device.
 TEST_P(Add, TunerChecksEveryCandidateAgainstTheReference) {
   auto dev = open_device(GetParam());
-  const Kernel& k = Registry::global().kernel("add");
-  const Invocation inv = k.from_sizes({{"n", 10007}}, DType::bf16, {{"a_dtype", "f32"}, {"b_dtype", "f16"}});
-  TuneOptions o = test::quick_tune();
-  o.seed = 3;
-  o.strategy = Strategy::random;
-  o.budget.evaluations = 3;
-  const TuneResult r = tune(inv, *dev, o);
-  EXPECT_EQ(r.validated, "reference");
-  ASSERT_FALSE(r.measurements.empty());
-  for (const auto& m : r.measurements) {
-    EXPECT_EQ(m.status, Status::ok) << m.config.canonical() << ": " << m.message;
-    EXPECT_LE(m.error, k.tolerance(inv));
-  }
-  EXPECT_TRUE(r.tuned) << r.report;
+  test::expect_tune_checks_every_candidate(
+      Registry::global().kernel("add").from_sizes({{"n", 10007}}, DType::bf16, {{"a_dtype", "f32"}, {"b_dtype", "f16"}}), *dev);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, Add, ::testing::ValuesIn(test::devices()), [](const auto& p) { return test::test_name(p.param); });

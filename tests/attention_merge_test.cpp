@@ -195,20 +195,8 @@ TEST_P(AttentionMerge, BadInputNamesTheArgument) {
 TEST_P(AttentionMerge, TunerChecksEveryCandidateAgainstTheReference) {
   auto dev = open_device(GetParam());
   const Kernel& k = Registry::global().kernel("attention_merge");
-  const Invocation inv = k.from_sizes({{"batch", 2}, {"seq", 9}, {"heads", 3}, {"head_dim", 32}}, DType::f16,
-                                      {{"part_dtype", "f32"}});
-  TuneOptions o = test::quick_tune();
-  o.seed = 3;
-  o.strategy = Strategy::random;
-  o.budget.evaluations = 3;
-  const TuneResult r = tune(inv, *dev, o);
-  EXPECT_EQ(r.validated, "reference");
-  ASSERT_FALSE(r.measurements.empty());
-  for (const auto& m : r.measurements) {
-    EXPECT_EQ(m.status, Status::ok) << m.config.canonical() << ": " << m.message;
-    EXPECT_LE(m.error, k.tolerance(inv));
-  }
-  EXPECT_TRUE(r.tuned) << r.report;
+  test::expect_tune_checks_every_candidate(
+      k.from_sizes({{"batch", 2}, {"seq", 9}, {"heads", 3}, {"head_dim", 32}}, DType::f16, {{"part_dtype", "f32"}}), *dev);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, AttentionMerge, ::testing::ValuesIn(test::devices()),

@@ -198,19 +198,8 @@ TEST_P(GroupedMatmul, TunerChecksEveryCandidateAgainstTheReference) {
   auto dev = open_device(GetParam());
   for (const char* name : {"grouped_matmul", "grouped_matmul_tgmm"}) {
     const Kernel& k = Registry::global().kernel(name);
-    const Invocation inv = k.from_sizes({{"m", 40}, {"k", 12}, {"n", 12}, {"groups", 4}}, DType::f32, nlohmann::json::object());
-    TuneOptions o = test::quick_tune();
-    o.seed = 3;
-    o.strategy = Strategy::random;
-    o.budget.evaluations = 3;
-    const TuneResult r = tune(inv, *dev, o);
-    EXPECT_EQ(r.validated, "reference") << name;
-    ASSERT_FALSE(r.measurements.empty()) << name;
-    for (const auto& m : r.measurements) {
-      EXPECT_EQ(m.status, Status::ok) << name << " " << m.config.canonical() << ": " << m.message;
-      EXPECT_LE(m.error, k.tolerance(inv)) << name;
-    }
-    EXPECT_TRUE(r.tuned) << r.report;
+    test::expect_tune_checks_every_candidate(
+        k.from_sizes({{"m", 40}, {"k", 12}, {"n", 12}, {"groups", 4}}, DType::f32, nlohmann::json::object()), *dev);
   }
 }
 

@@ -182,19 +182,8 @@ TEST_P(MeanPooling, TunerChecksEveryCandidateAgainstTheReference) {
   auto dev = open_device(GetParam());
   for (const char* name : {"mean_pooling", "mean_pooling_bwd"}) {
     const Kernel& k = Registry::global().kernel(name);
-    const Invocation inv = k.from_sizes({{"batch", 3}, {"seq", 40}, {"dim", 24}}, DType::f32, {{"packed", true}});
-    TuneOptions o = test::quick_tune();
-    o.seed = 3;
-    o.strategy = Strategy::random;
-    o.budget.evaluations = 3;
-    const TuneResult r = tune(inv, *dev, o);
-    EXPECT_EQ(r.validated, "reference") << name;
-    ASSERT_FALSE(r.measurements.empty()) << name;
-    for (const auto& m : r.measurements) {
-      EXPECT_EQ(m.status, Status::ok) << name << " " << m.config.canonical() << ": " << m.message;
-      EXPECT_LE(m.error, k.tolerance(inv)) << name;
-    }
-    EXPECT_TRUE(r.tuned) << r.report;
+    test::expect_tune_checks_every_candidate(k.from_sizes({{"batch", 3}, {"seq", 40}, {"dim", 24}}, DType::f32, {{"packed", true}}),
+                                             *dev);
   }
 }
 

@@ -3,6 +3,9 @@
 // is still really run, checked and timed) and small f32 matmul workloads.
 #include <cstdint>
 
+#include <gtest/gtest.h>
+
+#include "ejk/registry.hpp"
 #include "ejk/tuner.hpp"
 #include "matmul/matmul.hpp"
 #include "support.hpp"
@@ -25,6 +28,25 @@ inline TuneOptions quick_tune() {
 inline Invocation matmul_f32(std::int64_t m, std::int64_t n, std::int64_t k, double beta = 0.0) {
   return kernels::matmul::invocation({{m, k}, DType::f32}, {{k, n}, DType::f32}, {{m, n}, DType::f32}, false, false,
                                      1.0, beta);
+}
+
+// A short random tune of `inv` in which every candidate ran and matched the kernel's reference
+// within its tolerance: the tuner checks what it times.
+inline void expect_tune_checks_every_candidate(const Invocation& inv, Device& dev) {
+  SCOPED_TRACE(inv.kernel + " " + inv.signature());
+  const Kernel& k = Registry::global().kernel(inv.kernel);
+  TuneOptions o = quick_tune();
+  o.seed = 3;
+  o.strategy = Strategy::random;
+  o.budget.evaluations = 3;
+  const TuneResult r = tune(inv, dev, o);
+  EXPECT_EQ(r.validated, "reference");
+  ASSERT_FALSE(r.measurements.empty());
+  for (const auto& m : r.measurements) {
+    EXPECT_EQ(m.status, Status::ok) << m.config.canonical() << ": " << m.message;
+    EXPECT_LE(m.error, k.tolerance(inv));
+  }
+  EXPECT_TRUE(r.tuned) << r.report;
 }
 
 }  // namespace ejk::test
