@@ -18,7 +18,6 @@ namespace {
 
 constexpr std::int64_t chunk = 1024;  // scratch elements: two arrays of 4 KiB, in L1
 
-
 class CpuAdd final : public Implementation {
  public:
   std::string_view kernel() const override { return kernel_.name(); }

@@ -119,7 +119,9 @@ struct Ring {
   DType dtype = DType::f32;
   std::vector<std::int64_t> len, start;  // per rank
   RingAttentionOptions o;
-  bool device_link = false;  // every rank's device has a transport and no two share a device
+  // The device transport's name (peer_transport) when every rank's device has one and no two
+  // ranks share a device; empty: blocks go through host memory.
+  std::string device_link;
 
   std::size_t esize() const { return dtype_size(dtype); }
   std::int64_t kv_elems(int r) const { return batch * length(r) * kv_heads * head_dim; }
@@ -203,8 +205,9 @@ Ring agree(const char* k, const Context& ctx, const Tensor& q, const Tensor& kk,
   mine.softcap_bits = bits(o.logits_soft_cap);
   mine.scale_bits = o.softmax_scale ? bits(*o.softmax_scale) : 0;
   mine.layout = static_cast<std::int64_t>(o.layout), mine.transport = static_cast<std::int64_t>(o.transport);
+  PeerTransport pt;
   if (o.transport == RingTransport::automatic && mine.ok) {
-    const PeerTransport pt = peer_transport(ctx.device());
+    pt = peer_transport(ctx.device());
     if (pt.absent.empty()) copy_text(mine.peer, pt.identity);
   }
   std::vector<Claim> all(static_cast<std::size_t>(ring.size));
@@ -234,13 +237,14 @@ Ring agree(const char* k, const Context& ctx, const Tensor& q, const Tensor& kk,
   }
   // A device transport when every rank has one and no two ranks share a device (NCCL refuses a
   // device twice in a group).
-  ring.device_link = ring.size > 1;
-  for (int r = 0; r < ring.size && ring.device_link; ++r) {
+  bool device_link = ring.size > 1;
+  for (int r = 0; r < ring.size && device_link; ++r) {
     const char* id = all[static_cast<std::size_t>(r)].peer;
-    if (!*id) ring.device_link = false;
-    for (int u = 0; u < r && ring.device_link; ++u)
-      if (std::strncmp(id, all[static_cast<std::size_t>(u)].peer, error_text) == 0) ring.device_link = false;
+    if (!*id) device_link = false;
+    for (int u = 0; u < r && device_link; ++u)
+      if (std::strncmp(id, all[static_cast<std::size_t>(u)].peer, error_text) == 0) device_link = false;
   }
+  if (device_link) ring.device_link = pt.name;
   ring.batch = c0.batch, ring.heads = c0.heads, ring.kv_heads = c0.kv_heads, ring.head_dim = c0.head_dim;
   ring.dtype = q.dtype();
   std::int64_t at = 0;
@@ -250,7 +254,7 @@ Ring agree(const char* k, const Context& ctx, const Tensor& q, const Tensor& kk,
     at += c.seq;
   }
   // MPI messages carry one block's k or v in the storage dtype, or its dk or dv in f32.
-  for (int r = 0; r < ring.size && !ring.device_link; ++r) {
+  for (int r = 0; r < ring.size && ring.device_link.empty(); ++r) {
     const double most = static_cast<double>(ring.kv_elems(r)) * static_cast<double>(std::max<std::size_t>(4, ring.esize()));
     if (most > static_cast<double>(INT_MAX))
       throw InvalidArgument(std::string(k) + ": the shard of rank " + std::to_string(r) + " (" + std::to_string(ring.len[static_cast<std::size_t>(r)]) +
@@ -468,9 +472,9 @@ std::unique_ptr<Link> open_link(const Ring& ring, Device& device, RingAttentionS
     st.transport = "none";
     return std::make_unique<DeviceLink>(ring, device, nullptr, timed ? &st : nullptr);
   }
-  if (ring.device_link) {
+  if (!ring.device_link.empty()) {
     PeerGroup& g = peer_group(ring, device);
-    st.transport = peer_transport(device).name;
+    st.transport = ring.device_link;
     return std::make_unique<DeviceLink>(ring, device, &g, timed ? &st : nullptr);
   }
   st.transport = "host";
