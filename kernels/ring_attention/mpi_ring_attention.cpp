@@ -52,7 +52,8 @@ struct Claim {
   std::int64_t causal = 0, left = -1, right = -1, softcap_bits = 0, scale_bits = 0, layout = 0, transport = 0;
   char error[error_text] = {};
   char shapes[error_text] = {};
-  char peer[error_text] = {};  // the device's identity when it has a transport to other processes
+  char peer[error_text] = {};    // the device's identity when it has a transport to other processes
+  char domain[error_text] = {};  // and the transport's domain (PeerTransport::domain)
 };
 
 std::int64_t bits(double d) {
@@ -208,7 +209,10 @@ Ring agree(const char* k, const Context& ctx, const Tensor& q, const Tensor& kk,
   PeerTransport pt;
   if (o.transport == RingTransport::automatic && mine.ok) {
     pt = peer_transport(ctx.device());
-    if (pt.absent.empty()) copy_text(mine.peer, pt.identity);
+    if (pt.absent.empty()) {
+      copy_text(mine.peer, pt.identity);
+      copy_text(mine.domain, pt.domain);
+    }
   }
   std::vector<Claim> all(static_cast<std::size_t>(ring.size));
   check_mpi(MPI_Allgather(&mine, sizeof(Claim), MPI_BYTE, all.data(), sizeof(Claim), MPI_BYTE, comm), "MPI_Allgather");
@@ -235,12 +239,12 @@ Ring agree(const char* k, const Context& ctx, const Tensor& q, const Tensor& kk,
       throw InvalidArgument(std::string(k) + ": a striped layout needs shards of one length: rank 0 has " + c0.shapes +
                             ", rank " + std::to_string(r) + " has " + c.shapes);
   }
-  // A device transport when every rank has one and no two ranks share a device (NCCL refuses a
-  // device twice in a group).
+  // A device transport when every rank has one of one domain (NCCL everywhere, or CUDA IPC on
+  // one host) and no two ranks share a device (NCCL refuses a device twice in a group).
   bool device_link = ring.size > 1;
   for (int r = 0; r < ring.size && device_link; ++r) {
     const char* id = all[static_cast<std::size_t>(r)].peer;
-    if (!*id) device_link = false;
+    if (!*id || std::strncmp(all[static_cast<std::size_t>(r)].domain, c0.domain, error_text) != 0) device_link = false;
     for (int u = 0; u < r && device_link; ++u)
       if (std::strncmp(id, all[static_cast<std::size_t>(u)].peer, error_text) == 0) device_link = false;
   }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "ejk/peer.hpp"
 #include "ejk/ring_attention.hpp"
 #include "support.hpp"
 #ifdef EJK_HAVE_VULKAN
@@ -127,6 +128,19 @@ void expect_matches(const Case& c, DType t) {
   std::snprintf(mine.data(), mine.size(), "%s", fs.transport.c_str());
   MPI_Allgather(mine.data(), 64, MPI_CHAR, all.data(), 64, MPI_CHAR, MPI_COMM_WORLD);
   for (int r = 0; r < g_size; ++r) EXPECT_STREQ(&all[static_cast<std::size_t>(r) * 64], mine.data()) << "rank " << r;
+  // Devices with a transport, one per rank, move the blocks with it ($EJK_CUDA_PEER picks which on
+  // cuda): a ring that fell back to the host would pass the comparisons above unnoticed.
+  if (g_size > 1 && c.o.transport == RingTransport::automatic) {
+    const PeerTransport pt = peer_transport(ctx.device());
+    std::vector<char> id(256, 0), ids(static_cast<std::size_t>(g_size) * 256);
+    std::snprintf(id.data(), id.size(), "%s|%s", pt.identity.c_str(), pt.domain.c_str());
+    MPI_Allgather(id.data(), 256, MPI_CHAR, ids.data(), 256, MPI_CHAR, MPI_COMM_WORLD);
+    bool distinct = pt.absent.empty();
+    for (int r = 0; r < g_size && distinct; ++r)
+      for (int u = 0; u < r; ++u)
+        if (std::strncmp(&ids[static_cast<std::size_t>(r) * 256], &ids[static_cast<std::size_t>(u) * 256], 256) == 0) distinct = false;
+    if (distinct) EXPECT_EQ(fs.transport, pt.name);
+  }
 }
 
 TEST(RingAttention, EachOption) {

@@ -3,8 +3,9 @@
 // point-to-point sends and receives, ordered after the work already submitted to the device and
 // run on a queue of their own, so that they overlap the work submitted next. The CUDA backend
 // moves it with NCCL (libnccl.so.2, loaded at run time: $EJK_NCCL, the loader's path, then
-// NVIDIA's nvidia-nccl wheel in the usual Python folders); other backends have no transport
-// (ring attention stages their blocks through host memory). The group is set up by its users'
+// NVIDIA's nvidia-nccl wheel in the usual Python folders), or where NCCL is absent by CUDA IPC
+// between the processes of one host ($EJK_CUDA_PEER=nccl or ipc insists on one); other backends
+// have no transport (ring attention stages their blocks through host memory). The group is set up by its users'
 // own control plane (MPI in libejk_mpi): one rank makes a key, every rank opens the group with it.
 #include <array>
 #include <cstddef>
@@ -27,6 +28,7 @@ struct PeerTransport {
   std::string absent;    // why it cannot ("" when it can)
   std::string name;      // "nccl 2.27.5"
   std::string identity;  // the physical device (host and PCI address): ranks of one group need distinct ones
+  std::string domain;    // ranks of one group need the same: "nccl", "cuda ipc on HOST"
 };
 
 class EJK_API PeerGroup {

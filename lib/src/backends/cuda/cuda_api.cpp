@@ -73,6 +73,12 @@ Loaded load_driver() {
   EJK_TAKE(cuEventSynchronize, "cuEventSynchronize")
   EJK_TAKE(cuEventElapsedTime, "cuEventElapsedTime")
   EJK_TAKE(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled")
+  EJK_TAKE(cuMemGetAddressRange, "cuMemGetAddressRange_v2")
+  EJK_TAKE(cuIpcGetMemHandle, "cuIpcGetMemHandle")
+  EJK_TAKE(cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2")
+  EJK_TAKE(cuIpcCloseMemHandle, "cuIpcCloseMemHandle")
+  EJK_TAKE(cuIpcGetEventHandle, "cuIpcGetEventHandle")
+  EJK_TAKE(cuIpcOpenEventHandle, "cuIpcOpenEventHandle")
 #undef EJK_TAKE
   if (!missing.empty()) {
     out.reason = "libcuda.so.1 lacks " + missing + " (a driver older than CUDA 12.4)";

@@ -48,6 +48,12 @@ struct Driver {
   EJK_CU_FN(cuEventSynchronize)
   EJK_CU_FN(cuEventElapsedTime)
   EJK_CU_FN(cuTensorMapEncodeTiled)
+  EJK_CU_FN(cuMemGetAddressRange)
+  EJK_CU_FN(cuIpcGetMemHandle)
+  EJK_CU_FN(cuIpcOpenMemHandle)
+  EJK_CU_FN(cuIpcCloseMemHandle)
+  EJK_CU_FN(cuIpcGetEventHandle)
+  EJK_CU_FN(cuIpcOpenEventHandle)
 #undef EJK_CU_FN
   int version = 0;  // cuDriverGetVersion: 12080 for 12.8
 };

@@ -4,7 +4,7 @@
 
 #include "backends/cuda/cuda_api.hpp"
 #include "backends/cuda/cuda_device.hpp"
-#include "backends/cuda/nccl.hpp"
+#include "backends/cuda/transports.hpp"
 #include "core/backend_registry.hpp"
 #include "ejk/error.hpp"
 
@@ -98,7 +98,7 @@ std::shared_ptr<Device> open_cuda(int index) {
 }
 
 // Highest for `device: auto`: on an NVIDIA GPU it is the backend that reaches all of it.
-const BackendRegistration cuda_registration{{Backend::cuda, &cuda_devices, &open_cuda, 3, "cuda", true, &cuda::nccl_hooks}};
+const BackendRegistration cuda_registration{{Backend::cuda, &cuda_devices, &open_cuda, 3, "cuda", true, &cuda::peer_hooks}};
 
 }  // namespace
 }  // namespace ejk::backends

@@ -2,12 +2,10 @@
 // stream of the group's own, ordered with the device's stream by events. NCCL is loaded at run
 // time like the driver and NVRTC, and the few declarations used are written here (nccl.h's
 // stable C ABI), so nothing of NCCL is needed to build.
-#include "backends/cuda/nccl.hpp"
+#include "backends/cuda/transports.hpp"
 
 #include <dlfcn.h>
-#include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -108,16 +106,6 @@ void check_nccl(int r, const char* what) {
   if (r != ncclSuccess) throw DeviceError(std::string(what) + " failed: " + loaded().nccl.GetErrorString(r));
 }
 
-std::string pci_address(const Driver& d, CUdevice dev) {
-  int domain = 0, bus = 0, slot = 0;
-  check(d.cuDeviceGetAttribute(&domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, dev), "cuDeviceGetAttribute");
-  check(d.cuDeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, dev), "cuDeviceGetAttribute");
-  check(d.cuDeviceGetAttribute(&slot, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, dev), "cuDeviceGetAttribute");
-  char text[32];
-  std::snprintf(text, sizeof text, "%04x:%02x:%02x", domain, bus, slot);
-  return text;
-}
-
 class NcclGroup final : public PeerGroup {
  public:
   NcclGroup(CudaDevice& dev, const PeerGroupKey& key, int rank, int size)
@@ -193,11 +181,8 @@ class NcclGroup final : public PeerGroup {
 };
 
 PeerTransport transport(Device& device) {
-  auto& dev = cuda_device(device);
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  return {loaded().absent, loaded().absent.empty() ? loaded().nccl.name : "",
-          std::string(host) + "/" + pci_address(*driver(), dev.handle())};
+  const bool ok = loaded().absent.empty();
+  return {loaded().absent, ok ? loaded().nccl.name : "", device_identity(cuda_device(device)), "nccl"};
 }
 
 PeerGroupKey new_key(Device& device) {
