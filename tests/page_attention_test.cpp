@@ -99,13 +99,14 @@ TEST_P(PageAttention, HeadLayoutsAndOptions) {
   }
 }
 
-// The OpenCL C register-streamed pass 1 (stream = 1; GPUs' heuristic) on every layout and dtype,
-// wherever OpenCL C runs (OpenCL, CUDA): CPU-hosted drivers' heuristic picks the tile pass, so it
-// is asked for here.
+// The register-streamed pass 1 (stream = 1; GPUs' heuristic) on every layout and dtype, wherever
+// it runs: OpenCL C (OpenCL, CUDA) and GLSL (Vulkan). CPU-hosted drivers' heuristic picks the
+// tile pass, so it is asked for here.
 TEST_P(PageAttention, StreamPassMatchesReference) {
+  const Backend backend = ctx.device().info().backend;
   const auto clc = clc::backends();
-  if (std::find(clc.begin(), clc.end(), ctx.device().info().backend) == clc.end())
-    GTEST_SKIP() << "the stream pass is OpenCL C's";
+  if (backend != Backend::vulkan && std::find(clc.begin(), clc.end(), backend) == clc.end())
+    GTEST_SKIP() << "the stream pass is OpenCL C's and Vulkan's";
   std::vector<Case> cases;
   cases.push_back({"gqa"});
   cases.push_back({.name = "mqa", .heads = 8, .kv_heads = 1, .dim = 40, .block_size = 8});
@@ -114,10 +115,12 @@ TEST_P(PageAttention, StreamPassMatchesReference) {
   cases.push_back({.name = "odd head_dim", .heads = 2, .kv_heads = 1, .dim = 37, .block_size = 8, .contexts = {20, 50}});
   cases.push_back({.name = "head_dim 128, GQA 4", .heads = 8, .kv_heads = 2, .dim = 128, .contexts = {300, 0, 129}});
   cases.push_back({.name = "head_dim 100", .heads = 4, .kv_heads = 1, .dim = 100, .block_size = 8, .contexts = {77, 16}});
-  // The OpenCL C implementation itself: on cuda a native one is selected where it applies.
+  // The OpenCL C implementation itself (on cuda a native one is selected where it applies), or Vulkan's.
   const Implementation* impl = nullptr;
   for (const Implementation* i : Registry::global().implementations("page_attention"))
-    if (i->backend() == ctx.device().info().backend && i->sources().front() == "decode_attention/decode_attention.cl") impl = i;
+    if (i->backend() == backend &&
+        (backend == Backend::vulkan || i->sources().front() == "decode_attention/decode_attention.cl"))
+      impl = i;
   ASSERT_NE(impl, nullptr);
   for (const auto& c : cases)
     for (DType t : {DType::f32, DType::f16, DType::bf16}) {
