@@ -96,14 +96,16 @@ class VulkanDecode final : public Implementation {
     const std::int64_t bq = query_block(e);
     const std::int64_t units = std::max<std::int64_t>(1, dev.compute_units);
     ParamSpace space = this->space(inv, dev);
-    // GPUs: the stream pass with OpenCL's GPU choices (decode_attention.md): 64 invocations with
-    // four keys each, splits for about two waves of ~8 groups per compute unit.
-    if (!cpu)
-      if (const auto c = stream_heuristic(e, space, bq, {64, 128, 256}, units * 4)) return *c;
-    // The tile pass: 32-key tiles; on GPUs 128 invocations, about 6 workgroups (36 KB of shared
-    // memory each at head_dim 128) resident per SM and splits for two waves of them. CPU
-    // implementations (lavapipe) run a workgroup as a loop over SIMD lanes: 64 invocations, two
-    // workgroups per core.
+    // The stream pass with OpenCL's GPU choices (decode_attention.md): 64 invocations with four
+    // keys each, splits for about two waves of ~8 groups per compute unit. On lavapipe too: it
+    // took a half to a third of the tile pass's time there (f16 and f32, head_dim 64 and 128,
+    // windows, ragged queries), and these splits (one or two a core) were the best measured.
+    if (const auto c = stream_heuristic(e, space, bq, {64, 128, 256}, units * 4)) return *c;
+    // The tile pass where no stream config fits (more query rows than its registers hold):
+    // 32-key tiles; on GPUs 128 invocations, about 6 workgroups (36 KB of shared memory each at
+    // head_dim 128) resident per SM and splits for two waves of them. CPU implementations
+    // (lavapipe) run a workgroup as a loop over SIMD lanes: 64 invocations, two workgroups per
+    // core.
     const std::int64_t threads = heuristic_threads(e, bq, cpu ? 64 : 128), bk = 32;
     const std::int64_t parallel = units * (cpu ? 1 : 6);
     Config c{{"splits", heuristic_splits(e, bq, bk, parallel)}, {"block_k", bk}, {"threads", threads}, {"stream", 0}};
