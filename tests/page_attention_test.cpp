@@ -91,6 +91,7 @@ TEST_P(PageAttention, HeadLayoutsAndOptions) {
   cases.push_back({.name = "odd head_dim", .heads = 2, .kv_heads = 1, .dim = 37, .block_size = 8, .contexts = {20, 50}});
   // Pages shared between sequences (fewer pages than table entries) and tables longer than needed.
   cases.push_back({.name = "shared pages", .num_blocks = 5, .contexts = {33, 70, 12}, .max_blocks = 6});
+  cases.push_back({.name = "pages of 12", .block_size = 12, .contexts = {37, 0, 25, 90}});
   cases.push_back({.name = "long context, many splits", .heads = 2, .kv_heads = 1, .dim = 16, .block_size = 32,
                    .contexts = {1000, 777}});
   for (const auto& c : cases) {
@@ -116,6 +117,8 @@ TEST_P(PageAttention, EachPassMatchesReference) {
   cases.push_back({.name = "odd head_dim", .heads = 2, .kv_heads = 1, .dim = 37, .block_size = 8, .contexts = {20, 50}});
   cases.push_back({.name = "head_dim 128, GQA 4", .heads = 8, .kv_heads = 2, .dim = 128, .contexts = {300, 0, 129}});
   cases.push_back({.name = "head_dim 100", .heads = 4, .kv_heads = 1, .dim = 100, .block_size = 8, .contexts = {77, 16}});
+  // Page sizes that are not a power of two take a division where the others take a shift.
+  cases.push_back({.name = "pages of 12", .block_size = 12, .contexts = {37, 0, 25, 90}});
   // The OpenCL C implementation itself (on cuda a native one is selected where it applies), or Vulkan's.
   const Implementation* impl = nullptr;
   for (const Implementation* i : Registry::global().implementations("page_attention"))
