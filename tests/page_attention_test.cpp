@@ -91,6 +91,7 @@ TEST_P(PageAttention, HeadLayoutsAndOptions) {
   cases.push_back({.name = "odd head_dim", .heads = 2, .kv_heads = 1, .dim = 37, .block_size = 8, .contexts = {20, 50}});
   // Pages shared between sequences (fewer pages than table entries) and tables longer than needed.
   cases.push_back({.name = "shared pages", .num_blocks = 5, .contexts = {33, 70, 12}, .max_blocks = 6});
+  cases.push_back({.name = "pages of 12", .block_size = 12, .contexts = {37, 0, 25, 90}});
   cases.push_back({.name = "long context, many splits", .heads = 2, .kv_heads = 1, .dim = 16, .block_size = 32,
                    .contexts = {1000, 777}});
   for (const auto& c : cases) {
@@ -99,13 +100,15 @@ TEST_P(PageAttention, HeadLayoutsAndOptions) {
   }
 }
 
-// The OpenCL C register-streamed pass 1 (stream = 1; GPUs' heuristic) on every layout and dtype,
-// wherever OpenCL C runs (OpenCL, CUDA): CPU-hosted drivers' heuristic picks the tile pass, so it
-// is asked for here.
-TEST_P(PageAttention, StreamPassMatchesReference) {
+// Both kinds of pass 1, the tile pass (stream = 0) and the register-streamed one (stream = 1), on
+// every layout and dtype, wherever both run: OpenCL C (OpenCL, CUDA) and GLSL (Vulkan). A device's
+// heuristic picks one of them (PoCL the tile pass, GPUs and lavapipe the stream pass), so each is
+// asked for here.
+TEST_P(PageAttention, EachPassMatchesReference) {
+  const Backend backend = ctx.device().info().backend;
   const auto clc = clc::backends();
-  if (std::find(clc.begin(), clc.end(), ctx.device().info().backend) == clc.end())
-    GTEST_SKIP() << "the stream pass is OpenCL C's";
+  if (backend != Backend::vulkan && std::find(clc.begin(), clc.end(), backend) == clc.end())
+    GTEST_SKIP() << "the two passes are OpenCL C's and Vulkan's";
   std::vector<Case> cases;
   cases.push_back({"gqa"});
   cases.push_back({.name = "mqa", .heads = 8, .kv_heads = 1, .dim = 40, .block_size = 8});
@@ -114,25 +117,33 @@ TEST_P(PageAttention, StreamPassMatchesReference) {
   cases.push_back({.name = "odd head_dim", .heads = 2, .kv_heads = 1, .dim = 37, .block_size = 8, .contexts = {20, 50}});
   cases.push_back({.name = "head_dim 128, GQA 4", .heads = 8, .kv_heads = 2, .dim = 128, .contexts = {300, 0, 129}});
   cases.push_back({.name = "head_dim 100", .heads = 4, .kv_heads = 1, .dim = 100, .block_size = 8, .contexts = {77, 16}});
-  // The OpenCL C implementation itself: on cuda a native one is selected where it applies.
+  // Page sizes that are not a power of two take a division where the others take a shift.
+  cases.push_back({.name = "pages of 12", .block_size = 12, .contexts = {37, 0, 25, 90}});
+  // The OpenCL C implementation itself (on cuda a native one is selected where it applies), or Vulkan's.
   const Implementation* impl = nullptr;
   for (const Implementation* i : Registry::global().implementations("page_attention"))
-    if (i->backend() == ctx.device().info().backend && i->sources().front() == "decode_attention/decode_attention.cl") impl = i;
+    if (i->backend() == backend &&
+        (backend == Backend::vulkan || i->sources().front() == "decode_attention/decode_attention.cl"))
+      impl = i;
   ASSERT_NE(impl, nullptr);
   for (const auto& c : cases)
     for (DType t : {DType::f32, DType::f16, DType::bf16}) {
       Built b = build(ctx, c, t, 3);
-      std::vector<Config> stream;
+      std::vector<Config> passes[2];
       for (const auto& cfg : impl->space(b.inv, ctx.device().info()).enumerate())
-        if (cfg.get("stream") == 1) stream.push_back(cfg);
-      ASSERT_FALSE(stream.empty()) << c.name << " " << to_string(t);
-      // The most and the fewest keys per work-item and tile, with the most splits.
-      for (const Config& cfg : {stream.front(), stream.back()}) {
-        Built r = build(ctx, c, t, 5);
-        const auto args = r.args();
-        impl->run(r.inv, cfg, args, ctx.device());
-        const auto cmp = test::compare(pa::PageAttentionKernel(), r.inv, args, pa::arg::out, r.initial);
-        EXPECT_LE(cmp.error, cmp.tolerance) << c.name << " " << to_string(t) << " " << cfg.canonical() << ": " << test::head(cmp.got);
+        passes[cfg.get("stream") == 1].push_back(cfg);
+      for (const auto& configs : passes) {
+        ASSERT_FALSE(configs.empty()) << c.name << " " << to_string(t);
+        // The ends of the pass's space: the fewest and the most keys per tile (per work-item in
+        // the stream pass), with the most splits.
+        for (const Config& cfg : {configs.front(), configs.back()}) {
+          Built r = build(ctx, c, t, 5);
+          const auto args = r.args();
+          impl->run(r.inv, cfg, args, ctx.device());
+          const auto cmp = test::compare(pa::PageAttentionKernel(), r.inv, args, pa::arg::out, r.initial);
+          EXPECT_LE(cmp.error, cmp.tolerance) << c.name << " " << to_string(t) << " " << cfg.canonical() << ": "
+                                              << test::head(cmp.got);
+        }
       }
     }
 }

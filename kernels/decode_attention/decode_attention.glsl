@@ -1,12 +1,14 @@
 // The decode engine on Vulkan (decode_attention/engine.hpp has the semantics), included by
-// decode_attention_<pass>[16].comp with PASS (DA_PARTIAL, DA_REDUCE) and ELEM16 (0: every float
-// array f32; 1: 16-bit storage, f32/f16/bf16 by push constant). The same design as
-// decode_attention.cl: pass 1 per workgroup (split, kv head, query block) stages the query rows,
-// then for each tile of BK keys resolves the rows' addresses (block table or contiguous), stages
-// K and V as f32, scores, updates running max and sum (base 2), and accumulates P V in registers;
-// pass 2 merges the splits by log-sum-exp. Geometry is specialization constants, everything
-// else push constants, so one pipeline serves every dtype and shape of a config. Invocation i
-// owns the four-element output groups i, i + T, ... of the R x DMAX block.
+// decode_attention_<pass>[16].comp with PASS (DA_PARTIAL, DA_STREAM, DA_REDUCE) and ELEM16 (0:
+// every float array f32; 1: 16-bit storage, f32/f16/bf16 by push constant). The design of
+// decode_attention.cl. Pass 1 comes in two kinds, one workgroup per (split, kv head, query
+// block) either way: DA_PARTIAL stages the query rows, then for each tile of BK keys resolves
+// the rows' addresses (block table or contiguous), stages K and V as f32, scores, updates running
+// max and sum (base 2), and accumulates P V in registers (invocation i owns the four-element
+// output groups i, i + T, ... of the R x DMAX block); DA_STREAM (below) keeps K and V in
+// registers. Pass 2 merges the splits by log-sum-exp. Geometry is specialization constants,
+// everything else push constants, so one DA_PARTIAL pipeline serves every dtype and shape of a
+// config.
 #extension GL_EXT_control_flow_attributes : require
 #if ELEM16
 #extension GL_EXT_shader_16bit_storage : require
@@ -15,6 +17,7 @@
 
 #define DA_PARTIAL 0
 #define DA_REDUCE 1
+#define DA_STREAM 2
 
 layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 
@@ -82,6 +85,90 @@ layout(binding = 8) buffer OutH { uint16_t out_h[]; };
 #define STORE(name, i, dt, x) name##_f[i] = (x)
 #endif
 
+#if PASS == DA_PARTIAL || PASS == DA_STREAM
+
+shared int lo_row[R], hi_row[R];  // each row's visible keys [lo, hi)
+
+// The query block blk: its sequence s, first token t0 and tokens nq (at most BQ), and each row's
+// visible keys [lo_row, hi_row): query i of a sequence's qlen tokens sits at pos = kv_end - qlen
+// + i and sees kv_begin..pos, or the last `window` of them; rows (query heads of the kv head
+// times tokens, G heads a token) past the block's nq tokens see none. False when the block holds
+// no query, which the whole workgroup learns alike: it returns before any barrier.
+bool block_rows(uint blk, uint G, out int s, out int t0, out int nq) {
+  int qlen;
+  s = 0;
+  t0 = 0;
+  nq = 0;
+  if (!flag(F_VARLEN)) {
+    s = int(blk);
+    t0 = s;
+    nq = 1;
+    qlen = 1;
+    if (s >= int(pc.num_seqs)) return false;
+  } else {
+    // Sequence s owns the blocks from q_loc[s] / BQ + s on: the largest s whose first is <= blk.
+    int lo = 0, hi = int(pc.num_seqs) - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (q_loc[mid] / int(BQ) + mid <= int(blk)) lo = mid;
+      else hi = mid - 1;
+    }
+    s = lo;
+    const int first = q_loc[s] / int(BQ) + s;
+    t0 = q_loc[s] + (int(blk) - first) * int(BQ);
+    const int end = q_loc[s + 1];
+    if (int(blk) < first || t0 >= end) return false;
+    nq = min(int(BQ), end - t0);
+    qlen = end - q_loc[s];
+  }
+  const int kve = kv_end[s];
+  const int kvb = flag(F_BEGIN) ? kv_begin[s] : 0;
+  const int i0 = t0 - (flag(F_VARLEN) ? q_loc[s] : s);
+  for (uint r = gl_LocalInvocationID.x; r < R; r += T) {
+    const int qi = int(r / G);
+    const int pos = kve - qlen + i0 + qi;
+    const bool valid = qi < nq;
+    lo_row[r] = valid ? (pc.window > 0 ? max(kvb, pos - pc.window + 1) : kvb) : 0;
+    hi_row[r] = valid ? pos + 1 : 0;
+  }
+  return true;
+}
+
+// This split's keys [c0, c1), after block_rows and a barrier: the block's keys cut into `splits`
+// chunks of whole tiles of `tile` keys. lo and hi grow with the token, so the first and last
+// rows bound the block's keys.
+void split_keys(uint split, int nq, uint G, uint tile, out int c0, out int c1) {
+  const int u0 = lo_row[0], u1 = hi_row[uint(nq - 1) * G];
+  const int span = max(0, u1 - u0);
+  const int chunk = EJK_ROUND_UP(EJK_CEIL_DIV(span, int(pc.splits)), int(tile));
+  c0 = u0 + int(split) * chunk;
+  c1 = min(c0 + chunk, u1);
+}
+
+// The cache row (of head_dim elements) that holds key t of sequence s and kv head g. Unchecked
+// index arrays (the API's check_indices off) stay inside the table and the cache: t is clamped
+// into the table's reach (or the row), the page into the cache. Page sizes are mostly powers of
+// two: a shift and a mask then stand for the division.
+uint key_row(uint s, uint g, int t, bool paged) {
+  const uint tc = uint(clamp(t, 0, int(paged ? pc.max_blocks * pc.block_size : pc.seq_len) - 1));
+  if (!paged) return (s * pc.seq_len + tc) * pc.kv_heads + g;
+  uint b, row;
+  if ((pc.block_size & (pc.block_size - 1u)) == 0u) {
+    b = tc >> uint(findLSB(pc.block_size));
+    row = tc & (pc.block_size - 1u);
+  } else {
+    b = tc / pc.block_size;
+    row = tc % pc.block_size;
+  }
+  const uint page = uint(clamp(tables[s * pc.max_blocks + b], 0, int(pc.num_blocks) - 1));
+  return (page * pc.kv_heads + g) * pc.block_size + row;
+}
+
+// The query (and output) row of the workgroup's row r: token t0 + r / G, head g * G + r % G.
+uint row_at(int t0, uint r, uint G, uint g) { return (uint(t0) + r / G) * pc.heads + g * G + r % G; }
+
+#endif
+
 #if PASS == DA_PARTIAL
 
 // Rows of four elements: every shared read and write is a vec4, and with an odd vec4 stride
@@ -91,7 +178,6 @@ shared vec4 ks[BK * KS4];
 shared vec4 vs[BK * D4];
 shared float ss[R * SS];
 shared float m_row[R], l_row[R], alpha[R];
-shared int lo_row[R], hi_row[R];
 shared int key_at[BK];  // first element of each key row of the tile, -1 past the chunk
 
 // Four consecutive elements of a row from element i (zeros past D): one vector load where D is a
@@ -108,59 +194,25 @@ void main() {
   const uint tid = gl_LocalInvocationID.x;
   const uint split = gl_WorkGroupID.x, g = gl_WorkGroupID.y, blk = gl_WorkGroupID.z + pc.group_offset;
   const uint G = pc.heads / pc.kv_heads, D = pc.head_dim;
-  int s, t0, nq, qlen;
-  if (!flag(F_VARLEN)) {
-    s = int(blk);
-    t0 = s;
-    nq = 1;
-    qlen = 1;
-    if (s >= int(pc.num_seqs)) return;
-  } else {
-    // Sequence s owns the blocks from q_loc[s] / BQ + s on: the largest s whose first is <= blk.
-    int lo = 0, hi = int(pc.num_seqs) - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (q_loc[mid] / int(BQ) + mid <= int(blk)) lo = mid;
-      else hi = mid - 1;
-    }
-    s = lo;
-    const int first = q_loc[s] / int(BQ) + s;
-    t0 = q_loc[s] + (int(blk) - first) * int(BQ);
-    const int end = q_loc[s + 1];
-    if (int(blk) < first || t0 >= end) return;
-    nq = min(int(BQ), end - t0);
-    qlen = end - q_loc[s];
-  }
-  const int kve = kv_end[s];
-  const int kvb = flag(F_BEGIN) ? kv_begin[s] : 0;
-  const int i0 = t0 - (flag(F_VARLEN) ? q_loc[s] : s);
+  int s, t0, nq;
+  if (!block_rows(blk, G, s, t0, nq)) return;
   const uint nd4 = (D + 3u) / 4u;
 
   for (uint r = tid; r < R; r += T) {
-    const int qi = int(r / G);
-    const int pos = kve - qlen + i0 + qi;
-    const bool valid = qi < nq;
-    lo_row[r] = valid ? (pc.window > 0 ? max(kvb, pos - pc.window + 1) : kvb) : 0;
-    hi_row[r] = valid ? pos + 1 : 0;
     m_row[r] = NEG;
     l_row[r] = 0.0;
   }
   for (uint e = tid; e < R * D4; e += T) {
     const uint r = e / D4, d = (e % D4) * 4u;
-    const int qi = int(r / G);
-    const uint h = g * G + r % G;
     vec4 x = vec4(0.0);
-    if (qi < nq && d < D) {
-      LOAD_QUAD(q, (uint(t0 + qi) * pc.heads + h) * D + d, d, x)
+    if (int(r / G) < nq && d < D) {
+      LOAD_QUAD(q, row_at(t0, r, G, g) * D + d, d, x)
     }
     qs[e] = x * pc.qscale;
   }
   barrier();
-  // lo and hi grow with the token, so the first and last rows bound the block's keys.
-  const int u0 = lo_row[0], u1 = hi_row[uint(nq - 1) * G];
-  const int span = max(0, u1 - u0);
-  const int chunk = EJK_ROUND_UP(EJK_CEIL_DIV(span, int(pc.splits)), int(BK));
-  const int c0 = u0 + int(split) * chunk, c1 = min(c0 + chunk, u1);
+  int c0, c1;
+  split_keys(split, nq, G, BK, c0, c1);
 
   vec4 acc[ACC4];
   [[unroll]] for (uint i = 0; i < ACC4; ++i) acc[i] = vec4(0.0);
@@ -168,18 +220,7 @@ void main() {
   for (int base = c0; base < c1; base += int(BK)) {
     if (tid < BK) {
       const int t = base + int(tid);
-      int at = -1;
-      if (t < c1) {
-        // Unchecked index arrays (the API's check_indices off) stay inside the table and the cache.
-        const uint tc = uint(clamp(t, 0, int(flag(F_PAGED) ? pc.max_blocks * pc.block_size : pc.seq_len) - 1));
-        if (flag(F_PAGED)) {
-          const int page = clamp(tables[uint(s) * pc.max_blocks + tc / pc.block_size], 0, int(pc.num_blocks) - 1);
-          at = int(((uint(page) * pc.kv_heads + g) * pc.block_size + tc % pc.block_size) * D);
-        } else {
-          at = int(((uint(s) * pc.seq_len + tc) * pc.kv_heads + g) * D);
-        }
-      }
-      key_at[tid] = at;
+      key_at[tid] = t < c1 ? int(key_row(uint(s), g, t, flag(F_PAGED)) * D) : -1;
     }
     barrier();
     for (uint e = tid; e < BK * D4; e += T) {
@@ -241,7 +282,7 @@ void main() {
       const uint r = o / D4, d = (o % D4) * 4u;
       const int qi = int(r / G);
       if (qi < nq && d < D) {
-        const uint dst = ((uint(t0 + qi) * pc.heads + g * G + r % G) * pc.splits + split) * D + d;
+        const uint dst = (row_at(t0, r, G, g) * pc.splits + split) * D + d;
         for (uint c = 0u; c < 4u; ++c)
           if (d + c < D) part_acc[dst + c] = acc[i][c];
       }
@@ -250,9 +291,207 @@ void main() {
   for (uint r = tid; r < R; r += T) {
     const int qi = int(r / G);
     if (qi < nq) {
-      const uint at = (uint(t0 + qi) * pc.heads + g * G + r % G) * pc.splits + split;
+      const uint at = row_at(t0, r, G, g) * pc.splits + split;
       part_ml[2u * at] = m_row[r];
       part_ml[2u * at + 1u] = l_row[r];
+    }
+  }
+}
+
+#elif PASS == DA_STREAM
+
+// Pass 1 register-streamed, as decode_attention.cl's decode_stream: K and V are never staged in
+// shared memory. Invocation tid owns the 8-element slice c = tid % DS of every row and the keys
+// kg, kg + KG, ... of each tile (kg = tid / DS; KPT keys each, BK a tile), and holds the raw
+// 16-byte words of the next tile's keys and values while it works on this one: a paged cache's
+// reads are latency-bound, and loads in flight across the whole tile loop are what keeps the
+// memory busy. Partial dots meet in shared memory once per tile, every (row, key) score is one
+// invocation, P V accumulates per invocation over its own keys, and the key groups' sums meet
+// once at the end. Three barriers a tile: each shared array's next write comes after a barrier
+// that all its readers have passed. Only shared memory and barriers join invocations, so the
+// subgroup size does not matter. The storage dtype, the layout and whether head_dim is a
+// multiple of 8 are specialization constants: the raw words' count, their conversion and the key
+// addresses are in every step of the loop, and registers set occupancy. The words are read as
+// uvec4 whatever the dtype, so this module needs no 16-bit storage.
+layout(constant_id = 8) const uint DT = 1;   // storage dtype: 0 f32, 1 f16, 2 bf16
+layout(constant_id = 9) const uint PG = 1;   // 1: paged cache, 0: contiguous
+layout(constant_id = 10) const uint VEC = 1; // 1: head_dim a multiple of 8 (whole, aligned slices)
+
+const uint DS = DMAX / 8u;                   // slices of a row
+const uint KG = T / DS;                      // key groups
+const uint KPT = BK / KG;                    // keys per invocation and tile
+const uint SB = BK + 1u;
+const uint WPS = DT == 0u ? 2u : 1u;         // 16-byte words of a slice
+const uint EPW = DT == 0u ? 4u : 8u;         // elements of a 16-byte word
+const uint WORK_DOTS = R * BK * (DS + 1u);   // partial dots [R][BK][DS + 1]
+const uint WORK_RED = KG * R * (DMAX + 1u);  // key groups' sums [KG][R][DMAX + 1]
+const uint WORK = WORK_DOTS > WORK_RED ? WORK_DOTS : WORK_RED;
+
+layout(binding = 0) readonly buffer QU4 { uvec4 q_u4[]; };
+layout(binding = 1) readonly buffer KU4 { uvec4 k_u4[]; };
+layout(binding = 2) readonly buffer VU4 { uvec4 v_u4[]; };
+layout(binding = 0) readonly buffer QW { uint q_w[]; };
+layout(binding = 1) readonly buffer KW { uint k_w[]; };
+layout(binding = 2) readonly buffer VW { uint v_w[]; };
+
+shared float work[WORK];  // partial dots in the loop, the key groups' sums after it
+shared float sc[R * SB], pb[R * SB];  // scores, probabilities
+shared float m_sh[2u * R];  // rows' running maxima before and after a tile, alternating
+
+// Element i's bits of q (0), k (1) or v (2).
+uint element_bits(uint which, uint i) {
+  const uint w = DT == 0u ? i : i >> 1u;
+  const uint x = which == 0u ? q_w[w] : which == 1u ? k_w[w] : v_w[w];
+  return DT == 0u ? x : (x >> ((i & 1u) * 16u)) & 0xffffu;
+}
+
+// Word `word` of the slice at element i (d its place in a row), element by element, zeros past
+// head_dim: rows whose length is not a multiple of 8, where slices are not aligned.
+uvec4 gather_word(uint which, uint i, uint d, uint word) {
+  const uint per = EPW / 4u;  // elements of a 32-bit component
+  uvec4 x = uvec4(0u);
+  [[unroll]] for (uint e = 0u; e < EPW; ++e) {
+    const uint at = word * EPW + e;
+    if (d + at < pc.head_dim) x[e / per] |= element_bits(which, i + at) << ((e % per) * 16u);
+  }
+  return x;
+}
+
+// The raw words of the slice at element i (d its place in a row) into W[o], W[o + 1] ...
+#define LOAD_SLICE(name, which, i, d, W, o)                                       \
+  [[unroll]] for (uint w_ = 0u; w_ < WPS; ++w_) {                                 \
+    if (VEC != 0u) W[(o) + w_] = name##_u4[(i) / EPW + w_];                       \
+    else W[(o) + w_] = gather_word(which, i, d, w_);                              \
+  }
+
+// Elements 0-3 (h 0) or 4-7 (h 1) of a slice held as raw words from W[o].
+#define SLICE_HALF(W, o, h) to_f32x4(W[(o) + (h) * (WPS - 1u)], h)
+vec4 to_f32x4(uvec4 w, uint h) {
+  if (DT == 0u) return uintBitsToFloat(w);
+  return ejk_decode16x4(h == 0u ? w.xy : w.zw, DT);
+}
+
+void main() {
+  const uint tid = gl_LocalInvocationID.x, c = tid % DS, kg = tid / DS;
+  const uint split = gl_WorkGroupID.x, g = gl_WorkGroupID.y, blk = gl_WorkGroupID.z + pc.group_offset;
+  const uint G = R / BQ, D = pc.head_dim;  // G: heads / kv_heads, known here at compile time
+  int s, t0, nq;
+  if (!block_rows(blk, G, s, t0, nq)) return;
+  for (uint r = tid; r < R; r += T) m_sh[r] = NEG;
+  barrier();
+  int c0, c1;
+  split_keys(split, nq, G, BK, c0, c1);
+  const uint d = c * 8u;
+  const bool live = d < D;
+
+  // This invocation's slice of every row's query, scaled, and its accumulators.
+  vec4 qlo[R], qhi[R], alo[R], ahi[R];
+  float l[R];
+  [[unroll]] for (uint r = 0u; r < R; ++r) {
+    uvec4 w[WPS];
+    [[unroll]] for (uint i = 0u; i < WPS; ++i) w[i] = uvec4(0u);
+    if (int(r / G) < nq && live) {
+      LOAD_SLICE(q, 0u, row_at(t0, r, G, g) * D + d, d, w, 0u)
+    }
+    qlo[r] = SLICE_HALF(w, 0u, 0u) * pc.qscale;
+    qhi[r] = SLICE_HALF(w, 0u, 1u) * pc.qscale;
+    alo[r] = vec4(0.0);
+    ahi[r] = vec4(0.0);
+    l[r] = 0.0;
+  }
+
+  // The raw words of the tile from B0 into KW_, VW_ (zeros past c1).
+#define LOAD_TILE(B0, KW_, VW_)                                                   \
+  [[unroll]] for (uint i = 0u; i < KPT; ++i) {                                    \
+    const int t = (B0) + int(kg + KG * i);                                        \
+    [[unroll]] for (uint w_ = 0u; w_ < WPS; ++w_) {                               \
+      KW_[i * WPS + w_] = uvec4(0u);                                              \
+      VW_[i * WPS + w_] = uvec4(0u);                                              \
+    }                                                                             \
+    if (t < c1 && live) {                                                         \
+      const uint e_ = key_row(uint(s), g, t, PG != 0u) * D + d;                   \
+      LOAD_SLICE(k, 1u, e_, d, KW_, i * WPS)                                      \
+      LOAD_SLICE(v, 2u, e_, d, VW_, i * WPS)                                      \
+    }                                                                             \
+  }
+  uvec4 kw[KPT * WPS], vw[KPT * WPS], kn[KPT * WPS], vn[KPT * WPS];
+  LOAD_TILE(c0, kw, vw)
+  uint cur = 0u;  // m_sh[cur * R + r]: row r's maximum before this tile
+  for (int base = c0; base < c1; base += int(BK)) {
+    LOAD_TILE(base + int(BK), kn, vn)
+    [[unroll]] for (uint i = 0u; i < KPT; ++i) {
+      const vec4 klo = SLICE_HALF(kw, i * WPS, 0u), khi = SLICE_HALF(kw, i * WPS, 1u);
+      const uint j = kg + KG * i;
+      [[unroll]] for (uint r = 0u; r < R; ++r) work[(r * BK + j) * (DS + 1u) + c] = dot(qlo[r], klo) + dot(qhi[r], khi);
+    }
+    barrier();
+    for (uint e = tid; e < R * BK; e += T) {
+      const uint r = e / BK, j = e % BK;
+      const int t = base + int(j);
+      float z = NEG;
+      if (t < c1 && t >= lo_row[r] && t < hi_row[r]) {
+        float u = 0.0;
+        for (uint cc = 0u; cc < DS; ++cc) u += work[(r * BK + j) * (DS + 1u) + cc];
+        z = pc.cap2 > 0.0 ? pc.cap2 * tanh(u) : u;
+      }
+      sc[r * SB + j] = z;
+    }
+    barrier();
+    for (uint e = tid; e < R * BK; e += T) {
+      const uint r = e / BK, j = e % BK;
+      float mx = NEG;
+      for (uint jj = 0u; jj < BK; ++jj) mx = max(mx, sc[r * SB + jj]);
+      const float mn = max(m_sh[cur * R + r], mx);
+      const float z = sc[r * SB + j];
+      pb[r * SB + j] = z <= NEG * 0.5 ? 0.0 : exp2(z - mn);
+      if (j == 0u) m_sh[(cur ^ 1u) * R + r] = mn;
+    }
+    barrier();
+    [[unroll]] for (uint r = 0u; r < R; ++r) {
+      const float a = exp2(m_sh[cur * R + r] - m_sh[(cur ^ 1u) * R + r]);
+      l[r] *= a;
+      alo[r] *= a;
+      ahi[r] *= a;
+    }
+    [[unroll]] for (uint i = 0u; i < KPT; ++i) {
+      const vec4 vlo = SLICE_HALF(vw, i * WPS, 0u), vhi = SLICE_HALF(vw, i * WPS, 1u);
+      const uint j = kg + KG * i;
+      [[unroll]] for (uint r = 0u; r < R; ++r) {
+        const float p = pb[r * SB + j];
+        l[r] += p;
+        alo[r] = fma(vec4(p), vlo, alo[r]);
+        ahi[r] = fma(vec4(p), vhi, ahi[r]);
+      }
+    }
+    [[unroll]] for (uint i = 0u; i < KPT * WPS; ++i) {
+      kw[i] = kn[i];
+      vw[i] = vn[i];
+    }
+    cur ^= 1u;
+  }
+#undef LOAD_TILE
+  // The loop's last reads of `work` (the last tile's scores) came before two of its barriers:
+  // the sums may overwrite it now.
+  [[unroll]] for (uint r = 0u; r < R; ++r) {
+    const uint o = (kg * R + r) * (DMAX + 1u) + d;
+    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+      work[o + i] = alo[r][i];
+      work[o + 4u + i] = ahi[r][i];
+    }
+    if (c == 0u) work[o - d + DMAX] = l[r];
+  }
+  barrier();
+  for (uint e = tid; e < R * (DMAX + 1u); e += T) {
+    const uint r = e / (DMAX + 1u), dd = e % (DMAX + 1u);
+    if (int(r / G) >= nq || (dd >= D && dd < DMAX)) continue;
+    float x = 0.0;
+    for (uint gg = 0u; gg < KG; ++gg) x += work[(gg * R + r) * (DMAX + 1u) + dd];
+    const uint at = row_at(t0, r, G, g) * pc.splits + split;
+    if (dd < D) {
+      part_acc[at * D + dd] = x;
+    } else {
+      part_ml[2u * at] = m_sh[cur * R + r];
+      part_ml[2u * at + 1u] = x;
     }
   }
 }

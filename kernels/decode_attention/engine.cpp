@@ -366,11 +366,47 @@ std::int64_t query_block(const Engine& e) {
 }
 
 std::int64_t heuristic_threads(const Engine& e, std::int64_t block_q, std::int64_t least) {
-  std::int64_t dm = 32;
-  while (dm < e.head_dim) dm *= 2;
+  const std::int64_t dm = dim_class(e.head_dim);
   std::int64_t t = least;
   while (t < 256 && rows(e, block_q) * dm > 8 * t) t *= 2;
   return t;
+}
+
+std::int64_t dim_class(std::int64_t head_dim) {
+  std::int64_t c = 32;
+  while (c < head_dim) c *= 2;
+  return c;
+}
+
+std::int64_t stream_keys(std::int64_t block_k, std::int64_t dm, std::int64_t threads) { return block_k * (dm / 8) / threads; }
+
+bool stream_fits(std::int64_t block_k, std::int64_t dm, std::int64_t threads) {
+  return threads >= dm / 8 && block_k * (dm / 8) % threads == 0 && stream_keys(block_k, dm, threads) >= 1;
+}
+
+std::string stream_constraint(const std::string& rows) {
+  return "threads >= head_dim_class / 8 && block_k * (head_dim_class / 8) % threads == 0 && "
+         "block_k * (head_dim_class / 8) >= threads && block_k * (head_dim_class / 8) <= 4 * threads && " +
+         rows + " * 16 + 8 * dtype_size * (block_k * (head_dim_class / 8) / threads) <= 160";
+}
+
+std::string stream_shared(const std::string& rows) {
+  const std::string dots = rows + " * block_k * (head_dim_class / 8 + 1)";
+  const std::string sums = "threads / (head_dim_class / 8) * " + rows + " * (head_dim_class + 1)";
+  return "4 * (max(" + dots + ", " + sums + ") + 2 * " + rows + " * (block_k + 1) + 4 * " + rows + ")";
+}
+
+std::optional<Config> stream_heuristic(const Engine& e, const ParamSpace& space, std::int64_t block_q,
+                                       std::initializer_list<std::int64_t> widths, std::int64_t parallel) {
+  const std::int64_t dm = dim_class(e.head_dim);
+  for (std::int64_t kpt : {4, 2, 1})
+    for (std::int64_t t : widths) {
+      const std::int64_t bk = kpt * t / (dm / 8);
+      Config c{{"splits", heuristic_splits(e, block_q, bk, parallel)}, {"block_k", bk}, {"threads", t}, {"stream", 1}};
+      if (e.varlen) c.set("block_q", block_q);
+      if (space.admits(c)) return c;
+    }
+  return std::nullopt;
 }
 
 }  // namespace ejk::kernels::decode_attention

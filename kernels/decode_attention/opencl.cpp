@@ -1,7 +1,6 @@
 // The decode engine on OpenCL: decode_attention.cl's two passes, one program per (threads,
 // block_k, rows, head_dim class); everything else is a kernel argument.
 #include <algorithm>
-#include <array>
 #include <climits>
 #include <memory>
 #include <string>
@@ -18,28 +17,15 @@ namespace {
 
 constexpr const char* source_key = "decode_attention/decode_attention.cl";
 
-std::int64_t dim_class(std::int64_t d) {
-  std::int64_t c = 32;
-  while (c < d) c *= 2;
-  return c;
-}
-
-// Local memory of pass 1 in bytes (the kernel's __local arrays), for rows R, keys bk, class dm:
-// decode_partial's, and decode_stream's (q, the larger of the partial dots and the key groups'
-// sums, scores, probabilities, maxima and bounds).
+// Local memory of pass 1 in bytes (the kernel's __local arrays) for `rows` query rows:
+// decode_partial's (query rows, key and value tiles, scores, row state, key addresses) or
+// decode_stream's.
 std::string shared_expr(const std::string& rows) {
   const std::string tile = "4 * (" + rows + " * head_dim_class + block_k * (2 * head_dim_class + 4) + " + rows +
                            " * (block_k + 1) + 5 * " + rows + ") + 8 * block_k";
-  const std::string dots = rows + " * block_k * (head_dim_class / 8 + 1)";
-  const std::string sums = "threads / (head_dim_class / 8) * " + rows + " * (head_dim_class + 1)";
-  const std::string stream = "4 * (" + rows + " * head_dim_class + " + dots + " + " + sums + " + 2 * " + rows +
-                             " * (block_k + 1) + 4 * " + rows + ")";
   // Both bounds hold the pass's own size; the other pass's term is zeroed by `stream`.
-  return "(1 - stream) * (" + tile + ") + stream * (" + stream + ")";
+  return "(1 - stream) * (" + tile + ") + stream * (" + stream_shared(rows) + ")";
 }
-
-// decode_stream's keys per work-item and tile.
-std::int64_t stream_kpt(std::int64_t block_k, std::int64_t dm, std::int64_t threads) { return block_k * (dm / 8) / threads; }
 
 class OpenCLDecode final : public clc::Implementation {
  public:
@@ -67,11 +53,7 @@ class OpenCLDecode final : public clc::Implementation {
         // decode_partial: accumulators per work-item stay in registers (and CPU drivers compile
         // in seconds), and every work-item takes part in staging a key tile's addresses.
         .constraint("stream == 1 || (block_k >= 16 && " + rows + " * head_dim_class <= 16 * threads && block_k <= threads)")
-        // decode_stream: whole 8-element slices of a row per work-item, 1 to 4 keys each, and
-        // the rows' queries and accumulators plus two tiles of raw words within ~160 registers.
-        .constraint("stream == 0 || (threads >= head_dim_class / 8 && block_k * (head_dim_class / 8) % threads == 0 && "
-                    "block_k * (head_dim_class / 8) >= threads && block_k * (head_dim_class / 8) <= 4 * threads && " +
-                    rows + " * 16 + 8 * dtype_size * (block_k * (head_dim_class / 8) / threads) <= 160)")
+        .constraint("stream == 0 || (" + stream_constraint(rows) + ")")
         .bind(vars(e))
         .bind(device_vars(dev))
         .bind({{"head_dim_class", dim_class(e.head_dim)}});
@@ -92,24 +74,15 @@ class OpenCLDecode final : public clc::Implementation {
     // four keys and no split took 248 us (page_attention), 219 (ragged decode), 248 (ragged
     // paged), against 328, 302, 440 for OpenCL's choice (8 splits of 64); 2 splits 317 us.
     ParamSpace space = this->space(inv, dev);
-    const std::int64_t dm = dim_class(e.head_dim), units = std::max<std::int64_t>(1, dev.compute_units);
-    const bool cuda = dev.backend == Backend::cuda;
-    const std::array<std::int64_t, 3> widths = cuda ? std::array<std::int64_t, 3>{128, 64, 256}
-                                                    : std::array<std::int64_t, 3>{64, 128, 256};
+    const std::int64_t units = std::max<std::int64_t>(1, dev.compute_units);
     if (!cpu) {
-      for (std::int64_t kpt : {4, 2, 1})
-        for (std::int64_t t : widths) {
-          const std::int64_t bk = kpt * t / (dm / 8);
-          Config c{{"splits", heuristic_splits(e, bq, bk, cuda ? (units + 1) / 2 : units * 4)},
-                   {"block_k", bk},
-                   {"threads", t},
-                   {"stream", 1}};
-          if (e.varlen) c.set("block_q", bq);
-          if (space.admits(c)) return c;
-        }
+      const bool cuda = dev.backend == Backend::cuda;
+      const auto c = cuda ? stream_heuristic(e, space, bq, {128, 64, 256}, (units + 1) / 2)
+                          : stream_heuristic(e, space, bq, {64, 128, 256}, units * 4);
+      if (c) return *c;
     }
     const std::int64_t threads = heuristic_threads(e, bq, cpu ? 64 : 128), bk = cpu ? 32 : 16;
-    const std::int64_t parallel = std::max<std::int64_t>(1, dev.compute_units) * (cpu ? 1 : 24);
+    const std::int64_t parallel = units * (cpu ? 1 : 24);
     Config c{{"splits", heuristic_splits(e, bq, bk, parallel)}, {"block_k", bk}, {"threads", threads}, {"stream", 0}};
     if (e.varlen) c.set("block_q", bq);
     if (space.admits(c)) return c;
@@ -134,7 +107,7 @@ class OpenCLDecode final : public clc::Implementation {
       throw InvalidArgument(b_.kernel + " opencl: config " + config.canonical() + " needs positive values and stream 0 or 1");
     if (!stream && threads < bk)
       throw InvalidArgument(b_.kernel + " opencl: config " + config.canonical() + " needs threads >= block_k");
-    if (stream && (threads < dm / 8 || bk * (dm / 8) % threads != 0 || stream_kpt(bk, dm, threads) < 1))
+    if (stream && !stream_fits(bk, dm, threads))
       throw InvalidArgument(b_.kernel + " opencl: config " + config.canonical() +
                             " needs whole 8-element slices per work-item and at least one key each (stream)");
     const double elems = static_cast<double>(std::max(e.tokens * e.heads, e.num_blocks * e.block_size * e.kv_heads)) *
@@ -146,7 +119,7 @@ class OpenCLDecode final : public clc::Implementation {
     std::string options = " -DT=" + std::to_string(threads) + " -DBK=" + std::to_string(bk) + " -DR=" + std::to_string(R) +
                           " -DBQ=" + std::to_string(bq) + " -DDMAX=" + std::to_string(dm);
     if (stream)
-      options += " -DKPT=" + std::to_string(stream_kpt(bk, dm, threads)) + " -DDT=" + std::to_string(dtype_code(e.dtype)) +
+      options += " -DKPT=" + std::to_string(stream_keys(bk, dm, threads)) + " -DDT=" + std::to_string(dtype_code(e.dtype)) +
                  " -DPG=" + std::to_string(e.layout == Layout::paged ? 1 : 0) + " -DVEC=" + std::to_string(e.head_dim % 8 == 0 ? 1 : 0);
     auto partial = dev.kernel(source_key, options, stream ? "decode_stream" : "decode_partial");
     auto reduce = dev.kernel(source_key, options, "decode_reduce");

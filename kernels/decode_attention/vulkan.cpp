@@ -1,7 +1,9 @@
-// The decode engine on Vulkan: decode_attention.glsl's two passes; the "16" modules read and
-// write f16/bf16 through 16-bit storage, the others only f32 (devices without 16-bit storage
-// still run f32). Geometry is specialization constants (one pipeline per threads, block_k,
-// rows, head_dim class); dtype, sizes and options are push constants.
+// The decode engine on Vulkan: decode_attention.glsl's passes. Pass 1 is decode_attention_partial
+// (the tile pass; "16" reads f16/bf16 through 16-bit storage, the plain module only f32, for
+// devices without it) or decode_attention_stream (config stream = 1: every dtype read as
+// 16-byte words); pass 2 is decode_attention_reduce[16]. Geometry is specialization constants
+// (one pipeline per threads, block_k, rows, head_dim class; the stream pass adds the dtype, the
+// layout and whether head_dim is a multiple of 8); sizes and options are push constants.
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -11,10 +13,10 @@
 #include "decode_attention/engine.hpp"
 #include "decode_attention/impls.hpp"
 #include "ejk/error.hpp"
+#include "ejk/expr.hpp"
 
 namespace ejk::kernels::decode_attention {
 namespace {
-
 
 // Mirrors the shader's push-constant block.
 struct Push {
@@ -30,16 +32,16 @@ static_assert(sizeof(Push) == 68, "the shader's block is 17 words");
 
 std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
 
-std::int64_t dim_class(std::int64_t d) {
-  std::int64_t c = 32;
-  while (c < d) c *= 2;
-  return c;
+// Shared memory of pass 1 in bytes (the shader's arrays) for `rows` query rows: the tile pass's
+// (query rows, key and value tiles, scores, row state, key addresses) or the stream pass's.
+std::string shared_expr(const std::string& rows) {
+  const std::string tile = "4 * (" + rows + " * head_dim_class + block_k * (2 * head_dim_class + 4) + " + rows +
+                           " * (block_k + 1) + 5 * " + rows + " + block_k)";
+  // The other pass's term is zeroed by `stream`.
+  return "(1 - stream) * (" + tile + ") + stream * (" + stream_shared(rows) + ")";
 }
 
-// Shared memory of pass 1 (the shader's arrays).
-std::int64_t shared_bytes(std::int64_t R, std::int64_t bk, std::int64_t dm) {
-  return 4 * (R * dm + bk * (2 * dm + 4) + R * (bk + 1) + 5 * R + bk);
-}
+std::string rows_expr(const Engine& e) { return e.varlen ? "(group * block_q)" : "group"; }
 
 bool needs16(const Engine& e, std::span<const TensorSpec> args) {
   return e.dtype != DType::f32 || (e.sinks && args[static_cast<std::size_t>(e.at.sinks)].dtype != DType::f32);
@@ -56,7 +58,8 @@ class VulkanDecode final : public Implementation {
   Backend backend() const override { return Backend::vulkan; }
   std::vector<ArgDef> args() const override { return b_.args; }
   std::vector<std::string> sources() const override {
-    return {module("partial", false), module("partial", true), module("reduce", false), module("reduce", true)};
+    return {module("partial", false), module("partial", true), module("stream", false), module("reduce", false),
+            module("reduce", true)};
   }
   bool supports(const Invocation& inv, const DeviceInfo& dev) const override {
     return !needs16(b_.engine(inv), inv.args) || vulkan::physical_device(dev.index).storage16;
@@ -64,19 +67,23 @@ class VulkanDecode final : public Implementation {
 
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
     const Engine e = b_.engine(inv);
-    const std::string R = e.varlen ? "(group * block_q)" : "group";
+    const std::string R = rows_expr(e);
     const auto& lim = vulkan::physical_device(dev.index).limits;
     ParamSpace s;
-    s.param("splits", {1, 2, 4, 8, 16, 32}).param("block_k", {16, 32, 64}).param("threads", {64, 128, 256});
+    // stream: pass 1 as the stream pass (1) or the tile pass (0); block_k sets the keys of a tile
+    // either way.
+    s.param("splits", {1, 2, 4, 8, 16, 32})
+        .param("block_k", {8, 16, 32, 64})
+        .param("threads", {64, 128, 256})
+        .param("stream", {0, 1});
     if (e.varlen) s.param("block_q", {1, 2, 4, 8});
     s.constraint("splits == 1 || splits * block_k <= max_keys")
         .constraint("threads <= max_workgroup_size && threads <= max_workgroup_x")
-        .constraint("4 * (" + R + " * head_dim_class + block_k * (2 * head_dim_class + 4) + " + R + " * (block_k + 1) + 5 * " +
-                    R + " + block_k) <= local_mem")
-        // Every invocation takes part in staging a key tile's addresses.
-        .constraint("block_k <= threads")
-        // Accumulators per invocation stay in registers (and lavapipe compiles in seconds).
-        .constraint(R + " * head_dim_class <= 16 * threads")
+        .constraint(shared_expr(R) + " <= local_mem")
+        // The tile pass: every invocation takes part in staging a key tile's addresses, and
+        // accumulators per invocation stay in registers (and lavapipe compiles in seconds).
+        .constraint("stream == 1 || (block_k >= 16 && block_k <= threads && " + R + " * head_dim_class <= 16 * threads)")
+        .constraint("stream == 0 || (" + stream_constraint(R) + ")")
         .bind(vars(e))
         .bind(device_vars(dev))
         .bind({{"head_dim_class", dim_class(e.head_dim)}, {"max_workgroup_x", std::int64_t{lim.maxComputeWorkGroupSize[0]}}});
@@ -87,15 +94,22 @@ class VulkanDecode final : public Implementation {
     const Engine e = b_.engine(inv);
     const bool cpu = vulkan::physical_device(dev.index).cpu;
     const std::int64_t bq = query_block(e);
-    // GPUs: 128 invocations and 32-key tiles; about 6 such workgroups (36 KB of shared memory
-    // each at head_dim 128) are resident per SM, and splits give two waves of them, so that the
-    // last wave's tail costs little. CPU implementations (lavapipe) run a workgroup as a loop
-    // over SIMD lanes: 64 invocations, two workgroups per core.
-    const std::int64_t threads = heuristic_threads(e, bq, cpu ? 64 : 128), bk = 32;
-    const std::int64_t parallel = std::max<std::int64_t>(1, dev.compute_units) * (cpu ? 1 : 6);
-    Config c{{"splits", heuristic_splits(e, bq, bk, parallel)}, {"block_k", bk}, {"threads", threads}};
-    if (e.varlen) c.set("block_q", bq);
+    const std::int64_t units = std::max<std::int64_t>(1, dev.compute_units);
     ParamSpace space = this->space(inv, dev);
+    // The stream pass with OpenCL's GPU choices (decode_attention.md): 64 invocations with four
+    // keys each, splits for about two waves of ~8 groups per compute unit. On lavapipe too: it
+    // took a half to a third of the tile pass's time there (f16 and f32, head_dim 64 and 128,
+    // windows, ragged queries), and these splits (one or two a core) were the best measured.
+    if (const auto c = stream_heuristic(e, space, bq, {64, 128, 256}, units * 4)) return *c;
+    // The tile pass where no stream config fits (more query rows than its registers hold):
+    // 32-key tiles; on GPUs 128 invocations, about 6 workgroups (36 KB of shared memory each at
+    // head_dim 128) resident per SM and splits for two waves of them. CPU implementations
+    // (lavapipe) run a workgroup as a loop over SIMD lanes: 64 invocations, two workgroups per
+    // core.
+    const std::int64_t threads = heuristic_threads(e, bq, cpu ? 64 : 128), bk = 32;
+    const std::int64_t parallel = units * (cpu ? 1 : 6);
+    Config c{{"splits", heuristic_splits(e, bq, bk, parallel)}, {"block_k", bk}, {"threads", threads}, {"stream", 0}};
+    if (e.varlen) c.set("block_q", bq);
     if (space.admits(c)) return c;
     for (std::int64_t k : {16, 32, 64})
       for (std::int64_t t : {128, 64, 256}) {
@@ -116,11 +130,16 @@ class VulkanDecode final : public Implementation {
     if (need16 && !dev.physical().storage16)
       throw InvalidArgument(b_.kernel + " vulkan: " + dev.info().id() + " has no 16-bit storage buffers for f16/bf16 arrays");
     const std::int64_t splits = config.get("splits"), bk = config.get("block_k"), threads = config.get("threads");
-    const std::int64_t bq = e.varlen ? config.get("block_q") : 1;
-    if (splits <= 0 || bk <= 0 || threads < bk || bq <= 0)
-      throw InvalidArgument(text + "needs positive splits, block_k, block_q and threads >= block_k");
+    const std::int64_t bq = e.varlen ? config.get("block_q") : 1, stream = config.get("stream");
     const std::int64_t R = rows(e, bq), dm = dim_class(e.head_dim);
-    const std::int64_t shared = shared_bytes(R, bk, dm);
+    if (splits <= 0 || bk <= 0 || threads <= 0 || bq <= 0 || (stream != 0 && stream != 1))
+      throw InvalidArgument(text + "needs positive values and stream 0 or 1");
+    if (!stream && threads < bk) throw InvalidArgument(text + "needs threads >= block_k");
+    if (stream && !stream_fits(bk, dm, threads))
+      throw InvalidArgument(text + "needs whole 8-element slices per invocation and at least one key each (stream)");
+    Vars at = vars(e);
+    at.insert({{"block_q", bq}, {"block_k", bk}, {"threads", threads}, {"stream", stream}, {"head_dim_class", dm}});
+    const std::int64_t shared = Expr::parse(shared_expr(rows_expr(e))).eval(at);
     if (shared > static_cast<std::int64_t>(dev.info().local_mem))
       throw InvalidArgument(text + "needs " + std::to_string(shared) + " bytes of shared memory, the device has " +
                             std::to_string(dev.info().local_mem));
@@ -172,10 +191,12 @@ class VulkanDecode final : public Implementation {
       }
     };
     const std::int64_t blocks = query_blocks(e, bq);
-    std::string spirv = module("partial", wide);
+    std::string spirv = stream ? module("stream", false) : module("partial", wide);
     l.spirv = spirv;
     l.local_size = {u32(threads), 1, 1};
     l.spec = {u32(threads), u32(bk), u32(R), u32(bq), u32(dm)};
+    if (stream)
+      l.spec.insert(l.spec.end(), {u32(dtype_code(e.dtype)), u32(e.layout == Layout::paged), u32(e.head_dim % 8 == 0)});
     l.shared_bytes = u32(shared);
     if (blocks > 0 && e.num_seqs > 0) dispatch(splits, e.kv_heads, blocks, true, lim.maxComputeWorkGroupCount[2]);
 
