@@ -87,9 +87,9 @@ class OpenCLMlaDecode final : public clc::Implementation {
     return s;
   }
 
-  // Tensor cores first where the space offers them: 16 heads a group over 32-row tiles (the
-  // CUDA kernel's tile), parts until there is a group for every two compute units (two groups of
-  // about 48 KiB of local memory share one). Otherwise: GPUs, the most heads per staged tile that
+  // Tensor cores first where the space offers them: 16 heads a group of 4 warps over 32-row
+  // tiles (the CUDA kernel's geometry), parts until there is a group for every two compute units
+  // (two such groups' registers fill one of NVIDIA's multiprocessors). Otherwise: GPUs, the most heads per staged tile that
   // local memory and registers allow (the cache is read once per group), 256 work-items where
   // the latent is wide; CPU drivers, 64 work-items, a few heads per group, parts for every core.
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
@@ -97,7 +97,7 @@ class OpenCLMlaDecode final : public clc::Implementation {
     const ParamSpace s = space(inv, dev);
     const bool cpu = clc::is_cpu(dev);
     const std::int64_t cus = std::max<std::int64_t>(1, dev.compute_units);
-    for (auto [warps, bn] : {std::pair<std::int64_t, std::int64_t>{8, 32}, {4, 32}, {4, 16}, {8, 64}, {4, 64}}) {
+    for (auto [warps, bn] : {std::pair<std::int64_t, std::int64_t>{4, 32}, {8, 32}, {4, 16}, {4, 64}, {8, 64}}) {
       const Config c{{"variant", std::string("mma")}, {"mma_warps", warps}, {"mma_block_n", bn},
                      {"splits", pick_splits(p, p.batch * ceil_div(p.heads, 16), bn, (cus + 1) / 2)}};
       if (s.admits(c)) return c;
