@@ -378,6 +378,24 @@ TEST_P(MlaAttention, TensorCoreVariantMatchesTheReference) {
   EXPECT_GT(runs, 20u);
 }
 
+// A tensor-core config that reaches run() without the space is refused, naming what it lacks:
+// the device's fragments where it has none, the geometry's rules where it has them (8 warps
+// share their softmax over 32 tokens at least).
+TEST_P(MlaAttention, TensorCoreConfigOutsideTheSpaceIsRefused) {
+  Context ctx(GetParam());
+  const DeviceInfo& info = ctx.device().info();
+  const Implementation* impl = opencl_c_decode(info);
+  if (!impl) GTEST_SKIP() << info.id() << " runs no OpenCL C";
+  const mla::MlaDecodeKernel mk;
+  const Invocation inv = mk.from_sizes({{"batch", 1}, {"heads", 16}, {"context", 128}}, DType::f16, nlohmann::json::object());
+  std::vector<Tensor> args;
+  for (const auto& a : inv.args) args.push_back(ctx.empty(a.shape, a.dtype));
+  const bool offered = !mma_configs(*impl, inv, info).empty();
+  const Config c{{"variant", std::string("mma")}, {"mma_warps", offered ? 8 : 4}, {"mma_block_n", offered ? 16 : 32}, {"splits", 1}};
+  test::expect_error([&] { impl->run(inv, c, args, ctx.device()); },
+                     offered ? "needs mma_warps 4 or 8" : "tensor-core fragments");
+}
+
 // The variant is offered exactly where the device lists m16n8k16 fragments of the storage type
 // and the widths make whole tiles, never to CPU drivers, and the heuristic takes it there.
 TEST(MlaDecodeOpenCL, TensorCoreVariantNeedsFragments) {

@@ -89,9 +89,10 @@ class OpenCLMlaDecode final : public clc::Implementation {
 
   // Tensor cores first where the space offers them: 16 heads a group of 4 warps over 32-row
   // tiles (the CUDA kernel's geometry), parts until there is a group for every two compute units
-  // (two such groups' registers fill one of NVIDIA's multiprocessors). Otherwise: GPUs, the most heads per staged tile that
-  // local memory and registers allow (the cache is read once per group), 256 work-items where
-  // the latent is wide; CPU drivers, 64 work-items, a few heads per group, parts for every core.
+  // (two such groups' registers fill one of NVIDIA's multiprocessors). Otherwise: GPUs, the most
+  // heads per staged tile that local memory and registers allow (the cache is read once per
+  // group), 256 work-items where the latent is wide; CPU drivers, 64 work-items, a few heads per
+  // group, parts for every core.
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
     const Problem p = Problem::of(inv);
     const ParamSpace s = space(inv, dev);
