@@ -218,13 +218,23 @@ TEST_P(CudaCompile, EveryProgramOfTheSpacesCompiles) {
               for (const Config& c : configs_to_compile(*impl, inv, info)) tasks.push_back({impl, inv, c});
         }
       }
-  // mla_decode's tensor-core pass takes latent ranks of 64s only.
+  // mla_decode's tensor-core pass takes latent ranks of 64s only; so does the OpenCL C's
+  // tensor-core attend pass (variant mma), each of whose programs (warps x tile rows) compiles.
   for (DType t : {DType::f16, DType::bf16}) {
     const kernels::mla_attention::MlaDecodeKernel mk;
     const Invocation inv = mk.from_sizes({{"batch", 2}, {"heads", 16}, {"context", 128}}, t, nlohmann::json::object());
-    for (const Implementation* impl : Registry::global().implementations(inv.kernel))
-      if (impl->backend() == Backend::cuda && impl->priority() >= 1 && impl->supports(inv, info))
+    for (const Implementation* impl : Registry::global().implementations(inv.kernel)) {
+      if (impl->backend() != Backend::cuda || !impl->supports(inv, info)) continue;
+      if (impl->priority() >= 1) {
         for (const Config& c : configs_to_compile(*impl, inv, info)) tasks.push_back({impl, inv, c});
+        continue;
+      }
+      std::set<std::pair<std::int64_t, std::int64_t>> programs;
+      for (const Config& c : impl->space(inv, info).enumerate())
+        if (c.has("variant") && c.text("variant") == "mma" && programs.insert({c.get("mma_warps"), c.get("mma_block_n")}).second)
+          tasks.push_back({impl, inv, c});
+      EXPECT_EQ(programs.size(), 3u) << "the OpenCL C's tensor-core programs for " << inv.signature();
+    }
   }
   // The decode engine's tensor-core pass takes head_dim 64 to 256 in steps of 64.
   const std::vector<std::pair<std::string, std::map<std::string, std::int64_t>>> decode = {

@@ -314,6 +314,124 @@ TEST_P(MlaAttention, PackedPrefillMatchesReference) {
                      "c_kv [40, 65] f32 must be f32 [40, 64]");
 }
 
+// The OpenCL C implementation on the device's backend (OpenCL, or CUDA running the OpenCL C), if
+// any, and its tensor-core (variant mma) configs for `inv`.
+const Implementation* opencl_c_decode(const DeviceInfo& info) {
+  for (const Implementation* impl : Registry::global().implementations("mla_decode"))
+    if (const auto src = impl->sources(); impl->backend() == info.backend && !src.empty() && src.front() == "mla_attention/mla_decode.cl")
+      return impl;
+  return nullptr;
+}
+
+std::vector<Config> mma_configs(const Implementation& impl, const Invocation& inv, const DeviceInfo& info) {
+  std::vector<Config> out;
+  for (const Config& c : impl.space(inv, info).enumerate())
+    if (c.has("variant") && c.text("variant") == "mma") out.push_back(c);
+  return out;
+}
+
+// The tensor-core attend pass (mla_decode_mma.cl) against the double reference: f16 and bf16,
+// every program of its space (warps x tile rows) with one to four parts, a second group of 16
+// heads that is mostly zero rows, a row width of an odd number of k16 steps per k-group, contexts
+// ending mid-tile and mid-page, and a context of 0; then DeepSeek-V3 widths under every program.
+// Runs where the device offers the variant (NVIDIA GPUs from sm_80, through OpenCL or the CUDA
+// backend's OpenCL C); elsewhere it says why it skips.
+TEST_P(MlaAttention, TensorCoreVariantMatchesTheReference) {
+  Context ctx(GetParam());
+  const DeviceInfo& info = ctx.device().info();
+  const mla::MlaDecodeKernel mk;
+  const Implementation* impl = opencl_c_decode(info);
+  const Invocation probe = mk.from_sizes({{"batch", 2}, {"heads", 16}, {"context", 64}}, DType::f16, nlohmann::json::object());
+  if (!impl) GTEST_SKIP() << info.id() << " runs no OpenCL C";
+  if (mma_configs(*impl, probe, info).empty())
+    GTEST_SKIP() << info.id() << " (" << info.name << ") lists no 16x8x16 f16 tensor-core fragments";
+  const std::vector<std::map<std::string, std::int64_t>> shapes = {
+      {{"batch", 4}, {"heads", 20}, {"context", 192}, {"kv_lora_rank", 128}, {"rope_dim", 32}, {"qk_nope_head_dim", 32},
+       {"v_head_dim", 32}},
+      {{"batch", 3}, {"heads", 16}, {"context", 300}},
+  };
+  std::size_t runs = 0;
+  for (DType t : {DType::f16, DType::bf16})
+    for (std::size_t si = 0; si < shapes.size(); ++si) {
+      const Invocation inv = mk.from_sizes(shapes[si], t, nlohmann::json::object());
+      HostArrays in = mk.inputs(inv, 31 + si);
+      // Ragged contexts: the whole table row, 37 tokens past half of it, 0, 33.
+      auto& lens = in[mla::arg::context_lens];
+      for (std::size_t b = 1; b < lens.size(); ++b) lens[b] = b == 1 ? std::floor(lens[0] / 2) + 37 : b == 2 ? 0 : 33;
+      const HostArrays want = mk.reference(inv, in);
+      std::vector<Config> configs{impl->heuristic(inv, info)};
+      EXPECT_EQ(configs[0].text("variant"), "mma") << inv.signature();
+      for (const Config& c : mma_configs(*impl, inv, info))
+        if (c.get("splits") <= (si == 0 ? 4 : 2)) configs.push_back(c);
+      for (const Config& c : configs) {
+        std::vector<Tensor> args;
+        for (std::size_t i = 0; i < inv.args.size(); ++i) args.push_back(ctx.from(inv.args[i].shape, inv.args[i].dtype, in[i]));
+        impl->run(inv, c, args, ctx.device());
+        const std::vector<double> got = args[mla::arg::out].read();
+        EXPECT_LE(test::relative_error(got, want[0]), mk.tolerance(inv)) << to_string(t) << " " << inv.signature() << " " << c.canonical();
+        // Sequence 2 has context 0: its outputs are exactly 0.
+        const std::size_t row = got.size() / lens.size();
+        EXPECT_TRUE(std::all_of(got.begin() + 2 * row, got.begin() + 3 * row, [](double x) { return x == 0.0; })) << c.canonical();
+        ++runs;
+      }
+    }
+  EXPECT_GT(runs, 20u);
+}
+
+// A tensor-core config that reaches run() without the space is refused, naming what it lacks:
+// the device's fragments where it has none, the geometry's rules where it has them (8 warps
+// share their softmax over 32 tokens at least).
+TEST_P(MlaAttention, TensorCoreConfigOutsideTheSpaceIsRefused) {
+  Context ctx(GetParam());
+  const DeviceInfo& info = ctx.device().info();
+  const Implementation* impl = opencl_c_decode(info);
+  if (!impl) GTEST_SKIP() << info.id() << " runs no OpenCL C";
+  const mla::MlaDecodeKernel mk;
+  const Invocation inv = mk.from_sizes({{"batch", 1}, {"heads", 16}, {"context", 128}}, DType::f16, nlohmann::json::object());
+  std::vector<Tensor> args;
+  for (const auto& a : inv.args) args.push_back(ctx.empty(a.shape, a.dtype));
+  const bool offered = !mma_configs(*impl, inv, info).empty();
+  const Config c{{"variant", std::string("mma")}, {"mma_warps", offered ? 8 : 4}, {"mma_block_n", offered ? 16 : 32}, {"splits", 1}};
+  test::expect_error([&] { impl->run(inv, c, args, ctx.device()); },
+                     offered ? "needs mma_warps 4 or 8" : "tensor-core fragments");
+}
+
+// The variant is offered exactly where the device lists m16n8k16 fragments of the storage type
+// and the widths make whole tiles, never to CPU drivers, and the heuristic takes it there.
+TEST(MlaDecodeOpenCL, TensorCoreVariantNeedsFragments) {
+  DeviceInfo gpu;
+  gpu.backend = Backend::opencl;
+  gpu.vendor = "NVIDIA Corporation";
+  gpu.name = "NVIDIA H100";
+  gpu.discrete = true;
+  gpu.compute_units = 132;
+  gpu.local_mem = 48 * 1024;
+  gpu.max_workgroup_size = 1024;
+  gpu.max_workgroup_dims = {1024, 1024, 64};
+  const Implementation* impl = opencl_c_decode(gpu);
+  if (!impl) GTEST_SKIP() << "built without OpenCL";
+  const mla::MlaDecodeKernel mk;
+  auto inv = [&](DType t, std::int64_t rank, std::int64_t rope) {
+    return mk.from_sizes({{"batch", 32}, {"heads", 16}, {"context", 4096}, {"kv_lora_rank", rank}, {"rope_dim", rope}}, t,
+                         nlohmann::json::object());
+  };
+  EXPECT_TRUE(mma_configs(*impl, inv(DType::f16, 512, 64), gpu).empty()) << "no fragments listed";
+  gpu.coopmat = {CoopMatShape{16, 8, 16, DType::f16, DType::f32}};
+  const auto deepseek = mma_configs(*impl, inv(DType::f16, 512, 64), gpu);
+  EXPECT_FALSE(deepseek.empty());
+  for (const Config& c : deepseek) EXPECT_LE(c.get("mma_block_n"), 32) << "a 64-row tile of 576-wide rows exceeds 48 KiB";
+  EXPECT_TRUE(mma_configs(*impl, inv(DType::bf16, 512, 64), gpu).empty()) << "only f16 fragments listed";
+  EXPECT_TRUE(mma_configs(*impl, inv(DType::f32, 512, 64), gpu).empty());
+  EXPECT_TRUE(mma_configs(*impl, inv(DType::f16, 96, 32), gpu).empty()) << "kv_lora_rank not a multiple of 64";
+  EXPECT_TRUE(mma_configs(*impl, inv(DType::f16, 512, 8), gpu).empty()) << "row not a multiple of 16";
+  const Config h = impl->heuristic(inv(DType::f16, 512, 64), gpu);
+  EXPECT_EQ(h.text("variant"), "mma");
+  EXPECT_EQ(h.get("splits"), 8) << "a group of 16 heads for every two compute units";
+  DeviceInfo cpu = gpu;
+  cpu.cpu = true;
+  EXPECT_TRUE(mma_configs(*impl, inv(DType::f16, 512, 64), cpu).empty()) << "a CPU driver";
+}
+
 INSTANTIATE_TEST_SUITE_P(All, MlaAttention, ::testing::ValuesIn(test::devices()),
                          [](const auto& p) { return test::test_name(p.param); });
 

@@ -20,6 +20,7 @@
 // forward and dq), BQ (query rows a block: dk/dv), STAGES (1 or 2 local buffers of k and v,
 // forward), BF16 (0: f16 operands, 1: bf16).
 #include "flash_attention_common.cl"
+#include "common/clc_mma.h"
 
 #define MMA_ROWS (16 * RT * NW)
 #define DW (D / 2)              // words (operand pairs) per row
@@ -36,47 +37,6 @@
 #ifndef STAGES
 #define STAGES 1
 #endif
-
-#if BF16
-#define MMA_TYPE "bf16"
-#else
-#define MMA_TYPE "f16"
-#endif
-
-void mma(float* c, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." MMA_TYPE "." MMA_TYPE ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-float shfl_xor(float x, int m) {
-  float y;
-  asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(y) : "f"(x), "r"(m));
-  return y;
-}
-
-// Two floats as one operand word, lo in the low half, rounded to nearest even.
-uint pack2(float lo, float hi) {
-  uint r;
-  asm("cvt.rn." MMA_TYPE "x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
-// 2^x to about 2 ulp, subnormal results flushed: the hardware instruction itself.
-float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-float max_quad(float x) {
-  x = fmax(x, shfl_xor(x, 1));
-  return fmax(x, shfl_xor(x, 2));
-}
-float sum_quad(float x) {
-  x += shfl_xor(x, 1);
-  return x + shfl_xor(x, 2);
-}
 
 __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FWD_ARGS) {
   EJK_LOCAL_BIND(float, sh)

@@ -13,11 +13,13 @@ namespace ejk::kernels::mla_attention {
 // threads: work-items per group; heads_per_group: heads sharing each staged tile of cache rows;
 // block_n: cache rows per tile; splits: parts of the context, merged by log-sum-exp.
 // `local_mem_fit` is the backend's constraint that a group's staging fits in local memory.
-inline ParamSpace device_space(const Invocation& inv, const DeviceInfo& dev, std::string_view local_mem_fit) {
-  ParamSpace s;
-  s.param("threads", {64, 128, 256})
-      .param("heads_per_group", {1, 2, 4, 8, 16})
-      .param("block_n", {4, 8, 16, 32})
+// Where `s` already declares a variant, `when` says which configs take these tile parameters
+// (splits belong to every variant).
+inline ParamSpace device_space(const Invocation& inv, const DeviceInfo& dev, std::string_view local_mem_fit,
+                               ParamSpace s = {}, std::string_view when = {}) {
+  s.param("threads", {64, 128, 256}, when)
+      .param("heads_per_group", {1, 2, 4, 8, 16}, when)
+      .param("block_n", {4, 8, 16, 32}, when)
       .param("splits", {1, 2, 4, 8, 16, 32})
       .constraint("heads % heads_per_group == 0")
       // A staged tile lies within one page.

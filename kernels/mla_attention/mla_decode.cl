@@ -177,6 +177,7 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mla_combine(
     int dtype) {
   const int bh = get_group_id(0), h = bh % heads, lid = get_local_id(0);
   __local float o_s[RANK];
+  __local float red[THREADS];
   float mx = -INFINITY;
   for (int s = 0; s < splits; ++s) mx = fmax(mx, part_ml[(bh * splits + s) * 2]);
   float total = 0.f;
@@ -194,9 +195,24 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mla_combine(
     o_s[c] = o * inv;
   }
   barrier(CLK_LOCAL_MEM_FENCE);
-  for (int d = lid; d < v_dim; d += THREADS) {
+  // A column of out is `team` work-items, each over a slice of the latent rank, their sums
+  // added in local memory: where v_head_dim is below THREADS, the chain of dependent loads of
+  // w_vc each work-item walks is that much shorter.
+  const int team = v_dim < THREADS ? THREADS / v_dim : 1, cols = THREADS / team;
+  const int part = lid / cols, dl = lid - part * cols;
+  const int c0 = part * RANK / team, c1 = (part + 1) * RANK / team;
+  for (int d0 = 0; d0 < v_dim; d0 += cols) {
+    const int d = d0 + dl;
     float o = 0.f;
-    for (int c = 0; c < RANK; ++c) o = mad(o_s[c], ejk_load(wv16, (h * RANK + c) * v_dim + d, dtype), o);
-    ejk_store(out16, bh * v_dim + d, dtype, o);
+    if (d < v_dim && part < team)
+      for (int c = c0; c < c1; ++c) o = mad(o_s[c], ejk_load(wv16, (h * RANK + c) * v_dim + d, dtype), o);
+    red[lid] = o;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (part == 0 && d < v_dim) {
+      float sum = 0.f;
+      for (int i = 0; i < team; ++i) sum += red[dl + i * cols];
+      ejk_store(out16, bh * v_dim + d, dtype, sum);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
   }
 }

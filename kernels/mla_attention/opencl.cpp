@@ -9,6 +9,10 @@
 // parts are kernel arguments, so one program serves f16 and bf16 and every batch (PoCL takes
 // seconds to build each program). 16-bit tiles are staged as stored: twice the rows or heads
 // fit in local memory (DeepSeek-V3 widths: 16 heads x 8 rows in 48 KiB).
+// On devices with tensor-core fragments (NVIDIA from sm_80) the `mma` variant runs the attend
+// pass of mla_decode_mma.cl instead (f16/bf16 on mma.sync through inline PTX, 16 heads a group),
+// between the same absorb and combine passes: the f32 dot products of mla_attend bind it to the
+// CUDA cores at these widths (about 31 FLOP a byte of cache).
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -16,6 +20,7 @@
 
 #include "backends/clc/clc_device.hpp"
 #include "common/builtin.hpp"
+#include "common/ceil_div.hpp"
 #include "ejk/error.hpp"
 #include "mla_attention/device_space.hpp"
 #include "mla_attention/mla_attention.hpp"
@@ -24,6 +29,26 @@ namespace ejk::kernels::mla_attention {
 namespace {
 
 constexpr const char* source_key = "mla_attention/mla_decode.cl";
+constexpr const char* mma_key = "mla_attention/mla_decode_mma.cl";
+constexpr const char* mma_helpers_key = "common/clc_mma.h";
+
+const char* const scalar_v = "variant == \"scalar\"";
+const char* const mma_v = "variant == \"mma\"";
+
+// The tensor-core attend pass takes f16 or bf16 with the latent rank a multiple of 64 and the
+// row a multiple of 16 (whole k16 steps), on devices that list m16n8k16 fragments of that type
+// with f32 accumulation (NVIDIA from sm_80, inline PTX).
+bool mma_offered(const Problem& p, const DeviceInfo& dev) {
+  if ((p.dtype != DType::f16 && p.dtype != DType::bf16) || p.rank % 64 != 0 || p.width() % 16 != 0) return false;
+  return !clc::is_cpu(dev) && dev.offers({16, 8, 16, p.dtype, DType::f32});
+}
+
+// A config's variant; configs from before variants existed are scalar.
+std::string variant_of(const Config& c) {
+  const std::string v = c.has("variant") ? c.text("variant") : "scalar";
+  if (v != "scalar" && v != "mma") throw InvalidArgument("mla_decode opencl: unknown variant '" + v + "' (scalar, mma)");
+  return v;
+}
 
 int dtype_code(DType t) { return t == DType::f32 ? 0 : t == DType::f16 ? 1 : 2; }
 
@@ -32,25 +57,52 @@ class OpenCLMlaDecode final : public clc::Implementation {
   using clc::Implementation::Implementation;
   std::string_view kernel() const override { return "mla_decode"; }
   std::vector<ArgDef> args() const override { return decode_args(); }
-  std::vector<std::string> sources() const override { return {source_key, clc::prelude_source}; }
+  std::vector<std::string> sources() const override { return {source_key, mma_key, mma_helpers_key, clc::prelude_source}; }
 
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
+    const bool mma = mma_offered(Problem::of(inv), dev);
+    ParamSpace s;
+    s.param("variant", mma ? std::vector<Value>{std::string("scalar"), std::string("mma")}
+                           : std::vector<Value>{std::string("scalar")});
     // The group's queries, scores and reduction space in f32, and a tile as stored (rows padded
     // by one 32-bit word).
-    return device_space(inv, dev,
-                        "(heads_per_group * (kv_lora_rank + rope_dim) + heads_per_group * block_n + threads"
-                        " + 3 * heads_per_group) * 4 + block_n * (kv_lora_rank + rope_dim + 4 / dtype_size) * dtype_size"
-                        " <= local_mem");
+    s = device_space(inv, dev,
+                     "(heads_per_group * (kv_lora_rank + rope_dim) + heads_per_group * block_n + threads"
+                     " + 3 * heads_per_group) * 4 + block_n * (kv_lora_rank + rope_dim + 4 / dtype_size) * dtype_size"
+                     " <= local_mem",
+                     std::move(s), scalar_v);
+    if (mma) {
+      // mla_decode_mma.cl's NW and BN. Its local memory: a tile (rows padded by 4 words), the four
+      // k-groups' partial scores, P and the rescale factors.
+      s.param("mma_warps", {4, 8}, mma_v)
+          .param("mma_block_n", {16, 32, 64}, mma_v)
+          .constraint("block_size % mma_block_n == 0")
+          .constraint("mma_block_n >= 4 * mma_warps")
+          .constraint("kv_lora_rank % (16 * mma_warps) == 0")
+          .constraint("32 * mma_warps <= max_workgroup_size")
+          .constraint("4 * (mma_block_n * ((kv_lora_rank + rope_dim) / 2 + 4) + 64 * (mma_block_n + 8)"
+                      " + 16 * (mma_block_n / 2 + 4) + 16) <= local_mem")
+          .constraint("splits == 1 || splits * mma_block_n <= max_context");
+    }
+    return s;
   }
 
-  // GPUs: the most heads per staged tile that local memory and registers allow (the cache is
-  // read once per group), 256 work-items where the latent is wide. CPU drivers: 64 work-items,
-  // a few heads per group, parts for every core.
+  // Tensor cores first where the space offers them: 16 heads a group of 4 warps over 32-row
+  // tiles (the CUDA kernel's geometry), parts until there is a group for every two compute units
+  // (two such groups' registers fill one of NVIDIA's multiprocessors). Otherwise: GPUs, the most
+  // heads per staged tile that local memory and registers allow (the cache is read once per
+  // group), 256 work-items where the latent is wide; CPU drivers, 64 work-items, a few heads per
+  // group, parts for every core.
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
     const Problem p = Problem::of(inv);
     const ParamSpace s = space(inv, dev);
     const bool cpu = clc::is_cpu(dev);
     const std::int64_t cus = std::max<std::int64_t>(1, dev.compute_units);
+    for (auto [warps, bn] : {std::pair<std::int64_t, std::int64_t>{4, 32}, {8, 32}, {4, 16}, {4, 64}, {8, 64}}) {
+      const Config c{{"variant", std::string("mma")}, {"mma_warps", warps}, {"mma_block_n", bn},
+                     {"splits", pick_splits(p, p.batch * ceil_div(p.heads, 16), bn, (cus + 1) / 2)}};
+      if (s.admits(c)) return c;
+    }
     struct Try {
       std::int64_t threads, hg, bn;
     };
@@ -61,7 +113,7 @@ class OpenCLMlaDecode final : public clc::Implementation {
                {64, 4, 16},  {64, 2, 16},  {64, 2, 8},  {64, 1, 8},  {64, 1, 4}};
     for (const auto& t : tries) {
       if (p.heads % t.hg) continue;
-      Config c{{"threads", t.threads}, {"heads_per_group", t.hg}, {"block_n", t.bn},
+      Config c{{"variant", std::string("scalar")}, {"threads", t.threads}, {"heads_per_group", t.hg}, {"block_n", t.bn},
                {"splits", pick_splits(p, p.batch * (p.heads / t.hg), t.bn, cus)}};
       if (s.admits(c)) return c;
     }
@@ -73,13 +125,34 @@ class OpenCLMlaDecode final : public clc::Implementation {
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
     auto& dev = clc::clc_device(device);
-    const std::int64_t threads = config.get("threads"), hg = config.get("heads_per_group");
-    const std::int64_t bn = config.get("block_n"), splits = config.get("splits");
+    const bool mma = variant_of(config) == "mma";
+    const std::int64_t splits = config.get("splits");
     auto pow2 = [](std::int64_t v) { return v > 0 && (v & (v - 1)) == 0; };
+    // The mma variant's absorb and combine passes come from a small scalar geometry's program.
+    const std::int64_t threads = mma ? 256 : config.get("threads"), hg = mma ? 1 : config.get("heads_per_group");
+    const std::int64_t bn = mma ? 4 : config.get("block_n");
     if (!pow2(threads) || !pow2(hg) || !pow2(bn) || splits <= 0 || p.heads % hg || p.block_size % bn)
       throw InvalidArgument("mla_decode on OpenCL: config " + config.canonical() +
                             " needs powers of two for threads, heads_per_group (dividing heads " + std::to_string(p.heads) +
                             ") and block_n (dividing block_size " + std::to_string(p.block_size) + ")");
+    std::int64_t warps = 0, mma_bn = 0;
+    if (mma) {
+      warps = config.get("mma_warps");
+      mma_bn = config.get("mma_block_n");
+      if (!mma_offered(p, dev.info()))
+        throw InvalidArgument("mla_decode opencl: config " + config.canonical() +
+                              " needs f16 or bf16 with kv_lora_rank a multiple of 64 and kv_lora_rank + rope_dim of 16 "
+                              "on a device with 16x8x16 " + std::string(to_string(p.dtype)) +
+                              " tensor-core fragments (" + dev.info().id() + ": " + dev.info().name + ")");
+      const std::int64_t local = 4 * (mma_bn * (p.width() / 2 + 4) + 64 * (mma_bn + 8) + 16 * (mma_bn / 2 + 4) + 16);
+      if ((warps != 4 && warps != 8) || (mma_bn != 16 && mma_bn != 32 && mma_bn != 64) || mma_bn < 4 * warps ||
+          p.block_size % mma_bn || p.rank % (16 * warps) || local > static_cast<std::int64_t>(dev.info().local_mem))
+        throw InvalidArgument("mla_decode opencl: config " + config.canonical() +
+                              " needs mma_warps 4 or 8, mma_block_n 16, 32 or 64 (at least 4 mma_warps, dividing "
+                              "block_size " + std::to_string(p.block_size) + "), kv_lora_rank a multiple of 16 mma_warps"
+                              " and " + std::to_string(local) + " bytes of local memory (the device has " +
+                              std::to_string(dev.info().local_mem) + ")");
+    }
     if (p.batch == 0) return;
 
     std::string options;
@@ -91,8 +164,16 @@ class OpenCLMlaDecode final : public clc::Implementation {
     def("ROPE", p.rope_dim);
     def("STAGE16", p.dtype != DType::f32);
     auto absorb = dev.kernel(source_key, options, "mla_absorb");
-    auto attend = dev.kernel(source_key, options, "mla_attend");
     auto combine = dev.kernel(source_key, options, "mla_combine");
+    std::shared_ptr<clc::Kernel> attend;
+    if (mma)
+      attend = dev.kernel(mma_key,
+                          "-DNW=" + std::to_string(warps) + " -DBN=" + std::to_string(mma_bn) + " -DRANK=" +
+                              std::to_string(p.rank) + " -DROPE=" + std::to_string(p.rope_dim) +
+                              " -DBF16=" + (p.dtype == DType::bf16 ? "1" : "0"),
+                          "mla_attend_mma");
+    else
+      attend = dev.kernel(source_key, options, "mla_attend");
 
     const std::int64_t bh = p.batch * p.heads;
     auto qs = dev.scratch(static_cast<std::size_t>(bh * p.width()) * 4);
@@ -103,12 +184,22 @@ class OpenCLMlaDecode final : public clc::Implementation {
     dev.launch(*absorb, clc::Range(static_cast<std::size_t>(bh) * t), clc::Range(t), args[arg::q_nope],
                args[arg::q_pe], args[arg::w_kc], *qs, static_cast<int>(p.heads), static_cast<int>(p.nope_dim),
                static_cast<float>(p.scale), dtype);
-    dev.launch(*attend,
-               clc::Range(static_cast<std::size_t>(splits) * t, static_cast<std::size_t>(p.heads / hg),
-                             static_cast<std::size_t>(p.batch)),
-               clc::Range(t, 1, 1), *qs, args[arg::kv_cache], args[arg::block_tables], args[arg::context_lens],
-               *part_o, *part_ml, static_cast<int>(p.heads), static_cast<int>(p.block_size),
-               static_cast<int>(p.max_blocks), static_cast<int>(splits), dtype);
+    if (mma) {
+      const auto nt = static_cast<std::size_t>(32 * warps);
+      dev.launch(*attend,
+                 clc::Range(static_cast<std::size_t>(splits) * nt, static_cast<std::size_t>(ceil_div(p.heads, 16)),
+                            static_cast<std::size_t>(p.batch)),
+                 clc::Range(nt, 1, 1), *qs, args[arg::kv_cache], args[arg::block_tables], args[arg::context_lens],
+                 *part_o, *part_ml, static_cast<int>(p.heads), static_cast<int>(p.block_size),
+                 static_cast<int>(p.max_blocks), static_cast<int>(splits));
+    } else {
+      dev.launch(*attend,
+                 clc::Range(static_cast<std::size_t>(splits) * t, static_cast<std::size_t>(p.heads / hg),
+                            static_cast<std::size_t>(p.batch)),
+                 clc::Range(t, 1, 1), *qs, args[arg::kv_cache], args[arg::block_tables], args[arg::context_lens],
+                 *part_o, *part_ml, static_cast<int>(p.heads), static_cast<int>(p.block_size),
+                 static_cast<int>(p.max_blocks), static_cast<int>(splits), dtype);
+    }
     dev.launch(*combine, clc::Range(static_cast<std::size_t>(bh) * t), clc::Range(t), *part_o, *part_ml,
                args[arg::w_vc], args[arg::out], static_cast<int>(p.heads), static_cast<int>(splits),
                static_cast<int>(p.v_dim), dtype);
