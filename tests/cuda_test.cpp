@@ -18,6 +18,7 @@
 #include "backends/cuda/cuda_device.hpp"
 #include "backends/cuda/opencl_c.hpp"
 #include "core/embedded.hpp"
+#include "block_sparse_attention/block_sparse_attention.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "grouped_matmul/grouped_matmul.hpp"
 #include "matmul/matmul.hpp"
@@ -274,6 +275,31 @@ TEST_P(CudaCompile, EveryProgramOfTheSpacesCompiles) {
               dev->compiled(), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   EXPECT_EQ(kernels_run.size(), Registry::global().kernels().size()) << "kernels without a cuda implementation";
   EXPECT_GT(dev->compiled(), 20u);
+}
+
+// block_sparse_attention's heuristic on an NVIDIA device is flash attention's tensor-core passes
+// walking the layout (variant mma): its forward and backward programs, built with the layout's
+// lists, compile for the architecture. The heuristic must pick them: it is what runs by default.
+TEST_P(CudaCompile, BlockSparseTensorCorePassesCompile) {
+  if (!cuda::nvrtc_available()) GTEST_SKIP() << "no NVRTC (scripts/setup installs it)";
+  const int cc = GetParam();
+  auto dev = std::make_shared<cuda::CompileOnlyDevice>(like_nvidia(cc), cuda::nvrtc_arch(cc / 10, cc % 10));
+  const DeviceInfo& info = dev->info();
+  const kernels::block_sparse_attention::BlockSparseAttentionKernel fk;
+  const kernels::block_sparse_attention::BlockSparseAttentionBwdKernel bk;
+  for (const Kernel* kernel : {static_cast<const Kernel*>(&fk), static_cast<const Kernel*>(&bk)}) {
+    const Invocation inv = kernel->from_sizes({{"seq", 512}, {"heads", 4}, {"kv_heads", 2}, {"head_dim", 128}}, DType::f16,
+                                              {{"block_q", 64}, {"block_k", 64}, {"causal", true}, {"local_blocks", 2}});
+    for (const Implementation* impl : Registry::global().implementations(inv.kernel)) {
+      if (impl->backend() != Backend::cuda || !impl->supports(inv, info)) continue;
+      const Config c = impl->heuristic(inv, info);
+      EXPECT_EQ(c.text("variant"), "mma") << inv.kernel << " " << c.canonical();
+      std::vector<Tensor> args;
+      for (const auto& a : inv.args) args.emplace_back(dev, a.shape, a.dtype);
+      EXPECT_NO_THROW(impl->run(inv, c, args, *dev)) << inv.kernel << " " << c.canonical();
+    }
+  }
+  EXPECT_GE(dev->compiled(), 3u);  // the forward's, the backward's and its prep pass's
 }
 
 INSTANTIATE_TEST_SUITE_P(Arch, CudaCompile, ::testing::Values(80, 90),
