@@ -265,8 +265,8 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_dkdv(BWD_ARGS)
 
   for (uint h = hk * pc->group; h < (hk + 1u) * pc->group; ++h) {
     Walk tiles = QUERY_TILES(h, j0, 0, n > 0 && c->q_len > 0 ? (c->q_len - 1) / (int)BQ : -1, BQ);
-    for (int qt = walk_next(&tiles); qt >= 0; qt = walk_next(&tiles)) {
-      const int i0 = qt * (int)BQ;
+    for (int qtile = walk_next(&tiles); qtile >= 0; qtile = walk_next(&tiles)) {
+      const int i0 = qtile * (int)BQ;
       const int rows = min((int)BQ, c->q_len - i0);
       // dbias entries of blocks no query of which sees these keys are zero.
       if (key_hi(pc, c, i0 + rows - 1) < j0 || key_lo(pc, c, i0) > j0 + n - 1) {

@@ -526,8 +526,8 @@ void main() {
 
   for (uint h = hk * pc.group; h < (hk + 1u) * pc.group; ++h) {
     Walk tiles = QUERY_TILES(h, j0, 0, q_len > 0 ? (q_len - 1) / int(BQ) : -1, int(BQ));
-    for (int qt = walk_next(tiles); qt >= 0; qt = walk_next(tiles)) {
-      const int i0 = qt * int(BQ);
+    for (int qtile = walk_next(tiles); qtile >= 0; qtile = walk_next(tiles)) {
+      const int i0 = qtile * int(BQ);
       const int rows = min(int(BQ), q_len - i0);
       // dbias entries of blocks no query of which sees these keys are zero.
       if (key_hi(i0 + rows - 1) < j0 || key_lo(i0) > j0 + n - 1) {

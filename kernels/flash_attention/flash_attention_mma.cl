@@ -522,8 +522,8 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dkdv_mma(B
 
   for (uint h = hk * pc->group; h < (hk + 1u) * pc->group; ++h) {
     Walk tiles = QUERY_TILES(h, j0, 0, c->q_len > 0 ? (c->q_len - 1) / BQ : -1, BQ);
-    for (int qt = walk_next(&tiles); qt >= 0; qt = walk_next(&tiles)) {
-      const int i0 = qt * BQ;
+    for (int qtile = walk_next(&tiles); qtile >= 0; qtile = walk_next(&tiles)) {
+      const int i0 = qtile * BQ;
       const int rows = min(BQ, c->q_len - i0);
       if (key_hi(pc, c, i0 + rows - 1) < j0 || key_lo(pc, c, i0) > j0 + n - 1) {
         // No query of the block sees these keys: their dbias entries are zero.
