@@ -326,6 +326,16 @@ TEST_P(BlockSparseAttention, FlashPassesWalkTheLayout) {
   const Outcome r = check(ctx, c, make(ctx, c, DType::bf16, 24), "mask [batch, heads, ...], bf16", scalar, scalar);
   for (std::int64_t i = 16; i < 32; ++i)
     EXPECT_EQ(r.lse[static_cast<std::size_t>((1 * c.heads + 2) * c.seq_q + i)], -std::numeric_limits<double>::infinity());
+  // Blocks of 64 under the heuristic's configs: the tensor-core passes (OpenCL mma, the Vulkan
+  // cooperative-matrix forward) where the device offers them, the scalar ones elsewhere.
+  Case w;
+  w.seq_q = w.seq_k = 150;
+  w.dim = 64;
+  w.layout = {.block_q = 64, .block_k = 64, .causal = true, .local_blocks = 0, .stride = 2};
+  check(ctx, w, make(ctx, w, DType::f16, 25), "blocks of 64, heuristic configs, f16");
+  w.cap = 20;
+  w.segments = true;
+  check(ctx, w, make(ctx, w, DType::bf16, 26), "blocks of 64, cap and segment ids, bf16");
 }
 
 TEST(BlockSparseLayout, HostLayoutsAreBounded) {
