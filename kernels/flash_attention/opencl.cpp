@@ -163,14 +163,9 @@ clc::Device& device_for(const Problem& p, Device& device) {
   return clc::clc_device(device);
 }
 
-class OpenCLBase : public clc::Implementation {
+class OpenCLForward final : public clc::Implementation {
  public:
   using clc::Implementation::Implementation;
-};
-
-class OpenCLForward final : public OpenCLBase {
- public:
-  using OpenCLBase::OpenCLBase;
   std::string_view kernel() const override { return "flash_attention"; }
   std::vector<ArgDef> args() const override { return forward_args(); }
   std::vector<std::string> sources() const override { return {source_key, mma_key, common_key, philox_key, clc::prelude_source}; }
@@ -193,9 +188,9 @@ class OpenCLForward final : public OpenCLBase {
   }
 };
 
-class OpenCLBackward final : public OpenCLBase {
+class OpenCLBackward final : public clc::Implementation {
  public:
-  using OpenCLBase::OpenCLBase;
+  using clc::Implementation::Implementation;
   std::string_view kernel() const override { return "flash_attention_bwd"; }
   std::vector<ArgDef> args() const override { return backward_args(); }
   std::vector<std::string> sources() const override { return {source_key, mma_key, common_key, philox_key, clc::prelude_source}; }
