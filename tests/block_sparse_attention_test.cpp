@@ -286,6 +286,58 @@ TEST_P(BlockSparseAttention, HeuristicIsInTheSpace) {
     }
 }
 
+// On OpenCL and Vulkan, flash attention's passes walking the layout (flash_passes.hpp): the
+// heuristic takes them where their tiles divide the layout's blocks, and they match the reference
+// with several tiles to a block, blocks of different sizes for queries and keys, lists per batch
+// and per head, rows with no live block, and every option.
+TEST_P(BlockSparseAttention, FlashPassesWalkTheLayout) {
+  Context ctx(GetParam());
+  const auto& dev = ctx.device().info();
+  if (dev.backend == Backend::cpu) GTEST_SKIP() << "the native CPU runs its own tiles";
+  for (bool backward : {false, true}) {
+    const bsa::BlockSparseAttentionKernel f;
+    const bsa::BlockSparseAttentionBwdKernel b;
+    const Kernel& k = backward ? static_cast<const Kernel&>(b) : f;
+    const Invocation inv = k.from_sizes({{"seq", 512}, {"heads", 4}, {"head_dim", 64}}, DType::f16,
+                                        {{"block_q", 64}, {"block_k", 64}, {"causal", true}, {"local_blocks", 2}});
+    const auto& impl = Registry::global().implementation(inv, dev);
+    EXPECT_NE(impl.heuristic(inv, dev).text("variant"), "tiles") << inv.signature();
+  }
+  // 8 x 8 tiles: two to a query block of 16 and four to a key block of 32.
+  const Config scalar{{"variant", std::string("scalar")}, {"tile_q", 8}, {"tile_k", 8}, {"threads_x", 8}, {"threads_y", 4}};
+  Case c;
+  c.seq_q = 45;
+  c.seq_k = 70;
+  c.layout = {.block_q = 16, .block_k = 32, .causal = true, .local_blocks = 1, .stride = 2};
+  check(ctx, c, make(ctx, c, DType::f32, 21), "blocks 16 x 32, f32", scalar, scalar);
+  c.cap = 5;
+  c.segments = true;
+  check(ctx, c, make(ctx, c, DType::f16, 22), "blocks 16 x 32, cap and segment ids, f16", scalar, scalar);
+  c.cap = 0;
+  c.segments = false;
+  // A random mask per batch and head, query block 1 of (batch 1, head 2) empty, not causal.
+  c.seq_q = c.seq_k = 40;
+  const std::int64_t nbq = 3, nbk = 3;
+  std::mt19937_64 rng(23);
+  std::vector<double> m(static_cast<std::size_t>(c.batch * c.heads * nbq * nbk));
+  for (auto& x : m) x = static_cast<double>(rng() % 2);
+  for (std::int64_t bj = 0; bj < nbk; ++bj) m[static_cast<std::size_t>(((1 * c.heads + 2) * nbq + 1) * nbk + bj)] = 0;
+  c.layout = {.block_q = 16, .block_k = 16, .causal = false, .block_mask = ctx.from({c.batch, c.heads, nbq, nbk}, DType::i32, m)};
+  const Outcome r = check(ctx, c, make(ctx, c, DType::bf16, 24), "mask [batch, heads, ...], bf16", scalar, scalar);
+  for (std::int64_t i = 16; i < 32; ++i)
+    EXPECT_EQ(r.lse[static_cast<std::size_t>((1 * c.heads + 2) * c.seq_q + i)], -std::numeric_limits<double>::infinity());
+  // Blocks of 64 under the heuristic's configs: the tensor-core passes (OpenCL mma, the Vulkan
+  // cooperative-matrix forward) where the device offers them, the scalar ones elsewhere.
+  Case w;
+  w.seq_q = w.seq_k = 150;
+  w.dim = 64;
+  w.layout = {.block_q = 64, .block_k = 64, .causal = true, .local_blocks = 0, .stride = 2};
+  check(ctx, w, make(ctx, w, DType::f16, 25), "blocks of 64, heuristic configs, f16");
+  w.cap = 20;
+  w.segments = true;
+  check(ctx, w, make(ctx, w, DType::bf16, 26), "blocks of 64, cap and segment ids, bf16");
+}
+
 TEST(BlockSparseLayout, HostLayoutsAreBounded) {
   // 2^20 tokens in blocks of 64 are 2^28 block pairs: refused before any list is built.
   for (const bool backward : {false, true}) {

@@ -1,4 +1,6 @@
-// block_sparse_attention on OpenCL: block_sparse_attention.cl's kernels on the device's queue.
+// block_sparse_attention on OpenCL. Variants "scalar" and "mma" (NVIDIA tensor cores) are
+// flash attention's passes walking the layout's lists (flash_passes.hpp), where their tiles
+// divide the layout's blocks; variant "tiles" is block_sparse_attention.cl's kernels:
 //   forward   bsa_fwd, one group of block_m work-items per (query tile, head, batch);
 //   backward  bsa_dq (the forward's grid, its own tile dq_block_m x dq_block_n) then bsa_dkdv,
 //             one group of block_n work-items per (key tile, kv head, batch) walking the
@@ -15,6 +17,7 @@
 #include "block_sparse_attention/tiles.hpp"
 #include "common/builtin.hpp"
 #include "ejk/error.hpp"
+#include "flash_attention/opencl.hpp"
 
 namespace ejk::kernels::block_sparse_attention {
 namespace {
@@ -38,20 +41,47 @@ std::shared_ptr<clc::Kernel> program(clc::Device& dev, const Problem& p, const T
 
 std::size_t z(std::int64_t v) { return static_cast<std::size_t>(v); }
 
+ParamSpace space_of(const Invocation& inv, const DeviceInfo& dev, bool backward) {
+  const Vars vars = backward ? BlockSparseAttentionBwdKernel().vars(inv) : BlockSparseAttentionKernel().vars(inv);
+  const Problem p = Problem::of(inv);
+  return device_space(backward, vars, dev, [&](ParamSpace& s) {
+    flash_attention::add_opencl_params(s, {std::string("tiles")}, flash_problem(p), dev, clc::is_cpu(dev), flash_tile_names);
+  });
+}
+
+Config heuristic_of(const Invocation& inv, const DeviceInfo& dev, bool backward) {
+  const bool cpu = clc::is_cpu(dev);
+  return device_heuristic(space_of(inv, dev, backward), inv, cpu, backward,
+                          flash_attention::opencl_candidates(backward, cpu, flash_tile_names));
+}
+
+// Runs flash attention's passes over the layout when the config names them; false for "tiles".
+bool run_passes(const Problem& p, const Config& config, std::span<const Tensor> args, Device& device) {
+  const std::string variant = variant_of(config);
+  if (variant == "tiles") return false;
+  const auto f = flash_problem(p);
+  const auto lists = flash_lists(p, args);
+  const auto fargs = flash_args(p, args);
+  const Config c = flash_attention::renamed_config(config, flash_tile_names);
+  if (p.backward) flash_attention::opencl_backward(f, c, fargs, device, &lists);
+  else flash_attention::opencl_forward(f, c, fargs, device, &lists);
+  return true;
+}
+
 class OpenCLForward final : public clc::Implementation {
  public:
   using clc::Implementation::Implementation;
   std::string_view kernel() const override { return "block_sparse_attention"; }
   std::vector<ArgDef> args() const override { return forward_args(); }
-  std::vector<std::string> sources() const override { return {source_key, clc::prelude_source}; }
-  ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
-    return device_space(false, BlockSparseAttentionKernel().vars(inv), dev);
+  std::vector<std::string> sources() const override {
+    return {source_key, clc::prelude_source, "flash_attention/flash_attention.cl", "flash_attention/flash_attention_mma.cl",
+            "flash_attention/flash_attention_common.cl", "common/philox.h"};
   }
-  Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
-    return device_heuristic(space(inv, dev), inv, clc::is_cpu(dev), false);
-  }
+  ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override { return space_of(inv, dev, false); }
+  Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override { return heuristic_of(inv, dev, false); }
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
+    if (run_passes(p, config, args, device)) return;
     const Tile t = read_tile(p, config, "block_sparse_attention opencl");
     if (p.batch * p.seq_q == 0) return;
     auto& dev = clc::clc_device(device);
@@ -69,15 +99,15 @@ class OpenCLBackward final : public clc::Implementation {
   using clc::Implementation::Implementation;
   std::string_view kernel() const override { return "block_sparse_attention_bwd"; }
   std::vector<ArgDef> args() const override { return backward_args(); }
-  std::vector<std::string> sources() const override { return {source_key, clc::prelude_source}; }
-  ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
-    return device_space(true, BlockSparseAttentionBwdKernel().vars(inv), dev);
+  std::vector<std::string> sources() const override {
+    return {source_key, clc::prelude_source, "flash_attention/flash_attention.cl", "flash_attention/flash_attention_mma.cl",
+            "flash_attention/flash_attention_common.cl", "common/philox.h"};
   }
-  Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
-    return device_heuristic(space(inv, dev), inv, clc::is_cpu(dev), true);
-  }
+  ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override { return space_of(inv, dev, true); }
+  Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override { return heuristic_of(inv, dev, true); }
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
+    if (run_passes(p, config, args, device)) return;
     const Tile t = read_tile(p, config, "block_sparse_attention_bwd opencl");
     const Tile tq = read_tile(p, config, "block_sparse_attention_bwd opencl", "dq_");
     auto& dev = clc::clc_device(device);

@@ -1,11 +1,15 @@
 #pragma once
 // The tile geometry the OpenCL and Vulkan implementations share: their parameter space,
-// heuristic, the config check, and the Params block both programs read.
+// heuristic, the config check, and the Params block both programs read. The space's variant
+// "tiles" is this kernel's own kernels; the others flash attention's passes walking the layout
+// (flash_passes.hpp), which the backend adds.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "block_sparse_attention/block_sparse_attention.hpp"
+#include "block_sparse_attention/flash_passes.hpp"
 #include "ejk/error.hpp"
 
 namespace ejk::kernels::block_sparse_attention {
@@ -29,12 +33,18 @@ inline Tile read_tile(const Problem& p, const Config& config, const std::string&
   return t;
 }
 
-inline ParamSpace device_space(bool backward, Vars vars, const DeviceInfo& dev) {
+// `passes` declares "variant" with "tiles" first, then flash attention's passes and their
+// parameters.
+inline ParamSpace device_space(bool backward, Vars vars, const DeviceInfo& dev,
+                               const std::function<void(ParamSpace&)>& passes) {
   ParamSpace s;
+  passes(s);
+  add_layout_constraints(s, backward);
   const std::vector<Value> rows{1, 2, 4, 8, 16, 32, 64, 128}, keys{1, 2, 4, 8, 16, 32, 64};
+  const char* const tiles = "variant == \"tiles\"";
   // A kernel tile lies within one block of the layout, so a tile is live or skipped whole.
   auto query_pass = [&](const std::string& m, const std::string& n) {
-    s.param(m, rows).param(n, keys);
+    s.param(m, rows, tiles).param(n, keys, tiles);
     s.constraint("block_q % " + m + " == 0").constraint("block_k % " + n + " == 0");
     // A group of block_m work-items; staged keys and values (and their segment ids) in f32.
     s.constraint(m + " <= max_workgroup_size").constraint("(2 * " + n + " * head_dim + " + n + ") * 4 <= local_mem");
@@ -43,7 +53,7 @@ inline ParamSpace device_space(bool backward, Vars vars, const DeviceInfo& dev) 
     query_pass("block_m", "block_n");
   } else {
     query_pass("dq_block_m", "dq_block_n");
-    s.param("block_m", rows).param("block_n", keys);
+    s.param("block_m", rows, tiles).param("block_n", keys, tiles);
     s.constraint("block_q % block_m == 0").constraint("block_k % block_n == 0");
     // dk/dv: a group of block_n work-items; staged queries, dout, lse, D and segment ids.
     s.constraint("block_n <= max_workgroup_size").constraint("(2 * block_m * head_dim + 3 * block_m) * 4 <= local_mem");
@@ -52,23 +62,31 @@ inline ParamSpace device_space(bool backward, Vars vars, const DeviceInfo& dev) 
   return s;
 }
 
-// GPUs: wide groups (a query row per work-item) and key tiles of 16 to 32 rows; CPU drivers:
+// The first of flash attention's candidate configs (`passes`) that the space admits: the layout
+// walked by the passes, on tensor cores where they are offered. Otherwise this kernel's tiles:
+// on GPUs wide groups (a query row per work-item) and key tiles of 16 to 32 rows; on CPU drivers
 // narrower groups, which they vectorise across work-items.
-inline Config device_heuristic(const ParamSpace& s, const Invocation& inv, bool cpu, bool backward) {
+inline Config device_heuristic(const ParamSpace& s, const Invocation& inv, bool cpu, bool backward,
+                               const std::vector<Config>& passes) {
+  for (const Config& c : passes)
+    if (s.admits(c)) return c;
   static const std::vector<std::pair<std::int64_t, std::int64_t>> gpu = {{64, 32}, {64, 16}, {32, 32}, {32, 16},
                                                                        {16, 16}, {16, 8},  {8, 8},   {4, 4}};
   static const std::vector<std::pair<std::int64_t, std::int64_t>> host = {{16, 32}, {16, 16}, {32, 16}, {8, 16},
                                                                         {8, 8},   {4, 8},   {4, 4}};
+  const Value tiles = std::string("tiles");
   for (const auto& [bm, bn] : cpu ? host : gpu) {
-    Config c{{"block_m", bm}, {"block_n", bn}};
+    Config c{{"variant", tiles}, {"block_m", bm}, {"block_n", bn}};
     if (backward) {
       // dk/dv: block_n work-items, so the pair swaps roles.
-      c = Config{{"dq_block_m", bm}, {"dq_block_n", bn}, {"block_m", bn}, {"block_n", bm}};
+      c = Config{{"variant", tiles}, {"dq_block_m", bm}, {"dq_block_n", bn}, {"block_m", bn}, {"block_n", bm}};
     }
     if (s.admits(c)) return c;
   }
   // Layout blocks with small power-of-two factors: the largest tiles that divide them.
-  auto all = s.enumerate();
+  std::vector<Config> all;
+  for (Config& c : s.enumerate())
+    if (variant_of(c) == "tiles") all.push_back(std::move(c));
   if (all.empty()) throw SelectionError(inv.kernel + ": no tile fits the layout's blocks for " + inv.signature());
   auto size = [&](const Config& c) {
     return c.get("block_m") * c.get("block_n") * (backward ? c.get("dq_block_m") * c.get("dq_block_n") : 1);

@@ -1,5 +1,8 @@
-// block_sparse_attention on Vulkan: the passes of block_sparse_attention.glsl, dispatched in
-// order (the device puts a barrier between dispatches):
+// block_sparse_attention on Vulkan. Variants "scalar" and "coopmat" (the forward on NVIDIA
+// cooperative matrices) are flash attention's passes walking the layout's lists
+// (flash_passes.hpp), where their tiles divide the layout's blocks and the device has 16-bit
+// storage; variant "tiles" is the passes of block_sparse_attention.glsl, dispatched in order (the
+// device puts a barrier between dispatches):
 //   forward   fwd, one group of block_m invocations per (query tile, head, batch);
 //   backward  dq (the forward's grid, its own tile dq_block_m x dq_block_n), then dkdv, one
 //             group of block_n invocations per (key tile, kv head, batch) walking the
@@ -16,6 +19,7 @@
 #include "block_sparse_attention/tiles.hpp"
 #include "common/builtin.hpp"
 #include "ejk/error.hpp"
+#include "flash_attention/vulkan.hpp"
 
 namespace ejk::kernels::block_sparse_attention {
 namespace {
@@ -35,7 +39,13 @@ const std::vector<std::string>& modules() {
   static const std::vector<std::string> m = {
       "block_sparse_attention/block_sparse_attention_fwd.spv",  "block_sparse_attention/block_sparse_attention_fwd16.spv",
       "block_sparse_attention/block_sparse_attention_dq.spv",   "block_sparse_attention/block_sparse_attention_dq16.spv",
-      "block_sparse_attention/block_sparse_attention_dkdv.spv", "block_sparse_attention/block_sparse_attention_dkdv16.spv"};
+      "block_sparse_attention/block_sparse_attention_dkdv.spv", "block_sparse_attention/block_sparse_attention_dkdv16.spv",
+      "flash_attention/flash_attention_fwd_sparse16.spv",       "flash_attention/flash_attention_dq_sparse16.spv",
+      "flash_attention/flash_attention_dkdv_sparse16.spv",      "flash_attention/flash_attention_prep16.spv",
+#ifdef EJK_HAVE_COOPMAT
+      "flash_attention/flash_attention_fwd_coopmat_sparse.spv",
+#endif
+  };
   return m;
 }
 
@@ -54,6 +64,34 @@ void check_tiles(const vulkan::VulkanDevice& dev, std::int64_t tiles, const Prob
     throw InvalidArgument(std::string(who) + " vulkan: " + std::to_string(tiles) + " tiles of seq_q " + std::to_string(p.seq_q) +
                           " / seq_k " + std::to_string(p.seq_k) + " exceed the workgroup count of " + dev.info().id() +
                           "; use a larger tile");
+}
+
+ParamSpace space_of(const Invocation& inv, const DeviceInfo& dev, bool backward) {
+  const Vars vars = backward ? BlockSparseAttentionBwdKernel().vars(inv) : BlockSparseAttentionKernel().vars(inv);
+  const Problem p = Problem::of(inv);
+  // flash attention's SPARSE modules read through 16-bit storage only.
+  const bool passes = vulkan::physical_device(dev.index).storage16;
+  return device_space(backward, vars, dev, [&](ParamSpace& s) {
+    if (passes) flash_attention::add_vulkan_params(s, {std::string("tiles")}, flash_problem(p), dev, flash_tile_names);
+    else s.param("variant", std::vector<Value>{std::string("tiles")});
+  });
+}
+
+Config heuristic_of(const Invocation& inv, const DeviceInfo& dev, bool backward) {
+  return device_heuristic(space_of(inv, dev, backward), inv, !dev.discrete, backward,
+                          flash_attention::vulkan_candidates(dev, backward, flash_tile_names));
+}
+
+// Runs flash attention's passes over the layout when the config names them; false for "tiles".
+bool run_passes(const Problem& p, const Config& config, std::span<const Tensor> args, Device& device) {
+  if (variant_of(config) == "tiles") return false;
+  const auto f = flash_problem(p);
+  const auto lists = flash_lists(p, args);
+  const auto fargs = flash_args(p, args);
+  const Config c = flash_attention::renamed_config(config, flash_tile_names);
+  if (p.backward) flash_attention::vulkan_backward(f, c, fargs, device, &lists);
+  else flash_attention::vulkan_forward(f, c, fargs, device, &lists);
+  return true;
 }
 
 vulkan::VulkanDevice& checked_device(Device& device, const Problem& p, const char* who) {
@@ -75,14 +113,11 @@ class VulkanForward final : public Implementation {
   std::vector<ArgDef> args() const override { return forward_args(); }
   std::vector<std::string> sources() const override { return modules(); }
   bool supports(const Invocation& inv, const DeviceInfo& dev) const override { return supports16(inv, dev); }
-  ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
-    return device_space(false, BlockSparseAttentionKernel().vars(inv), dev);
-  }
-  Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
-    return device_heuristic(space(inv, dev), inv, !dev.discrete, false);
-  }
+  ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override { return space_of(inv, dev, false); }
+  Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override { return heuristic_of(inv, dev, false); }
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
+    if (run_passes(p, config, args, device)) return;
     const Tile t = read_tile(p, config, "block_sparse_attention vulkan");
     auto& dev = checked_device(device, p, "block_sparse_attention");
     if (p.batch * p.seq_q == 0) return;
@@ -108,14 +143,11 @@ class VulkanBackward final : public Implementation {
   std::vector<ArgDef> args() const override { return backward_args(); }
   std::vector<std::string> sources() const override { return modules(); }
   bool supports(const Invocation& inv, const DeviceInfo& dev) const override { return supports16(inv, dev); }
-  ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
-    return device_space(true, BlockSparseAttentionBwdKernel().vars(inv), dev);
-  }
-  Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
-    return device_heuristic(space(inv, dev), inv, !dev.discrete, true);
-  }
+  ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override { return space_of(inv, dev, true); }
+  Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override { return heuristic_of(inv, dev, true); }
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
+    if (run_passes(p, config, args, device)) return;
     const Tile t = read_tile(p, config, "block_sparse_attention_bwd vulkan");
     const Tile tq = read_tile(p, config, "block_sparse_attention_bwd vulkan", "dq_");
     auto& dev = checked_device(device, p, "block_sparse_attention_bwd");

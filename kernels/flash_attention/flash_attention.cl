@@ -122,7 +122,8 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_fwd(FWD_ARGS) 
   stage(sh, QS, BQ, c->q_start + i0, rows, pc->heads, head, q, DT, D, pc->qscale, c->tid, NT);
 
   const int jlo = max(0, key_lo(pc, c, i0)), jhi = min(c->k_len - 1, key_hi(pc, c, i0 + rows - 1));
-  for (int kb = jlo / (int)BK; rows > 0 && jlo <= jhi && kb <= jhi / (int)BK; ++kb) {
+  Walk tiles = KEY_TILES(head, i0, jlo / (int)BK, rows > 0 && jlo <= jhi ? jhi / (int)BK : -1, BK);
+  for (int kb = walk_next(&tiles); kb >= 0; kb = walk_next(&tiles)) {
     const int j0 = kb * (int)BK, n = min((int)BK, c->k_len - j0);
     barrier(CLK_LOCAL_MEM_FENCE);
     stage(sh, KV, BK, c->k_start + j0, n, pc->kv_heads, hk, k, DT, D, 1.0f, c->tid, NT);
@@ -263,7 +264,9 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_dkdv(BWD_ARGS)
   const bool scratch = HAS(F_DBIAS_SCRATCH);
 
   for (uint h = hk * pc->group; h < (hk + 1u) * pc->group; ++h) {
-    for (int i0 = 0; n > 0 && i0 < c->q_len; i0 += (int)BQ) {
+    Walk tiles = QUERY_TILES(h, j0, 0, n > 0 && c->q_len > 0 ? (c->q_len - 1) / (int)BQ : -1, BQ);
+    for (int qtile = walk_next(&tiles); qtile >= 0; qtile = walk_next(&tiles)) {
+      const int i0 = qtile * (int)BQ;
       const int rows = min((int)BQ, c->q_len - i0);
       // dbias entries of blocks no query of which sees these keys are zero.
       if (key_hi(pc, c, i0 + rows - 1) < j0 || key_lo(pc, c, i0) > j0 + n - 1) {
@@ -399,7 +402,8 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_dq(BWD_ARGS) {
   }
 
   const int jlo = max(0, key_lo(pc, c, i0)), jhi = min(c->k_len - 1, key_hi(pc, c, i0 + rows - 1));
-  for (int kb = jlo / (int)BK; rows > 0 && jlo <= jhi && kb <= jhi / (int)BK; ++kb) {
+  Walk tiles = KEY_TILES(head, i0, jlo / (int)BK, rows > 0 && jlo <= jhi ? jhi / (int)BK : -1, BK);
+  for (int kb = walk_next(&tiles); kb >= 0; kb = walk_next(&tiles)) {
     const int j0 = kb * (int)BK, n = min((int)BK, c->k_len - j0);
     barrier(CLK_LOCAL_MEM_FENCE);
     stage(sh, YS, BK, c->k_start + j0, n, pc->kv_heads, hk, v, DT, D, 1.0f, tid, NT);

@@ -46,7 +46,7 @@ const float LN2 = 0.69314718055994530942;
 
 // Flags.
 const uint F_CAUSAL = 1u, F_VARLEN = 2u, F_BIAS = 4u, F_SINKS = 8u, F_SEGMENTS = 16u, F_DROPOUT = 32u,
-           F_SOFTCAP = 64u, F_DBIAS_SCRATCH = 128u, F_FINISH_DBIAS = 256u;
+           F_SOFTCAP = 64u, F_DBIAS_SCRATCH = 128u, F_FINISH_DBIAS = 256u, F_LIST_BATCH = 512u, F_LIST_HEADS = 1024u;
 
 layout(push_constant) uniform Push {
   uint batch, seq_q, seq_k, total_q;
@@ -223,6 +223,82 @@ uint lse_index(uint h, int i) {
   return flag(F_VARLEN) ? h * pc.total_q + uint(q_start + i) : (seq * pc.heads + h) * pc.seq_q + uint(i);
 }
 
+// ---- the tiles a pass visits ----------------------------------------------------------------
+// As flash_attention_common.cl's: a pass walks tiles of `size` elements along one axis (keys for
+// the forward and dq passes, queries for dk/dv): every tile from `first` to `last`, or in SPARSE
+// modules (block_sparse_attention's layouts, blocks of LBQ queries and LBK keys) only those of
+// the live blocks in the tile's row of the block lists, bound after the pass's own arrays
+// (kv_count, kv_index; the backward's passes also q_count, q_index). Tiles divide the blocks.
+#ifndef SPARSE
+#define SPARSE 0
+#endif
+
+struct Walk {
+  int next, last;
+  int list, e, count, per, first, end;  // SPARSE: the row's first entry, entry e of count, ...
+  bool transposed;                      // ... of the transposed lists
+};
+
+Walk walk_range(int first, int last) {
+  return Walk(first, last, 0, 0, 0, 1, first, last, false);
+}
+
+#if SPARSE
+layout(constant_id = 9) const int LBQ = 64;
+layout(constant_id = 10) const int LBK = 64;
+#if PASS == FA_FWD || PASS == FA_FWD_CM
+#define B_KVC 11
+#else
+#define B_KVC 20
+#endif
+layout(binding = B_KVC) readonly buffer KvCount { int kv_count[]; };
+layout(binding = B_KVC + 1) readonly buffer KvIndex { int kv_index[]; };
+#if PASS != FA_FWD && PASS != FA_FWD_CM
+layout(binding = B_KVC + 2) readonly buffer QCount { int q_count[]; };
+layout(binding = B_KVC + 3) readonly buffer QIndex { int q_index[]; };
+int list_entry(bool transposed, int at) { return transposed ? q_index[at] : kv_index[at]; }
+int list_count(bool transposed, int row) { return transposed ? q_count[row] : kv_count[row]; }
+#else
+int list_entry(bool transposed, int at) { return kv_index[at]; }
+int list_count(bool transposed, int row) { return kv_count[row]; }
+#endif
+
+// Row (sequence, head h, block) of lists of `blocks` rows per head.
+int list_row(uint h, int blocks, int block) {
+  const int heads = flag(F_LIST_HEADS) ? int(pc.heads) : 1;
+  return ((flag(F_LIST_BATCH) ? int(seq) : 0) * heads + (flag(F_LIST_HEADS) ? int(h) : 0)) * blocks + block;
+}
+
+Walk walk_list(int first, int last, int size, int block, bool transposed, int row, int len) {
+  // No block open yet: next > end.
+  return Walk(1, last, row * len, 0, list_count(transposed, row), block / size, first, 0, transposed);
+}
+
+#define NBQ ((int(pc.seq_q) + LBQ - 1) / LBQ)
+#define NBK ((int(pc.seq_k) + LBK - 1) / LBK)
+#define KEY_TILES(h, i0, first, last, size) walk_list(first, last, size, LBK, false, list_row(h, NBQ, (i0) / LBQ), NBK)
+#define QUERY_TILES(h, j0, first, last, size) walk_list(first, last, size, LBQ, true, list_row(h, NBK, (j0) / LBK), NBQ)
+#else
+#define KEY_TILES(h, i0, first, last, size) walk_range(first, last)
+#define QUERY_TILES(h, j0, first, last, size) walk_range(first, last)
+#endif
+
+// The next tile, or -1 after the last.
+int walk_next(inout Walk w) {
+#if SPARSE
+  while (w.next > w.end) {
+    if (w.e >= w.count) return -1;
+    const int b = list_entry(w.transposed, w.list + w.e);
+    ++w.e;
+    w.next = max(b * w.per, w.first);
+    w.end = min(b * w.per + w.per - 1, w.last);
+  }
+#else
+  if (w.next > w.last) return -1;
+#endif
+  return w.next++;
+}
+
 // ---- staging -------------------------------------------------------------------------------
 
 #if PASS != FA_FWD_CM
@@ -319,7 +395,8 @@ void main() {
   stage(QS, BQ, q_start + i0, rows, pc.heads, head, SRC_Q, pc.qscale);
 
   const int jlo = max(0, key_lo(i0)), jhi = min(k_len - 1, key_hi(i0 + rows - 1));
-  for (int kb = jlo / int(BK); jlo <= jhi && kb <= jhi / int(BK); ++kb) {
+  Walk tiles = KEY_TILES(head, i0, jlo / int(BK), jlo <= jhi ? jhi / int(BK) : -1, int(BK));
+  for (int kb = walk_next(tiles); kb >= 0; kb = walk_next(tiles)) {
     const int j0 = kb * int(BK), n = min(int(BK), k_len - j0);
     barrier();
     stage(KV, BK, k_start + j0, n, pc.kv_heads, hk, SRC_K, 1.0);
@@ -448,7 +525,9 @@ void main() {
   const bool scratch = flag(F_DBIAS_SCRATCH);
 
   for (uint h = hk * pc.group; h < (hk + 1u) * pc.group; ++h) {
-    for (int i0 = 0; i0 < q_len; i0 += int(BQ)) {
+    Walk tiles = QUERY_TILES(h, j0, 0, q_len > 0 ? (q_len - 1) / int(BQ) : -1, int(BQ));
+    for (int qtile = walk_next(tiles); qtile >= 0; qtile = walk_next(tiles)) {
+      const int i0 = qtile * int(BQ);
       const int rows = min(int(BQ), q_len - i0);
       // dbias entries of blocks no query of which sees these keys are zero.
       if (key_hi(i0 + rows - 1) < j0 || key_lo(i0) > j0 + n - 1) {
@@ -575,7 +654,8 @@ void main() {
   }
 
   const int jlo = max(0, key_lo(i0)), jhi = min(k_len - 1, key_hi(i0 + rows - 1));
-  for (int kb = jlo / int(BK); jlo <= jhi && kb <= jhi / int(BK); ++kb) {
+  Walk tiles = KEY_TILES(head, i0, jlo / int(BK), jlo <= jhi ? jhi / int(BK) : -1, int(BK));
+  for (int kb = walk_next(tiles); kb >= 0; kb = walk_next(tiles)) {
     const int j0 = kb * int(BK), n = min(int(BK), k_len - j0);
     barrier();
     stage(YS, BK, k_start + j0, n, pc.kv_heads, hk, SRC_V, 1.0);

@@ -19,6 +19,8 @@
 #define F_SOFTCAP 64u
 #define F_DBIAS_SCRATCH 128u
 #define F_FINISH_DBIAS 256u
+#define F_LIST_BATCH 512u  // SPARSE: the block lists have rows per sequence (else one set for all)
+#define F_LIST_HEADS 1024u  // SPARSE: ... and per head
 
 // Mirrors the host's ProgramOptions (program.hpp): every member 4 bytes, so both sides lay it
 // out alike.
@@ -116,16 +118,102 @@ uint lse_index(const Params* pc, const Ctx* c, uint h, int i) {
   return HAS(F_VARLEN) ? h * pc->total_q + (uint)(c->q_start + i) : (c->seq * pc->heads + h) * pc->seq_q + (uint)i;
 }
 
-// The argument lists: every backward pass takes the same one.
+// ---- the tiles a pass visits ----------------------------------------------------------------
+// A pass walks tiles of `size` elements along one axis (keys for the forward and dq passes,
+// queries for dk/dv) for a tile of the other axis: every tile from `first` to `last`, or, in
+// SPARSE programs (block_sparse_attention's layouts, blocks of LBQ queries and LBK keys), only
+// those of the live blocks in the tile's row of the block lists. A tile lies within one block of
+// the layout (the host admits only tiles that divide the blocks), so a block's tiles are live or
+// skipped whole; the masks still apply inside them. The walk is the same for every work-item,
+// so the barriers of the loops around it stay uniform.
+#ifndef SPARSE
+#define SPARSE 0
+#endif
+
+typedef struct {
+  int next, last;
+#if SPARSE
+  __global const int* list;  // the row's block indices
+  int e, count, per, first, end;
+#endif
+} Walk;
+
+Walk walk_range(int first, int last) {
+  Walk w;
+  w.next = first;
+  w.last = last;
+#if SPARSE
+  w.list = 0;
+  w.e = w.count = 0;
+  w.per = 1;
+  w.first = first;
+  w.end = last;
+#endif
+  return w;
+}
+
+// The next tile, or -1 after the last.
+int walk_next(Walk* w) {
+#if SPARSE
+  while (w->next > w->end) {
+    if (w->e >= w->count) return -1;
+    const int b = w->list[w->e++];
+    w->next = max(b * w->per, w->first);
+    w->end = min(b * w->per + w->per - 1, w->last);
+  }
+  return w->next++;
+#else
+  return w->next <= w->last ? w->next++ : -1;
+#endif
+}
+
+#if SPARSE
+// Row (sequence, head h, block) of lists of `blocks` rows per head.
+int list_row(const Params* pc, const Ctx* c, uint h, int blocks, int block) {
+  const int heads = HAS(F_LIST_HEADS) ? (int)pc->heads : 1;
+  return ((HAS(F_LIST_BATCH) ? (int)c->seq : 0) * heads + (HAS(F_LIST_HEADS) ? (int)h : 0)) * blocks + block;
+}
+
+// Tiles first .. last of `size` elements within the live blocks (of `block` elements) of row
+// `row` of counts / indices (rows of `len` entries).
+Walk walk_list(int first, int last, int size, int block, __global const int* counts, __global const int* indices, int row,
+               int len) {
+  Walk w = walk_range(first, last);
+  w.list = indices + row * len;
+  w.count = counts[row];
+  w.per = block / size;
+  w.next = 1;
+  w.end = 0;  // no block open yet
+  return w;
+}
+
+#define NBQ EJK_CEIL_DIV((int)pc->seq_q, LBQ)
+#define NBK EJK_CEIL_DIV((int)pc->seq_k, LBK)
+// The key tiles of the query tile from query i0 of head h; the query tiles of the key tile from j0.
+#define KEY_TILES(h, i0, first, last, size) \
+  walk_list(first, last, size, LBK, kv_count, kv_index, list_row(pc, c, h, NBQ, (i0) / LBQ), NBK)
+#define QUERY_TILES(h, j0, first, last, size) \
+  walk_list(first, last, size, LBQ, q_count, q_index, list_row(pc, c, h, NBK, (j0) / LBK), NBQ)
+#define FWD_LISTS , __global const int *kv_count, __global const int *kv_index
+#define BWD_LISTS FWD_LISTS, __global const int *q_count, __global const int *q_index
+#else
+#define KEY_TILES(h, i0, first, last, size) walk_range(first, last)
+#define QUERY_TILES(h, j0, first, last, size) walk_range(first, last)
+#define FWD_LISTS
+#define BWD_LISTS
+#endif
+
+// The argument lists: every backward pass takes the same one (SPARSE programs the block lists
+// after it).
 #define FWD_ARGS                                                                                              \
   Params P, EJK_LOCAL_ARG(float, sh), __global const float *q, __global const float *k, __global const float *v,    \
       __global const float *bias, __global const float *sinks, __global const int *cu_q,                      \
       __global const int *cu_k, __global const int *q_seg, __global const int *k_seg, __global float *out,    \
-      __global float *lse
+      __global float *lse FWD_LISTS
 #define BWD_ARGS                                                                                              \
   Params P, EJK_LOCAL_ARG(float, sh), __global const float *q, __global const float *k, __global const float *v,    \
       __global const float *out, __global const float *dout, __global const float *lse,                      \
       __global const float *bias, __global const float *sinks, __global const int *cu_q,                      \
       __global const int *cu_k, __global const int *q_seg, __global const int *k_seg, __global float *dq,     \
       __global float *dk, __global float *dv, __global float *dbias, __global float *dsinks,                  \
-      __global float *delta, __global float *part, __global float *dbscr
+      __global float *delta, __global float *part, __global float *dbscr BWD_LISTS

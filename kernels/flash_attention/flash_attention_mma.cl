@@ -82,7 +82,7 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
   }
 
   const int jlo = max(0, key_lo(pc, c, i0)), jhi = min(c->k_len - 1, key_hi(pc, c, i0 + rows - 1));
-  const int kb_first = jlo / BK, kb_last = jlo <= jhi ? jhi / BK : kb_first - 1;
+  Walk tiles = KEY_TILES(head, i0, jlo / BK, jlo <= jhi ? jhi / BK : -1, BK);
   const bool plain_options = (pc->flags & (F_BIAS | F_SOFTCAP | F_SEGMENTS)) == 0u;
   uint4 pk[KPT], pv[VPT][2];
 #define FETCH(J0)                                                                                            \
@@ -127,13 +127,16 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
       }                                                                                                      \
     }                                                                                                        \
   }
-  if (kb_first <= kb_last) {
-    FETCH(kb_first * BK)
+  // The next tile is known one step ahead: its keys travel while this one is computed.
+  int kb = walk_next(&tiles), next = -1;
+  if (kb >= 0) {
+    FETCH(kb * BK)
     if (STAGES == 2) DEPOSIT(0)
   }
-  for (int kb = kb_first; kb <= kb_last; ++kb) {
+  for (int step = 0; kb >= 0; ++step, kb = next) {
     const int j0 = kb * BK;
-    const int buf = STAGES == 2 ? (kb - kb_first) & 1 : 0;
+    const int buf = STAGES == 2 ? step & 1 : 0;
+    next = walk_next(&tiles);
     __local const uint* const ks = buffers + buf * BUF_WORDS;
     __local const uint* const vt = ks + BK * KSTR;
     // Two stages: every thread is done with the other buffer (read in the last block) and this
@@ -143,7 +146,7 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
       DEPOSIT(0)
       barrier(CLK_LOCAL_MEM_FENCE);
     }
-    if (kb < kb_last) FETCH(j0 + BK)
+    if (next >= 0) FETCH(next * BK)
 
     // s = q k^T for this warp's rows and the block's keys.
     float s[RT][STILES][4];
@@ -244,7 +247,7 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
         for (int r = 0; r < RT; ++r) mma(o[r][n], a[r][0], a[r][1], a[r][2], a[r][3], b0, b1);
       }
     }
-    if (STAGES == 2 && kb < kb_last) DEPOSIT(buf ^ 1)
+    if (STAGES == 2 && next >= 0) DEPOSIT(buf ^ 1)
   }
 #undef FETCH
 #undef DEPOSIT
@@ -412,7 +415,8 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dq_mma(BWD
   const bool plain_options = (pc->flags & (F_BIAS | F_SOFTCAP | F_SEGMENTS)) == 0u;
 
   const int jlo = max(0, key_lo(pc, c, i0)), jhi = min(c->k_len - 1, key_hi(pc, c, i0 + rows - 1));
-  for (int kb = jlo / BK; jlo <= jhi && kb <= jhi / BK; ++kb) {
+  Walk tiles = KEY_TILES(head, i0, jlo / BK, jlo <= jhi ? jhi / BK : -1, BK);
+  for (int kb = walk_next(&tiles); kb >= 0; kb = walk_next(&tiles)) {
     const int j0 = kb * BK, n = min(BK, c->k_len - j0);
     barrier(CLK_LOCAL_MEM_FENCE);
     stage_rows(ks, BK, c->k_start + j0, n, pc->kv_heads, hk, (__global const uint4*)k, tid);
@@ -477,7 +481,9 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dkdv_mma(B
   const bool scratch = HAS(F_DBIAS_SCRATCH);
 
   for (uint h = hk * pc->group; h < (hk + 1u) * pc->group; ++h) {
-    for (int i0 = 0; i0 < c->q_len; i0 += BQ) {
+    Walk tiles = QUERY_TILES(h, j0, 0, c->q_len > 0 ? (c->q_len - 1) / BQ : -1, BQ);
+    for (int qtile = walk_next(&tiles); qtile >= 0; qtile = walk_next(&tiles)) {
+      const int i0 = qtile * BQ;
       const int rows = min(BQ, c->q_len - i0);
       if (key_hi(pc, c, i0 + rows - 1) < j0 || key_lo(pc, c, i0) > j0 + n - 1) {
         // No query of the block sees these keys: their dbias entries are zero.

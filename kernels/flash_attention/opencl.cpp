@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <regex>
 #include <string>
 #include <string_view>
 
@@ -104,21 +105,29 @@ MmaGeometry mma_geometry(const Config& c, const Problem& p, const DeviceInfo& in
   return g;
 }
 
+// The build options of programs that walk block lists (flash_attention_common.cl's SPARSE).
+std::string list_options(const BlockLists* lists) {
+  if (!lists) return "";
+  return " -DSPARSE=1 -DLBQ=" + std::to_string(lists->block_q) + " -DLBK=" + std::to_string(lists->block_k);
+}
+
 // Kernel `name` of the mma geometry's program.
-std::shared_ptr<clc::Kernel> mma_kernel(clc::Device& dev, const MmaGeometry& g, DType t, const char* name) {
+std::shared_ptr<clc::Kernel> mma_kernel(clc::Device& dev, const MmaGeometry& g, DType t, const char* name,
+                                        const BlockLists* lists = nullptr) {
   const std::string options = "-DD=" + std::to_string(g.d) + " -DNW=" + std::to_string(g.warps) +
                               " -DRT=" + std::to_string(g.tiles) + " -DBK=" + std::to_string(g.bk) +
                               " -DBQ=" + std::to_string(g.bq) + " -DSTAGES=" + std::to_string(g.stages) +
-                              " -DBF16=" + (t == DType::bf16 ? "1" : "0");
+                              " -DBF16=" + (t == DType::bf16 ? "1" : "0") + list_options(lists);
   return dev.kernel(mma_key, options, name);
 }
 
 // Kernel `name` of the geometry's program.
-std::shared_ptr<clc::Kernel> program_kernel(clc::Device& dev, const TileGeometry& g, const char* name) {
+std::shared_ptr<clc::Kernel> program_kernel(clc::Device& dev, const TileGeometry& g, const char* name,
+                                            const BlockLists* lists = nullptr) {
   const std::string options = "-DBQ=" + std::to_string(g.bq) + " -DBK=" + std::to_string(g.bk) +
                               " -DRX=" + std::to_string(g.rx) + " -DRY=" + std::to_string(g.ry) +
                               " -DDMAX=" + std::to_string(g.d) + " -DFMA=" + (dev.hardware_fma() ? "1" : "0") +
-                              " -DUNROLL_LOOPS=" + (clc::is_cpu(dev.info()) ? "0" : "1");
+                              " -DUNROLL_LOOPS=" + (clc::is_cpu(dev.info()) ? "0" : "1") + list_options(lists);
   return dev.kernel(source_key, options, name);
 }
 
@@ -150,20 +159,14 @@ std::string variant_of(const Config& c, const Problem& p) {
   return v;
 }
 
-class OpenCLBase : public clc::Implementation {
+clc::Device& device_for(const Problem& p, Device& device) {
+  check_32bit_indices(p, p.backward ? "flash_attention_bwd opencl" : "flash_attention opencl");
+  return clc::clc_device(device);
+}
+
+class OpenCLForward final : public clc::Implementation {
  public:
   using clc::Implementation::Implementation;
-
- protected:
-  static clc::Device& device_for(const Problem& p, Device& device) {
-    check_32bit_indices(p, p.backward ? "flash_attention_bwd opencl" : "flash_attention opencl");
-    return clc::clc_device(device);
-  }
-};
-
-class OpenCLForward final : public OpenCLBase {
- public:
-  using OpenCLBase::OpenCLBase;
   std::string_view kernel() const override { return "flash_attention"; }
   std::vector<ArgDef> args() const override { return forward_args(); }
   std::vector<std::string> sources() const override { return {source_key, mma_key, mma_helpers_key, common_key, philox_key, clc::prelude_source}; }
@@ -182,29 +185,13 @@ class OpenCLForward final : public OpenCLBase {
   }
 
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
-    const Problem p = Problem::of(inv);
-    auto& dev = device_for(p, device);
-    const ProgramOptions params = program_options(p, "flash_attention opencl");
-    auto go = [&](clc::Kernel& k, std::int64_t groups, std::int64_t lx, std::int64_t ly, std::int64_t local) {
-      launch(dev, k, groups, p.heads, p.batch, lx, ly, clc::StructArg::of(params),
-             clc::LocalBytes{static_cast<std::size_t>(local)}, args[fwd::q], args[fwd::k], args[fwd::v],
-             args[fwd::bias], args[fwd::softmax_aux], args[fwd::cu_seqlens_q], args[fwd::cu_seqlens_k],
-             args[fwd::q_segment_ids], args[fwd::kv_segment_ids], args[fwd::out], args[fwd::lse]);
-    };
-    if (variant_of(config, p) == "mma") {
-      const MmaGeometry g = mma_geometry(config, p, dev.info());
-      go(*mma_kernel(dev, g, p.dtype, "fa_fwd_mma"), ceil_div(p.seq_q, 16 * g.warps * g.tiles), 32 * g.warps, 1,
-         g.forward_local());
-      return;
-    }
-    const TileGeometry g = geometry(config, p, dev.info());
-    go(*program_kernel(dev, g, "fa_fwd"), ceil_div(p.seq_q, g.bq), g.rx, g.ry, g.forward_bytes());
+    opencl_forward(Problem::of(inv), config, args, device);
   }
 };
 
-class OpenCLBackward final : public OpenCLBase {
+class OpenCLBackward final : public clc::Implementation {
  public:
-  using OpenCLBase::OpenCLBase;
+  using clc::Implementation::Implementation;
   std::string_view kernel() const override { return "flash_attention_bwd"; }
   std::vector<ArgDef> args() const override { return backward_args(); }
   std::vector<std::string> sources() const override { return {source_key, mma_key, mma_helpers_key, common_key, philox_key, clc::prelude_source}; }
@@ -227,77 +214,118 @@ class OpenCLBackward final : public OpenCLBase {
   }
 
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
-    const Problem p = Problem::of(inv);
-    auto& dev = device_for(p, device);
-    const bool mma = variant_of(config, p) == "mma";
-    // The mma variant takes its prep and finish passes from a small scalar geometry's program.
-    const TileGeometry g = mma ? TileGeometry{16, 16, 8, 4, head_dim_class(p.head_dim)} : geometry(config, p, dev.info());
-    const MmaGeometry mg = mma ? mma_geometry(config, p, dev.info()) : MmaGeometry{};
-
-    // Scratch: delta per row, the prep pass's dsoftmax_aux shares, and where the bias is
-    // broadcast, dbias unbroadcast in f32 (summed by the finish pass instead of atomically).
-    const std::int64_t prep_blocks = ceil_div(p.seq_q, prep_threads);
-    const bool broadcast = p.has_bias && ((p.bias_batch == 1 && p.batch > 1) || (p.bias_heads == 1 && p.heads > 1));
-    auto delta = dev.scratch(static_cast<std::size_t>(std::max<std::int64_t>(1, p.heads * p.total_q)) * 4);
-    auto parts = dev.scratch(static_cast<std::size_t>(std::max<std::int64_t>(1, p.batch * p.heads * prep_blocks)) * 4);
-    auto scratch = dev.scratch(static_cast<std::size_t>(broadcast ? p.batch * p.heads * p.seq_q * p.seq_k : 1) * 4);
-
-    ProgramOptions params = program_options(p, "flash_attention_bwd opencl");
-    params.flags |= broadcast ? program_flag::dbias_scratch : 0u;
-    params.extra = u32(prep_blocks);
-    // Every pass takes the same arguments after the parameters and its local memory.
-    auto pass = [&](const char* name, std::int64_t gx, std::int64_t gy, std::int64_t gz, std::int64_t lx,
-                    std::int64_t ly, std::int64_t local) {
-      const bool tensor_cores = std::string_view(name).ends_with("_mma");
-      auto k = tensor_cores ? mma_kernel(dev, mg, p.dtype, name) : program_kernel(dev, g, name);
-      launch(dev, *k, gx, gy, gz, lx, ly, clc::StructArg::of(params),
-             clc::LocalBytes{static_cast<std::size_t>(local)}, args[bwd::q], args[bwd::k], args[bwd::v],
-             args[bwd::out], args[bwd::dout], args[bwd::lse], args[bwd::bias], args[bwd::softmax_aux],
-             args[bwd::cu_seqlens_q], args[bwd::cu_seqlens_k], args[bwd::q_segment_ids], args[bwd::kv_segment_ids],
-             args[bwd::dq], args[bwd::dk], args[bwd::dv], args[bwd::dbias], args[bwd::dsoftmax_aux], *delta, *parts,
-             *scratch);
-    };
-    pass("fa_prep", prep_blocks, p.heads, p.batch, prep_threads, 1, prep_threads * 4);
-    if (mma) {
-      pass("fa_dkdv_mma", ceil_div(p.seq_k, 16 * mg.warps), p.kv_heads, p.batch, 32 * mg.warps, 1, mg.dkdv_local());
-      pass("fa_dq_mma", ceil_div(p.seq_q, 16 * mg.warps), p.heads, p.batch, 32 * mg.warps, 1, mg.dq_local());
-    } else {
-      pass("fa_dkdv", ceil_div(p.seq_k, g.bk), p.kv_heads, p.batch, g.rx, g.ry, g.dkdv_bytes());
-      pass("fa_dq", ceil_div(p.seq_q, g.bq), p.heads, p.batch, g.rx, g.ry, g.dq_bytes());
-    }
-    if (p.has_sinks) pass("fa_finish", 1, 1, 1, prep_threads, 1, prep_threads * 4);
-    if (broadcast) {
-      params.flags |= program_flag::finish_dbias;
-      const std::int64_t n = p.bias_batch * p.bias_heads * p.seq_q * p.seq_k;
-      pass("fa_finish", std::min<std::int64_t>(ceil_div(n, prep_threads), 4096), 1, 1, prep_threads, 1,
-           prep_threads * 4);
-    }
+    opencl_backward(Problem::of(inv), config, args, device);
   }
 };
 
 }  // namespace
 
-ParamSpace opencl_space(const Invocation& inv, const DeviceInfo& dev, bool backward, bool cpu_family) {
-  const Vars vars = backward ? FlashAttentionBwdKernel().vars(inv) : FlashAttentionKernel().vars(inv);
+void opencl_forward(const Problem& p, const Config& config, std::span<const Tensor> args, Device& device,
+                    const BlockLists* lists) {
+  auto& dev = device_for(p, device);
+  ProgramOptions params = program_options(p, "flash_attention opencl");
+  if (lists) params.flags |= lists->flags();
+  auto go = [&](clc::Kernel& k, std::int64_t groups, std::int64_t lx, std::int64_t ly, std::int64_t local) {
+    auto with = [&](const auto&... extra) {
+      launch(dev, k, groups, p.heads, p.batch, lx, ly, clc::StructArg::of(params),
+             clc::LocalBytes{static_cast<std::size_t>(local)}, args[fwd::q], args[fwd::k], args[fwd::v],
+             args[fwd::bias], args[fwd::softmax_aux], args[fwd::cu_seqlens_q], args[fwd::cu_seqlens_k],
+             args[fwd::q_segment_ids], args[fwd::kv_segment_ids], args[fwd::out], args[fwd::lse], extra...);
+    };
+    if (lists) with(*lists->kv_counts, *lists->kv_indices);
+    else with();
+  };
+  if (variant_of(config, p) == "mma") {
+    const MmaGeometry g = mma_geometry(config, p, dev.info());
+    go(*mma_kernel(dev, g, p.dtype, "fa_fwd_mma", lists), ceil_div(p.seq_q, 16 * g.warps * g.tiles), 32 * g.warps, 1,
+       g.forward_local());
+    return;
+  }
+  const TileGeometry g = geometry(config, p, dev.info());
+  go(*program_kernel(dev, g, "fa_fwd", lists), ceil_div(p.seq_q, g.bq), g.rx, g.ry, g.forward_bytes());
+}
+
+void opencl_backward(const Problem& p, const Config& config, std::span<const Tensor> args, Device& device,
+                     const BlockLists* lists) {
+  auto& dev = device_for(p, device);
+  const bool mma = variant_of(config, p) == "mma";
+  // The mma variant takes its prep and finish passes from a small scalar geometry's program.
+  const TileGeometry g = mma ? TileGeometry{16, 16, 8, 4, head_dim_class(p.head_dim)} : geometry(config, p, dev.info());
+  const MmaGeometry mg = mma ? mma_geometry(config, p, dev.info()) : MmaGeometry{};
+
+  // Scratch: delta per row, the prep pass's dsoftmax_aux shares, and where the bias is
+  // broadcast, dbias unbroadcast in f32 (summed by the finish pass instead of atomically).
+  const std::int64_t prep_blocks = ceil_div(p.seq_q, prep_threads);
+  const bool broadcast = p.has_bias && ((p.bias_batch == 1 && p.batch > 1) || (p.bias_heads == 1 && p.heads > 1));
+  auto delta = dev.scratch(static_cast<std::size_t>(std::max<std::int64_t>(1, p.heads * p.total_q)) * 4);
+  auto parts = dev.scratch(static_cast<std::size_t>(std::max<std::int64_t>(1, p.batch * p.heads * prep_blocks)) * 4);
+  auto scratch = dev.scratch(static_cast<std::size_t>(broadcast ? p.batch * p.heads * p.seq_q * p.seq_k : 1) * 4);
+
+  ProgramOptions params = program_options(p, "flash_attention_bwd opencl");
+  params.flags |= (broadcast ? program_flag::dbias_scratch : 0u) | (lists ? lists->flags() : 0u);
+  params.extra = u32(prep_blocks);
+  // Every pass takes the same arguments after the parameters and its local memory; the passes
+  // that walk tiles (dk/dv, dq) the lists after them.
+  auto pass = [&](const char* name, std::int64_t gx, std::int64_t gy, std::int64_t gz, std::int64_t lx,
+                  std::int64_t ly, std::int64_t local) {
+    const std::string_view n(name);
+    const bool walks = lists && (n.starts_with("fa_dkdv") || n.starts_with("fa_dq"));
+    const BlockLists* l = walks ? lists : nullptr;
+    auto k = n.ends_with("_mma") ? mma_kernel(dev, mg, p.dtype, name, l) : program_kernel(dev, g, name, l);
+    auto with = [&](const auto&... extra) {
+      launch(dev, *k, gx, gy, gz, lx, ly, clc::StructArg::of(params), clc::LocalBytes{static_cast<std::size_t>(local)},
+             args[bwd::q], args[bwd::k], args[bwd::v], args[bwd::out], args[bwd::dout], args[bwd::lse],
+             args[bwd::bias], args[bwd::softmax_aux], args[bwd::cu_seqlens_q], args[bwd::cu_seqlens_k],
+             args[bwd::q_segment_ids], args[bwd::kv_segment_ids], args[bwd::dq], args[bwd::dk], args[bwd::dv],
+             args[bwd::dbias], args[bwd::dsoftmax_aux], *delta, *parts, *scratch, extra...);
+    };
+    if (l) with(*l->kv_counts, *l->kv_indices, *l->q_counts, *l->q_indices);
+    else with();
+  };
+  pass("fa_prep", prep_blocks, p.heads, p.batch, prep_threads, 1, prep_threads * 4);
+  if (mma) {
+    pass("fa_dkdv_mma", ceil_div(p.seq_k, 16 * mg.warps), p.kv_heads, p.batch, 32 * mg.warps, 1, mg.dkdv_local());
+    pass("fa_dq_mma", ceil_div(p.seq_q, 16 * mg.warps), p.heads, p.batch, 32 * mg.warps, 1, mg.dq_local());
+  } else {
+    pass("fa_dkdv", ceil_div(p.seq_k, g.bk), p.kv_heads, p.batch, g.rx, g.ry, g.dkdv_bytes());
+    pass("fa_dq", ceil_div(p.seq_q, g.bq), p.heads, p.batch, g.rx, g.ry, g.dq_bytes());
+  }
+  if (p.has_sinks) pass("fa_finish", 1, 1, 1, prep_threads, 1, prep_threads * 4);
+  if (broadcast) {
+    params.flags |= program_flag::finish_dbias;
+    const std::int64_t n = p.bias_batch * p.bias_heads * p.seq_q * p.seq_k;
+    pass("fa_finish", std::min<std::int64_t>(ceil_div(n, prep_threads), 4096), 1, 1, prep_threads, 1,
+         prep_threads * 4);
+  }
+}
+
+void add_opencl_params(ParamSpace& s, std::vector<Value> variants, const Problem& p, const DeviceInfo& dev,
+                       bool cpu_family, const TileNames& names) {
+  const bool backward = p.backward;
+  // The constraints below name the scalar tile block_q and block_k; other names replace them
+  // as whole words (mma_block_q stays).
+  const std::regex tq("\\bblock_q\\b"), tk("\\bblock_k\\b");
+  auto n = [&](const std::string& text) {
+    return std::regex_replace(std::regex_replace(text, tq, names.q), tk, names.k);
+  };
   const std::string ds = ds_expr, wd = wd_expr;
-  const bool mma = !cpu_family && mma_offered(Problem::of(inv), dev);
-  std::vector<Value> variants{std::string("scalar")};
+  const bool mma = !cpu_family && mma_offered(p, dev);
+  variants.push_back(std::string("scalar"));
   if (mma) variants.push_back(std::string("mma"));
-  ParamSpace s;
   s.param("variant", variants)
-      .param("block_q", {8, 16, 32, 64}, scalar_v)
-      .param("block_k", {8, 16, 32, 64}, scalar_v)
+      .param(names.q, {8, 16, 32, 64}, scalar_v)
+      .param(names.k, {8, 16, 32, 64}, scalar_v)
       .param("threads_x", {4, 8, 16, 32}, scalar_v)
       .param("threads_y", {2, 4, 8, 16}, scalar_v)
-      .constraint("block_q % threads_y == 0 && block_k % threads_x == 0")
+      .constraint(n("block_q % threads_y == 0 && block_k % threads_x == 0"))
       .constraint("threads_x * threads_y <= max_workgroup_size")
       .constraint("threads_x <= max_workgroup_x && threads_y <= max_workgroup_y")
       // Blocks much longer than the sequences only compute padding.
-      .constraint("block_q == 8 || block_q < 2 * seq_q")
-      .constraint("block_k == 8 || block_k < 2 * seq_k")
+      .constraint(n("block_q == 8 || block_q < 2 * seq_q"))
+      .constraint(n("block_k == 8 || block_k < 2 * seq_k"))
       // Score tiles and output rows per work-item stay in registers.
-      .constraint("(block_q / threads_y) * (block_k / threads_x) <= 32")
-      .constraint("(block_q / threads_y) * " + wd + " <= 64");
+      .constraint(n("(block_q / threads_y) * (block_k / threads_x) <= 32"))
+      .constraint(n("(block_q / threads_y) * " + wd + " <= 64"));
   if (cpu_family) {
     // CPU drivers run a workgroup's work-items as a loop (vectorised along x) and keep what a
     // work-item holds across a barrier in memory, so larger groups buy no parallelism; past 128
@@ -307,12 +335,12 @@ ParamSpace opencl_space(const Invocation& inv, const DeviceInfo& dev, bool backw
     s.constraint("threads_x * threads_y >= 32 && threads_x * threads_y <= " + std::to_string(gpu_max_threads));
   }
   if (backward) {
-    s.constraint("block_k % threads_y == 0")
-        .constraint("2 * (block_k / threads_y) * " + wd + " <= 128")
-        .constraint("4 * max(2 * block_k * " + ds + " + block_q * " + ds + " + 2 * block_q * (block_k + 1) + 2 * block_q, " +
-                    "2 * block_q * " + ds + " + block_k * " + ds + " + block_q * (block_k + 1) + 2 * block_q) <= local_mem");
+    s.constraint(n("block_k % threads_y == 0"))
+        .constraint(n("2 * (block_k / threads_y) * " + wd + " <= 128"))
+        .constraint(n("4 * max(2 * block_k * " + ds + " + block_q * " + ds + " + 2 * block_q * (block_k + 1) + 2 * block_q, " +
+                      "2 * block_q * " + ds + " + block_k * " + ds + " + block_q * (block_k + 1) + 2 * block_q) <= local_mem"));
   } else {
-    s.constraint("4 * (block_q * " + ds + " + block_k * " + ds + " + block_q * (block_k + 1) + block_q * threads_x) <= local_mem");
+    s.constraint(n("4 * (block_q * " + ds + " + block_k * " + ds + " + block_q * (block_k + 1) + block_q * threads_x) <= local_mem"));
   }
   if (mma) {
     // Warps of 16-row tiles; every parameter is a build option of flash_attention_mma.cl.
@@ -338,38 +366,47 @@ ParamSpace opencl_space(const Invocation& inv, const DeviceInfo& dev, bool backw
           .constraint("4 * mma_stages * (mma_block_k * (head_dim / 2 + 4) + head_dim * (mma_block_k / 2 + 4)) <= local_mem");
     }
   }
-  s.bind(vars).bind(device_vars(dev)).bind({{"head_dim_class", head_dim_class(std::get<std::int64_t>(vars.at("head_dim")))},
-                                            {"max_workgroup_x", std::int64_t{dev.max_workgroup_dims[0]}},
-                                            {"max_workgroup_y", std::int64_t{dev.max_workgroup_dims[1]}}});
+  s.bind({{"head_dim_class", head_dim_class(p.head_dim)},
+          {"max_workgroup_x", std::int64_t{dev.max_workgroup_dims[0]}},
+          {"max_workgroup_y", std::int64_t{dev.max_workgroup_dims[1]}}});
+}
+
+ParamSpace opencl_space(const Invocation& inv, const DeviceInfo& dev, bool backward, bool cpu_family) {
+  const Vars vars = backward ? FlashAttentionBwdKernel().vars(inv) : FlashAttentionKernel().vars(inv);
+  ParamSpace s;
+  add_opencl_params(s, {}, Problem::of(inv), dev, cpu_family);
+  s.bind(vars).bind(device_vars(dev));
   return s;
 }
 
-Config opencl_heuristic(const Invocation& inv, const DeviceInfo& dev, bool backward, bool cpu_family) {
-  const ParamSpace space = opencl_space(inv, dev, backward, cpu_family);
+std::vector<Config> opencl_candidates(bool backward, bool cpu_family, const TileNames& names) {
   auto cfg = [&](std::int64_t bq, std::int64_t bk, std::int64_t rx, std::int64_t ry) {
-    return Config{{"variant", std::string("scalar")}, {"block_q", bq}, {"block_k", bk}, {"threads_x", rx}, {"threads_y", ry}};
+    return Config{{"variant", std::string("scalar")}, {names.q, bq}, {names.k, bk}, {"threads_x", rx}, {"threads_y", ry}};
   };
   auto mma = [&](std::int64_t warps, std::int64_t bk, std::int64_t x) {
     Config c{{"variant", std::string("mma")}, {"mma_warps", warps}, {"mma_block_k", bk}, {backward ? "mma_block_q" : "mma_tiles", x}};
     if (!backward) c.set("mma_stages", 1);
     return c;
   };
+  if (cpu_family)
+    return {cfg(32, 32, 8, 4), cfg(16, 32, 8, 4), cfg(16, 16, 8, 4), cfg(8, 16, 8, 4), cfg(8, 8, 8, 4), cfg(8, 8, 4, 8)};
   // Tensor cores first where the space offers them: the H100's best of a sweep at B4 H16 S4096
   // f16 (head_dim 128: 8 warps of one tile over 64-key blocks; 64: 4 warps of two tiles over
   // 32-key blocks).
-  std::vector<Config> tries;
-  if (!cpu_family)
-    tries = backward ? std::vector<Config>{mma(4, 32, 16), mma(2, 32, 16)}
-                     : std::vector<Config>{mma(8, 64, 1), mma(4, 32, 2), mma(4, 32, 1), mma(2, 32, 1)};
-  if (cpu_family) {
-    tries = {cfg(32, 32, 8, 4), cfg(16, 32, 8, 4), cfg(16, 16, 8, 4), cfg(8, 16, 8, 4), cfg(8, 8, 8, 4), cfg(8, 8, 4, 8)};
-  } else if (backward) {
+  std::vector<Config> tries = backward ? std::vector<Config>{mma(4, 32, 16), mma(2, 32, 16)}
+                                       : std::vector<Config>{mma(8, 64, 1), mma(4, 32, 2), mma(4, 32, 1), mma(2, 32, 1)};
+  if (backward) {
     // With 48 KiB of local memory and head_dim 128 these are the largest that fit.
     tries.insert(tries.end(), {cfg(16, 32, 16, 8), cfg(16, 16, 16, 8), cfg(8, 16, 16, 8), cfg(8, 8, 8, 8), cfg(8, 8, 4, 8)});
   } else {
     tries.insert(tries.end(), {cfg(32, 32, 16, 8), cfg(16, 32, 16, 8), cfg(16, 16, 16, 8), cfg(8, 16, 16, 8), cfg(8, 8, 8, 8), cfg(8, 8, 4, 8)});
   }
-  for (const auto& c : tries)
+  return tries;
+}
+
+Config opencl_heuristic(const Invocation& inv, const DeviceInfo& dev, bool backward, bool cpu_family) {
+  const ParamSpace space = opencl_space(inv, dev, backward, cpu_family);
+  for (const auto& c : opencl_candidates(backward, cpu_family))
     if (space.admits(c)) return c;
   auto all = space.enumerate();
   if (all.empty()) throw SelectionError("flash_attention opencl: no config fits " + dev.id() + " for " + inv.signature());

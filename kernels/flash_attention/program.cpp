@@ -67,6 +67,12 @@ ProgramOptions program_options(const Problem& p, std::string_view who) {
   return c;
 }
 
+Config renamed_config(const Config& c, const TileNames& names) {
+  Config r;
+  for (const auto& [name, value] : c.values()) r.set(name == names.q ? "block_q" : name == names.k ? "block_k" : name, value);
+  return r;
+}
+
 void check_32bit_indices(const Problem& p, std::string_view who) {
   const double limit = 4294967295.0;
   const double q = static_cast<double>(p.total_q) * static_cast<double>(p.heads) * static_cast<double>(p.head_dim);

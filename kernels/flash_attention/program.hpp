@@ -4,6 +4,7 @@
 // from a Problem, the flag bits in it, the storage dtype codes and the head_dim size classes the
 // programs are specialised for.
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "flash_attention/flash_attention.hpp"
@@ -26,8 +27,33 @@ static_assert(sizeof(ProgramOptions) == 104, "the programs' options are 26 words
 // The programs' F_* flags.
 namespace program_flag {
 constexpr std::uint32_t causal = 1, varlen = 2, bias = 4, sinks = 8, segments = 16, dropout = 32, softcap = 64,
-                        dbias_scratch = 128, finish_dbias = 256;
+                        dbias_scratch = 128, finish_dbias = 256, list_batch = 512, list_heads = 1024;
 }
+
+// A block layout for the passes to walk instead of every tile (block_sparse_attention's, see
+// block_sparse_attention.hpp): blocks of block_q queries and block_k keys; lists of the live key
+// blocks of each query block (kv_*) and the transpose (q_*, the backward's dk/dv pass), with rows
+// per sequence and/or per head or one row set for all. The passes' tiles must divide the blocks.
+struct BlockLists {
+  std::int64_t block_q = 0, block_k = 0;
+  bool per_batch = false, per_head = false;
+  const Tensor* kv_counts = nullptr;
+  const Tensor* kv_indices = nullptr;
+  const Tensor* q_counts = nullptr;
+  const Tensor* q_indices = nullptr;
+  std::uint32_t flags() const {
+    return (per_batch ? program_flag::list_batch : 0u) | (per_head ? program_flag::list_heads : 0u);
+  }
+};
+
+// The names a space gives the scalar passes' tile parameters: flash_attention's own block_q and
+// block_k, or others where those names mean something else (block_sparse_attention's layout).
+struct TileNames {
+  std::string q = "block_q", k = "block_k";
+};
+
+// A config of the passes with their tile parameters named `names` as flash_attention names them.
+Config renamed_config(const Config& c, const TileNames& names);
 
 // Logits in base 2 with the scales folded as the programs expect; `who` names the backend in
 // errors ("flash_attention opencl").

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <regex>
 #include <string>
 
 #include "backends/vulkan/vulkan_device.hpp"
@@ -20,6 +21,7 @@
 #include "ejk/error.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "flash_attention/program.hpp"
+#include "flash_attention/vulkan.hpp"
 
 namespace ejk::kernels::flash_attention {
 namespace {
@@ -107,39 +109,47 @@ std::int64_t coopmat_shared(std::int64_t subgroups, std::int64_t bk, std::int64_
 const char* const scalar_v = "variant == \"scalar\"";
 const char* const coop_v = "variant == \"coopmat\"";
 
-ParamSpace vulkan_space(const Invocation& inv, const DeviceInfo& dev, bool backward) {
-  const Vars vars = backward ? FlashAttentionBwdKernel().vars(inv) : FlashAttentionKernel().vars(inv);
+}  // namespace
+
+void add_vulkan_params(ParamSpace& s, std::vector<Value> variants, const Problem& p, const DeviceInfo& dev,
+                       const TileNames& names) {
+  const bool backward = p.backward;
   const auto& lim = vulkan::physical_device(dev.index).limits;
-  const bool coop = !backward && coopmat_offered(Problem::of(inv), dev);
+  const bool coop = !backward && coopmat_offered(p, dev);
+  // The constraints below name the scalar tile block_q and block_k; other names replace them
+  // as whole words.
+  const std::regex tq("\\bblock_q\\b"), tk("\\bblock_k\\b");
+  auto n = [&](const std::string& text) {
+    return std::regex_replace(std::regex_replace(text, tq, names.q), tk, names.k);
+  };
   // The shader's DS, the padded shared row stride.
   const std::string ds = "(((head_dim_class + threads_x - 1) / threads_x) * threads_x + 1)";
   const std::string wd = "((head_dim_class + threads_x - 1) / threads_x)";
-  ParamSpace s;
   // The backward has only the scalar variant; naming it keeps the scalar configs of both
   // kernels interchangeable.
-  std::vector<Value> variants{std::string("scalar")};
+  variants.push_back(std::string("scalar"));
   if (coop) variants.push_back(std::string("coopmat"));
   s.param("variant", variants)
-      .param("block_q", {8, 16, 32, 64}, scalar_v)
-      .param("block_k", {8, 16, 32, 64}, scalar_v)
+      .param(names.q, {8, 16, 32, 64}, scalar_v)
+      .param(names.k, {8, 16, 32, 64}, scalar_v)
       .param("threads_x", {4, 8, 16, 32}, scalar_v)
       .param("threads_y", {2, 4, 8, 16}, scalar_v)
-      .constraint("block_q % threads_y == 0 && block_k % threads_x == 0")
+      .constraint(n("block_q % threads_y == 0 && block_k % threads_x == 0"))
       .constraint("threads_x * threads_y >= 32 && threads_x * threads_y <= max_workgroup_size")
       .constraint("threads_x <= max_workgroup_x && threads_y <= max_workgroup_y")
       // Blocks much longer than the sequences only compute padding.
-      .constraint("block_q == 8 || block_q < 2 * seq_q")
-      .constraint("block_k == 8 || block_k < 2 * seq_k")
+      .constraint(n("block_q == 8 || block_q < 2 * seq_q"))
+      .constraint(n("block_k == 8 || block_k < 2 * seq_k"))
       // Score tiles and output rows per invocation stay in registers.
-      .constraint("(block_q / threads_y) * (block_k / threads_x) <= 32")
-      .constraint("(block_q / threads_y) * " + wd + " <= 64");
+      .constraint(n("(block_q / threads_y) * (block_k / threads_x) <= 32"))
+      .constraint(n("(block_q / threads_y) * " + wd + " <= 64"));
   if (backward) {
-    s.constraint("block_k % threads_y == 0")
-        .constraint("2 * (block_k / threads_y) * " + wd + " <= 128")
-        .constraint("4 * max(2 * block_k * " + ds + " + block_q * " + ds + " + 2 * block_q * (block_k + 1) + 2 * block_q, " +
-                    "2 * block_q * " + ds + " + block_k * " + ds + " + block_q * (block_k + 1) + 2 * block_q) <= local_mem");
+    s.constraint(n("block_k % threads_y == 0"))
+        .constraint(n("2 * (block_k / threads_y) * " + wd + " <= 128"))
+        .constraint(n("4 * max(2 * block_k * " + ds + " + block_q * " + ds + " + 2 * block_q * (block_k + 1) + 2 * block_q, " +
+                      "2 * block_q * " + ds + " + block_k * " + ds + " + block_q * (block_k + 1) + 2 * block_q) <= local_mem"));
   } else {
-    s.constraint("4 * (block_q * " + ds + " + block_k * " + ds + " + block_q * (block_k + 1) + block_q * threads_x) <= local_mem");
+    s.constraint(n("4 * (block_q * " + ds + " + block_k * " + ds + " + block_q * (block_k + 1) + block_q * threads_x) <= local_mem"));
   }
   if (coop) {
     // Subgroups of 16 query rows each; key blocks of 16 to 64; one or two buffers of k and v.
@@ -154,38 +164,198 @@ ParamSpace vulkan_space(const Invocation& inv, const DeviceInfo& dev, bool backw
                     "16 * subgroups * (coop_block_k + 8))"
                     " + 16 * ((16 * subgroups * (coop_block_k + subgroup_size / 16 + 1) + 3) / 4) <= local_mem");
   }
-  s.bind(vars).bind(device_vars(dev)).bind({{"head_dim_class", head_dim_class(std::get<std::int64_t>(vars.at("head_dim")))},
-                                            {"max_workgroup_x", std::int64_t{lim.maxComputeWorkGroupSize[0]}},
-                                            {"max_workgroup_y", std::int64_t{lim.maxComputeWorkGroupSize[1]}}});
+  s.bind({{"head_dim_class", head_dim_class(p.head_dim)},
+          {"max_workgroup_x", std::int64_t{lim.maxComputeWorkGroupSize[0]}},
+          {"max_workgroup_y", std::int64_t{lim.maxComputeWorkGroupSize[1]}}});
+}
+
+std::vector<Config> vulkan_candidates(const DeviceInfo& dev, bool backward, const TileNames& names) {
+  auto cfg = [&](std::int64_t bq, std::int64_t bk, std::int64_t rx, std::int64_t ry) {
+    return Config{{"variant", std::string("scalar")}, {names.q, bq}, {names.k, bk}, {"threads_x", rx}, {"threads_y", ry}};
+  };
+  // Large tiles first on GPUs, where they cut the re-reads of k and v; modest ones on CPU
+  // implementations (lavapipe), whose workgroups run as loops over SIMD lanes and gain little
+  // from more invocations.
+  if (vulkan::physical_device(dev.index).cpu)
+    return {cfg(32, 32, 8, 4), cfg(16, 32, 8, 4), cfg(16, 16, 8, 4), cfg(8, 16, 8, 4), cfg(8, 8, 8, 4), cfg(8, 8, 4, 8)};
+  if (backward) return {cfg(16, 32, 16, 8), cfg(16, 16, 16, 8), cfg(8, 16, 16, 8), cfg(8, 8, 8, 8), cfg(8, 8, 4, 8)};
+  // Tensor cores where the space offers them (f16, head_dim a multiple of 16): on the H100 this
+  // config won an exhaustive tune at B4 H16 S4096 D128 (45.8 TFLOP/s, 1.19x 4 subgroups with
+  // 32-key blocks) and at most sizes of 200 to 512 queries.
+  return {Config{{"variant", std::string("coopmat")}, {"subgroups", 2}, {"coop_block_k", 16}, {"coop_stages", 1}},
+          cfg(32, 32, 16, 8), cfg(16, 32, 16, 8), cfg(16, 16, 16, 8), cfg(8, 16, 16, 8), cfg(8, 8, 8, 8), cfg(8, 8, 4, 8)};
+}
+
+namespace {
+
+ParamSpace vulkan_space(const Invocation& inv, const DeviceInfo& dev, bool backward) {
+  const Vars vars = backward ? FlashAttentionBwdKernel().vars(inv) : FlashAttentionKernel().vars(inv);
+  ParamSpace s;
+  add_vulkan_params(s, {}, Problem::of(inv), dev);
+  s.bind(vars).bind(device_vars(dev));
   return s;
 }
 
-// The first candidate the space admits: large tiles first on GPUs, where they cut the re-reads of
-// k and v; modest ones on CPU implementations (lavapipe), whose workgroups run as loops over
-// SIMD lanes and gain little from more invocations.
+// The first candidate the space admits.
 Config vulkan_heuristic(const Invocation& inv, const DeviceInfo& dev, bool backward, const Implementation& impl) {
   ParamSpace space = impl.space(inv, dev);
-  auto cfg = [&](std::int64_t bq, std::int64_t bk, std::int64_t rx, std::int64_t ry) {
-    return Config{{"variant", std::string("scalar")}, {"block_q", bq}, {"block_k", bk}, {"threads_x", rx}, {"threads_y", ry}};
-  };
-  std::vector<Config> tries;
-  if (vulkan::physical_device(dev.index).cpu) {
-    tries = {cfg(32, 32, 8, 4), cfg(16, 32, 8, 4), cfg(16, 16, 8, 4), cfg(8, 16, 8, 4), cfg(8, 8, 8, 4), cfg(8, 8, 4, 8)};
-  } else if (backward) {
-    tries = {cfg(16, 32, 16, 8), cfg(16, 16, 16, 8), cfg(8, 16, 16, 8), cfg(8, 8, 8, 8), cfg(8, 8, 4, 8)};
-  } else {
-    // Tensor cores where the space offers them (f16, head_dim a multiple of 16): on the H100 this
-    // config won an exhaustive tune at B4 H16 S4096 D128 (45.8 TFLOP/s, 1.19x 4 subgroups with
-    // 32-key blocks) and at most sizes of 200 to 512 queries.
-    tries = {Config{{"variant", std::string("coopmat")}, {"subgroups", 2}, {"coop_block_k", 16}, {"coop_stages", 1}},
-             cfg(32, 32, 16, 8), cfg(16, 32, 16, 8), cfg(16, 16, 16, 8), cfg(8, 16, 16, 8), cfg(8, 8, 8, 8), cfg(8, 8, 4, 8)};
-  }
-  for (const auto& c : tries)
+  for (const auto& c : vulkan_candidates(dev, backward))
     if (space.admits(c)) return c;
   auto all = space.enumerate();
   if (all.empty()) throw SelectionError("flash_attention vulkan: no config fits " + dev.id() + " for " + inv.signature());
   return all.front();
 }
+
+vulkan::VulkanDevice& device_for(const Problem& p, Device& device) {
+  auto& dev = vulkan::vulkan_device(device);
+  if (needs16(p) && !dev.physical().storage16)
+    throw InvalidArgument("flash_attention vulkan: " + dev.info().id() + " has no 16-bit storage buffers for f16/bf16 arrays");
+  check_32bit_indices(p, p.backward ? "flash_attention_bwd vulkan" : "flash_attention vulkan");
+  return dev;
+}
+
+// SPARSE modules (flash_attention.glsl) take the layout's blocks as constants 9 and 10 after the
+// pass's own (8: the cooperative-matrix forward's STAGES, unused by the others) and the lists
+// after the pass's arrays.
+void walk(vulkan::Launch& l, const BlockLists* lists, bool backward) {
+  if (!lists) return;
+  if (l.spec.size() < 6) l.spec.resize(6, 1);
+  l.spec.push_back(u32(lists->block_q));
+  l.spec.push_back(u32(lists->block_k));
+  l.buffers.push_back(&lists->kv_counts->buffer());
+  l.buffers.push_back(&lists->kv_indices->buffer());
+  if (backward) {
+    l.buffers.push_back(&lists->q_counts->buffer());
+    l.buffers.push_back(&lists->q_indices->buffer());
+  }
+}
+
+// SPARSE modules read through 16-bit storage only.
+std::string pass_module(const char* pass, bool wide, const BlockLists* lists) {
+  return lists ? std::string("flash_attention/flash_attention_") + pass + "_sparse16.spv" : module(pass, wide);
+}
+
+void run_coopmat(const Problem& p, const Config& config, std::span<const Tensor> args, vulkan::VulkanDevice& dev,
+                 const BlockLists* lists) {
+  const DeviceInfo& info = dev.info();
+  const std::string text = "flash_attention vulkan: config " + config.canonical() + " ";
+  if (!coopmat_offered(p, info))
+    throw InvalidArgument(text + "needs f16 q, k, v with head_dim a multiple of 16 and a device with 16x16x16 f16 "
+                          "cooperative matrices, 16-bit storage, float16 and full subgroups of 16, 32 or 64 (" +
+                          info.id() + ": " + info.name + ")");
+  // Configs from before pipeline stages existed have one.
+  const std::int64_t nsg = config.get("subgroups"), bk = config.get("coop_block_k"), sg = info.subgroup_size,
+                     stages = config.has("coop_stages") ? config.get("coop_stages") : 1;
+  if (nsg <= 0 || bk <= 0 || bk % 16 != 0 || bk % (2 * (sg / 16)) != 0 || (stages != 1 && stages != 2))
+    throw InvalidArgument(text + "needs positive subgroups, coop_block_k a positive multiple of 16 and coop_stages 1 or 2");
+  if (sg * nsg > info.max_workgroup_size)
+    throw InvalidArgument(text + "exceeds the device's workgroup size " + std::to_string(info.max_workgroup_size));
+  const std::int64_t shared = coopmat_shared(nsg, bk, p.head_dim, sg, stages);
+  if (shared > static_cast<std::int64_t>(info.local_mem))
+    throw InvalidArgument(text + "needs " + std::to_string(shared) + " bytes of shared memory for head_dim " +
+                          std::to_string(p.head_dim) + ", the device has " + std::to_string(info.local_mem));
+  vulkan::Launch l;
+  l.spirv = lists ? "flash_attention/flash_attention_fwd_coopmat_sparse.spv" : "flash_attention/flash_attention_fwd_coopmat.spv";
+  l.local_size = {u32(sg * nsg), 1, 1};
+  // The shared constants: BQ = 16 subgroups, BK, DMAX = head_dim, RX = subgroup size, RY = subgroups;
+  // then the shader's own STAGES.
+  l.spec = {u32(16 * nsg), u32(bk), u32(p.head_dim), u32(sg), u32(nsg), u32(stages)};
+  for (std::size_t i = 0; i < fwd::count; ++i) l.buffers.push_back(&args[i].buffer());
+  walk(l, lists, false);
+  l.shared_bytes = u32(shared);
+  l.full_subgroups = true;
+  Push push{program_options(p, "flash_attention vulkan")};
+  if (lists) push.o.flags |= lists->flags();
+  launch(dev, l, push, ceil_div(p.seq_q, 16 * nsg), p.heads, p.batch);
+}
+
+}  // namespace
+
+void vulkan_forward(const Problem& p, const Config& config, std::span<const Tensor> args, Device& device,
+                    const BlockLists* lists) {
+  auto& dev = device_for(p, device);
+  const std::string variant = config.has("variant") ? config.text("variant") : "scalar";
+  if (variant == "coopmat") return run_coopmat(p, config, args, dev, lists);
+  if (variant != "scalar") throw InvalidArgument("flash_attention vulkan: unknown variant '" + variant + "' (scalar, coopmat)");
+  const TileGeometry g = geometry(config, p, dev.info());
+  const bool wide = needs16(p) || dev.physical().storage16;
+  const std::string spirv = pass_module("fwd", wide, lists);
+  vulkan::Launch l;
+  l.spirv = spirv;
+  l.local_size = {u32(g.rx), u32(g.ry), 1};
+  l.spec = {u32(g.bq), u32(g.bk), u32(g.d), u32(g.rx), u32(g.ry)};
+  for (std::size_t i = 0; i < fwd::count; ++i) l.buffers.push_back(&args[i].buffer());
+  walk(l, lists, false);
+  l.shared_bytes = u32(g.forward_bytes());
+  Push push{program_options(p, "flash_attention vulkan")};
+  if (lists) push.o.flags |= lists->flags();
+  launch(dev, l, push, ceil_div(p.seq_q, g.bq), p.heads, p.batch);
+}
+
+void vulkan_backward(const Problem& p, const Config& config, std::span<const Tensor> args, Device& device,
+                     const BlockLists* lists) {
+  auto& dev = device_for(p, device);
+  if (config.has("variant") && config.text("variant") != "scalar")
+    throw InvalidArgument("flash_attention_bwd vulkan: unknown variant '" + config.text("variant") + "' (scalar)");
+  const TileGeometry g = geometry(config, p, dev.info());
+  const bool wide = needs16(p) || dev.physical().storage16;
+
+  // Scratch: delta per row, the prep pass's dsoftmax_aux shares, and where the bias is
+  // broadcast, dbias unbroadcast in f32 (summed by the finish pass instead of atomically).
+  constexpr std::int64_t prep_rows = 64;
+  const std::int64_t prep_blocks = ceil_div(p.seq_q, prep_rows);
+  const bool broadcast = p.has_bias && ((p.bias_batch == 1 && p.batch > 1) || (p.bias_heads == 1 && p.heads > 1));
+  auto delta = dev.scratch(static_cast<std::size_t>(std::max<std::int64_t>(1, p.heads * p.total_q)) * 4);
+  auto parts = dev.scratch(static_cast<std::size_t>(std::max<std::int64_t>(1, p.batch * p.heads * prep_blocks)) * 4);
+  auto scratch = dev.scratch(static_cast<std::size_t>(broadcast ? p.batch * p.heads * p.seq_q * p.seq_k : 1) * 4);
+
+  Push push{program_options(p, "flash_attention_bwd vulkan")};
+  push.o.flags |= (broadcast ? program_flag::dbias_scratch : 0u) | (lists ? lists->flags() : 0u);
+  push.o.extra = u32(prep_blocks);
+  vulkan::Launch l;
+  for (std::size_t i = 0; i < bwd::count; ++i) l.buffers.push_back(&args[i].buffer());
+  l.buffers.push_back(delta.get());
+  l.buffers.push_back(parts.get());
+  l.buffers.push_back(scratch.get());
+  const std::vector<const Buffer*> arrays = l.buffers;
+
+  // Single-row passes: one invocation per query row (prep) or per output (finish).
+  std::string spirv = module("prep", wide);
+  l.spirv = spirv;
+  l.local_size = {u32(prep_rows), 1, 1};
+  l.spec = {1, u32(prep_rows), 32, u32(prep_rows), 1};
+  l.shared_bytes = u32(prep_rows * 4);
+  launch(dev, l, push, prep_blocks, p.heads, p.batch);
+
+  // The tiled passes walk the lists where given.
+  spirv = pass_module("dkdv", wide, lists);
+  l.spirv = spirv;
+  l.local_size = {u32(g.rx), u32(g.ry), 1};
+  l.spec = {u32(g.bq), u32(g.bk), u32(g.d), u32(g.rx), u32(g.ry)};
+  walk(l, lists, true);
+  l.shared_bytes = u32(g.dkdv_bytes());
+  launch(dev, l, push, ceil_div(p.seq_k, g.bk), p.kv_heads, p.batch);
+
+  spirv = pass_module("dq", wide, lists);
+  l.spirv = spirv;
+  l.shared_bytes = u32(g.dq_bytes());
+  launch(dev, l, push, ceil_div(p.seq_q, g.bq), p.heads, p.batch);
+
+  spirv = module("finish", wide);
+  l.spirv = spirv;
+  l.buffers = arrays;
+  l.local_size = {u32(prep_rows), 1, 1};
+  l.spec = {1, u32(prep_rows), 32, u32(prep_rows), 1};
+  l.shared_bytes = u32(prep_rows * 4);
+  if (p.has_sinks) launch(dev, l, push, 1, 1, 1);
+  if (broadcast) {
+    push.o.flags |= program_flag::finish_dbias;
+    const std::int64_t n = p.bias_batch * p.bias_heads * p.seq_q * p.seq_k;
+    launch(dev, l, push, std::min<std::int64_t>(ceil_div(n, prep_rows), 4096), 1, 1);
+  }
+}
+
+namespace {
 
 class VulkanBase : public Implementation {
  public:
@@ -193,15 +363,6 @@ class VulkanBase : public Implementation {
   bool supports(const Invocation& inv, const DeviceInfo& dev) const override {
     const Problem p = Problem::of(inv);
     return !needs16(p) || vulkan::physical_device(dev.index).storage16;
-  }
-
- protected:
-  static vulkan::VulkanDevice& device_for(const Problem& p, Device& device) {
-    auto& dev = vulkan::vulkan_device(device);
-    if (needs16(p) && !dev.physical().storage16)
-      throw InvalidArgument("flash_attention vulkan: " + dev.info().id() + " has no 16-bit storage buffers for f16/bf16 arrays");
-    check_32bit_indices(p, p.backward ? "flash_attention_bwd vulkan" : "flash_attention vulkan");
-    return dev;
   }
 };
 
@@ -220,54 +381,8 @@ class VulkanForward final : public VulkanBase {
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
     return vulkan_heuristic(inv, dev, false, *this);
   }
-
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
-    const Problem p = Problem::of(inv);
-    auto& dev = device_for(p, device);
-    const std::string variant = config.has("variant") ? config.text("variant") : "scalar";
-    if (variant == "coopmat") return run_coopmat(p, config, args, dev);
-    if (variant != "scalar") throw InvalidArgument("flash_attention vulkan: unknown variant '" + variant + "' (scalar, coopmat)");
-    const TileGeometry g = geometry(config, p, dev.info());
-    const bool wide = needs16(p) || dev.physical().storage16;
-    const std::string spirv = module("fwd", wide);
-    vulkan::Launch l;
-    l.spirv = spirv;
-    l.local_size = {u32(g.rx), u32(g.ry), 1};
-    l.spec = {u32(g.bq), u32(g.bk), u32(g.d), u32(g.rx), u32(g.ry)};
-    for (std::size_t i = 0; i < fwd::count; ++i) l.buffers.push_back(&args[i].buffer());
-    l.shared_bytes = u32(g.forward_bytes());
-    launch(dev, l, Push{program_options(p, "flash_attention vulkan")}, ceil_div(p.seq_q, g.bq), p.heads, p.batch);
-  }
-
- private:
-  static void run_coopmat(const Problem& p, const Config& config, std::span<const Tensor> args, vulkan::VulkanDevice& dev) {
-    const DeviceInfo& info = dev.info();
-    const std::string text = "flash_attention vulkan: config " + config.canonical() + " ";
-    if (!coopmat_offered(p, info))
-      throw InvalidArgument(text + "needs f16 q, k, v with head_dim a multiple of 16 and a device with 16x16x16 f16 "
-                            "cooperative matrices, 16-bit storage, float16 and full subgroups of 16, 32 or 64 (" +
-                            info.id() + ": " + info.name + ")");
-    // Configs from before pipeline stages existed have one.
-    const std::int64_t nsg = config.get("subgroups"), bk = config.get("coop_block_k"), sg = info.subgroup_size,
-                       stages = config.has("coop_stages") ? config.get("coop_stages") : 1;
-    if (nsg <= 0 || bk <= 0 || bk % 16 != 0 || bk % (2 * (sg / 16)) != 0 || (stages != 1 && stages != 2))
-      throw InvalidArgument(text + "needs positive subgroups, coop_block_k a positive multiple of 16 and coop_stages 1 or 2");
-    if (sg * nsg > info.max_workgroup_size)
-      throw InvalidArgument(text + "exceeds the device's workgroup size " + std::to_string(info.max_workgroup_size));
-    const std::int64_t shared = coopmat_shared(nsg, bk, p.head_dim, sg, stages);
-    if (shared > static_cast<std::int64_t>(info.local_mem))
-      throw InvalidArgument(text + "needs " + std::to_string(shared) + " bytes of shared memory for head_dim " +
-                            std::to_string(p.head_dim) + ", the device has " + std::to_string(info.local_mem));
-    vulkan::Launch l;
-    l.spirv = "flash_attention/flash_attention_fwd_coopmat.spv";
-    l.local_size = {u32(sg * nsg), 1, 1};
-    // The shared constants: BQ = 16 subgroups, BK, DMAX = head_dim, RX = subgroup size, RY = subgroups;
-    // then the shader's own STAGES.
-    l.spec = {u32(16 * nsg), u32(bk), u32(p.head_dim), u32(sg), u32(nsg), u32(stages)};
-    for (std::size_t i = 0; i < fwd::count; ++i) l.buffers.push_back(&args[i].buffer());
-    l.shared_bytes = u32(shared);
-    l.full_subgroups = true;
-    launch(dev, l, Push{program_options(p, "flash_attention vulkan")}, ceil_div(p.seq_q, 16 * nsg), p.heads, p.batch);
+    vulkan_forward(Problem::of(inv), config, args, device);
   }
 };
 
@@ -285,64 +400,8 @@ class VulkanBackward final : public VulkanBase {
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
     return vulkan_heuristic(inv, dev, true, *this);
   }
-
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
-    const Problem p = Problem::of(inv);
-    auto& dev = device_for(p, device);
-    if (config.has("variant") && config.text("variant") != "scalar")
-      throw InvalidArgument("flash_attention_bwd vulkan: unknown variant '" + config.text("variant") + "' (scalar)");
-    const TileGeometry g = geometry(config, p, dev.info());
-    const bool wide = needs16(p) || dev.physical().storage16;
-
-    // Scratch: delta per row, the prep pass's dsoftmax_aux shares, and where the bias is
-    // broadcast, dbias unbroadcast in f32 (summed by the finish pass instead of atomically).
-    constexpr std::int64_t prep_rows = 64;
-    const std::int64_t prep_blocks = ceil_div(p.seq_q, prep_rows);
-    const bool broadcast = p.has_bias && ((p.bias_batch == 1 && p.batch > 1) || (p.bias_heads == 1 && p.heads > 1));
-    auto delta = dev.scratch(static_cast<std::size_t>(std::max<std::int64_t>(1, p.heads * p.total_q)) * 4);
-    auto parts = dev.scratch(static_cast<std::size_t>(std::max<std::int64_t>(1, p.batch * p.heads * prep_blocks)) * 4);
-    auto scratch = dev.scratch(static_cast<std::size_t>(broadcast ? p.batch * p.heads * p.seq_q * p.seq_k : 1) * 4);
-
-    Push push{program_options(p, "flash_attention_bwd vulkan")};
-    push.o.flags |= broadcast ? program_flag::dbias_scratch : 0u;
-    push.o.extra = u32(prep_blocks);
-    vulkan::Launch l;
-    for (std::size_t i = 0; i < bwd::count; ++i) l.buffers.push_back(&args[i].buffer());
-    l.buffers.push_back(delta.get());
-    l.buffers.push_back(parts.get());
-    l.buffers.push_back(scratch.get());
-
-    // Single-row passes: one invocation per query row (prep) or per output (finish).
-    std::string spirv = module("prep", wide);
-    l.spirv = spirv;
-    l.local_size = {u32(prep_rows), 1, 1};
-    l.spec = {1, u32(prep_rows), 32, u32(prep_rows), 1};
-    l.shared_bytes = u32(prep_rows * 4);
-    launch(dev, l, push, prep_blocks, p.heads, p.batch);
-
-    spirv = module("dkdv", wide);
-    l.spirv = spirv;
-    l.local_size = {u32(g.rx), u32(g.ry), 1};
-    l.spec = {u32(g.bq), u32(g.bk), u32(g.d), u32(g.rx), u32(g.ry)};
-    l.shared_bytes = u32(g.dkdv_bytes());
-    launch(dev, l, push, ceil_div(p.seq_k, g.bk), p.kv_heads, p.batch);
-
-    spirv = module("dq", wide);
-    l.spirv = spirv;
-    l.shared_bytes = u32(g.dq_bytes());
-    launch(dev, l, push, ceil_div(p.seq_q, g.bq), p.heads, p.batch);
-
-    spirv = module("finish", wide);
-    l.spirv = spirv;
-    l.local_size = {u32(prep_rows), 1, 1};
-    l.spec = {1, u32(prep_rows), 32, u32(prep_rows), 1};
-    l.shared_bytes = u32(prep_rows * 4);
-    if (p.has_sinks) launch(dev, l, push, 1, 1, 1);
-    if (broadcast) {
-      push.o.flags |= program_flag::finish_dbias;
-      const std::int64_t n = p.bias_batch * p.bias_heads * p.seq_q * p.seq_k;
-      launch(dev, l, push, std::min<std::int64_t>(ceil_div(n, prep_rows), 4096), 1, 1);
-    }
+    vulkan_backward(Problem::of(inv), config, args, device);
   }
 };
 
