@@ -57,6 +57,8 @@ Loaded load_driver() {
   EJK_TAKE(cuStreamWaitEvent, "cuStreamWaitEvent")
   EJK_TAKE(cuMemAlloc, "cuMemAlloc_v2")
   EJK_TAKE(cuMemFree, "cuMemFree_v2")
+  EJK_TAKE(cuMemHostAlloc, "cuMemHostAlloc")
+  EJK_TAKE(cuMemFreeHost, "cuMemFreeHost")
   EJK_TAKE(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2")
   EJK_TAKE(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2")
   EJK_TAKE(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2")
@@ -71,6 +73,7 @@ Loaded load_driver() {
   EJK_TAKE(cuEventDestroy, "cuEventDestroy_v2")
   EJK_TAKE(cuEventRecord, "cuEventRecord")
   EJK_TAKE(cuEventSynchronize, "cuEventSynchronize")
+  EJK_TAKE(cuEventQuery, "cuEventQuery")
   EJK_TAKE(cuEventElapsedTime, "cuEventElapsedTime")
   EJK_TAKE(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled")
 #undef EJK_TAKE

@@ -32,6 +32,8 @@ struct Driver {
   EJK_CU_FN(cuStreamWaitEvent)
   EJK_CU_FN(cuMemAlloc)
   EJK_CU_FN(cuMemFree)
+  EJK_CU_FN(cuMemHostAlloc)
+  EJK_CU_FN(cuMemFreeHost)
   EJK_CU_FN(cuMemcpyHtoDAsync)
   EJK_CU_FN(cuMemcpyDtoHAsync)
   EJK_CU_FN(cuMemcpyDtoDAsync)
@@ -46,6 +48,7 @@ struct Driver {
   EJK_CU_FN(cuEventDestroy)
   EJK_CU_FN(cuEventRecord)
   EJK_CU_FN(cuEventSynchronize)
+  EJK_CU_FN(cuEventQuery)
   EJK_CU_FN(cuEventElapsedTime)
   EJK_CU_FN(cuTensorMapEncodeTiled)
 #undef EJK_CU_FN
