@@ -97,8 +97,9 @@ CudaBuffer::~CudaBuffer() {
   driver_.cuMemFree(ptr_);
 }
 
-// Released scratch buffers by size. The device's work runs in submission order on its one
-// stream, so a buffer one run released is free for the next run's launches.
+// Released scratch buffers by size. The device's kernels run in submission order on its
+// stream, so a buffer one run released is free for the next run's launches (the transfer
+// stream's copies are not ordered so: their callers keep their buffers until the copies' fences).
 struct CudaDevice::ScratchPool {
   static constexpr std::size_t keep_bytes = std::size_t{1} << 30;  // released beyond this are freed
   std::mutex mutex;
