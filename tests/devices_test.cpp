@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -277,6 +278,54 @@ TEST_P(DeviceBuffers, LargeUnalignedAndOddCopiesAreByteExact) {
   test::expect_copies_byte_exact(
       dev, [&](const Buffer& s, std::size_t so, Buffer& d, std::size_t dof, std::size_t n) { dev.copy(s, so, d, dof, n); },
       GetParam());
+}
+
+// Copies on the transfer queue keep the order their fences give: an upload after a compute
+// mark lands after the kernels before it read the old bytes, compute ordered after the upload
+// sees the new ones, a download after a mark sees what the compute wrote. The buffers are large
+// enough that a missing order shows.
+TEST_P(DeviceBuffers, TransfersBesideTheComputeKeepTheirFencesOrder) {
+  Context ctx(GetParam());
+  Device& dev = ctx.device();
+  const Backend backend = dev.info().backend;
+  EXPECT_EQ(dev.has_transfer_queue(), backend != Backend::cpu);
+  constexpr std::int64_t n = std::int64_t{1} << 21;  // f32 elements: 8 MiB
+  constexpr std::size_t bytes = n * 4;
+  const auto up = dev.allocate_host(bytes), down = dev.allocate_host(bytes);
+  ASSERT_EQ(up->bytes(), bytes);
+  EXPECT_EQ(up->pinned(), dev.has_transfer_queue());
+  for (std::size_t i = 0; i < bytes; ++i) up->data()[i] = static_cast<std::byte>((i * 7 + 3) & 0xff);
+  const std::vector<std::byte> sent(up->data(), up->data() + bytes);
+  std::fill(down->data(), down->data() + bytes, std::byte{0});
+
+  Tensor a = ctx.random({n}, DType::f32), b = ctx.empty({n}, DType::f32), c = ctx.empty({n}, DType::f32);
+  const std::vector<std::byte> old = a.read_bytes();
+  dev.copy(a.buffer(), b.buffer(), bytes);
+  const FencePtr upload = dev.upload(*up, 0, a.buffer(), 0, bytes, dev.mark());
+  dev.order_after(upload);
+  dev.copy(a.buffer(), c.buffer(), bytes);
+  const FencePtr download = dev.download(c.buffer(), 0, *down, 0, bytes, dev.mark());
+  if (download) {
+    download->wait();
+    EXPECT_TRUE(download->reached());
+  }
+  EXPECT_TRUE(std::equal(sent.begin(), sent.end(), down->data())) << "the download, or the compute before it, ran early";
+  EXPECT_EQ(b.read_bytes(), old) << "the upload overwrote what the compute before its fence read";
+  EXPECT_EQ(c.read_bytes(), sent) << "the compute ordered after the upload ran before it";
+
+  // Offsets on both sides; the transfer queue runs its copies in the order they were queued.
+  std::fill(down->data(), down->data() + 256, std::byte{0});
+  dev.download(c.buffer(), 12, *down, 100, 64);
+  const FencePtr last = dev.download(c.buffer(), 200, *down, 164, 20);
+  if (last) last->wait();
+  EXPECT_TRUE(std::equal(sent.begin() + 12, sent.begin() + 76, down->data() + 100));
+  EXPECT_TRUE(std::equal(sent.begin() + 200, sent.begin() + 220, down->data() + 164));
+  EXPECT_EQ(down->data()[99], std::byte{0});
+  dev.synchronize();
+
+  EXPECT_THROW(dev.upload(*up, bytes - 4, a.buffer(), 0, 8), InvalidArgument);
+  EXPECT_THROW(dev.download(a.buffer(), bytes - 4, *down, 0, 8), InvalidArgument);
+  EXPECT_THROW(dev.download(a.buffer(), 0, *down, bytes, 1), InvalidArgument);
 }
 
 TEST_P(DeviceBuffers, TimingIsPositive) {

@@ -12,11 +12,14 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <future>
 #include <map>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -267,34 +270,6 @@ Ring agree(const char* k, const Context& ctx, const Tensor& q, const Tensor& kk,
   return ring;
 }
 
-// Outstanding requests of one step; completed by wait() or test(). Open MPI moves a large
-// shared-memory message a fragment per call, so the calls' rate sets the transfer's: with a
-// discrete GPU doing the compute, the polls spin (`spin`); with devices that compute on the host's
-// cores (the CPU backend, PoCL, lavapipe), they pause between tests.
-struct Requests {
-  bool spin = false;
-  std::vector<MPI_Request> r;
-  void add(MPI_Request q) { r.push_back(q); }
-  bool test() {
-    if (r.empty()) return true;
-    int done = 0;
-    check_mpi(MPI_Testall(static_cast<int>(r.size()), r.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
-    if (done) r.clear();
-    return done != 0;
-  }
-  // Polls rather than MPI_Waitall, which spins a core at full speed in Open MPI: ranks that
-  // share cores with each other or with a CPU device's threads would take them from the compute
-  // that the wait is for. A short burst of tests first keeps the latency of quick messages low.
-  void wait() {
-    for (int i = 0; !test(); ++i)
-      if (i >= 64 && !spin) std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
-  // On the way out of an error: the buffers these requests use are about to go.
-  ~Requests() {
-    if (!r.empty()) MPI_Waitall(static_cast<int>(r.size()), r.data(), MPI_STATUSES_IGNORE);
-  }
-};
-
 // One tensor's bytes to the right neighbour and another's from the left, as one step's transfer.
 // `forwarded`: send holds what the previous step's pass of the same index received, unchanged.
 struct Pass {
@@ -352,91 +327,215 @@ class DeviceLink final : public Link {
   std::vector<std::vector<Pass>> held_;
 };
 
-// Runs `work` on a worker thread while this thread lets MPI progress the messages in flight, and
-// returns the worker's duration. MPI is called from this thread only.
-template <class Work>
-double overlapped(Requests& reqs, Work work) {
-  auto task = std::async(std::launch::async, [&] {
-    const auto t0 = Clock::now();
-    work();
-    return since(t0);
-  });
-  bool comm_done = reqs.r.empty();
-  while (task.wait_for(std::chrono::microseconds(comm_done ? 1000 : reqs.spin ? 0 : 50)) != std::future_status::ready)
-    if (!comm_done) comm_done = reqs.test();
-  return task.get();
-}
-
-// Host buffers of one thread's calls, kept between calls: fresh allocations of these sizes
-// (hundreds of MB at long shards) cost their page faults again on every call.
-struct Staging {
-  std::vector<std::byte> in, out;
+// A host buffer of the host path and the last device copy to or from it.
+struct HostSlot {
+  std::shared_ptr<HostBuffer> buffer;
+  FencePtr busy;
+  // Ready for `bytes` new bytes: the copy that last used it has completed, and it is large enough.
+  void reuse(Device& device, std::size_t bytes) {
+    if (busy) busy->wait();
+    busy = nullptr;
+    if (!buffer || buffer->bytes() < bytes) {
+      buffer.reset();
+      buffer = device.allocate_host(bytes);
+    }
+  }
 };
-std::vector<Staging>& staging() {
-  thread_local std::vector<Staging> s;
-  return s;
+
+// One pass's host buffers: what arrives from the left, what goes right.
+struct Staging {
+  HostSlot in, out;
+};
+
+// Host buffers of one thread's calls on one device, kept between calls: fresh allocations of
+// these sizes (hundreds of MB at long shards) cost their page faults, or their pinning, again on
+// every call.
+std::vector<Staging>& staging(const std::shared_ptr<Device>& device, std::size_t passes) {
+  struct Kept {
+    std::weak_ptr<Device> device;
+    std::vector<Staging> passes;
+  };
+  thread_local std::vector<Kept> kept;
+  std::erase_if(kept, [](const Kept& k) { return k.device.expired(); });
+  auto it = std::find_if(kept.begin(), kept.end(), [&](const Kept& k) {
+    return !k.device.owner_before(device) && !device.owner_before(k.device);
+  });
+  if (it == kept.end()) it = kept.insert(kept.end(), Kept{device, {}});
+  if (it->passes.size() < passes) it->passes.resize(passes);
+  return it->passes;
 }
 
-// Through host memory: each pass's send is read back from the device (or was kept from its
-// arrival) and travels by MPI while the step computes; arrivals are written to the device in
-// land(). The device's one queue runs the copies and the compute in turn; the messages overlap
-// the compute.
+// Whether the host path's device copies use the device's transfer queue: $EJK_RING_HOST_COPIES
+// `queue` (the default) or `inline` (on the calling thread, as on devices without one), for
+// measuring the one against the other.
+bool copies_on_transfer_queue() {
+  const char* v = std::getenv("EJK_RING_HOST_COPIES");
+  if (!v || !*v || std::string_view(v) == "queue") return true;
+  if (std::string_view(v) == "inline") return false;
+  throw InvalidArgument("EJK_RING_HOST_COPIES=" + std::string(v) + ": expected queue or inline");
+}
+
+// Through host memory (Device::allocate_host: pinned where the backend has it) and MPI. On a
+// device with a transfer queue (OpenCL, Vulkan) the copies run there beside the compute: a send
+// is downloaded as soon as post() is called, after the compute that made it, and its message
+// leaves once the download is done; an arrival is uploaded as soon as MPI delivers it, under the
+// step's compute, and the next step's compute waits for it on the device. Elsewhere the copies
+// are made on this thread, sends in post() and arrivals in land(). Either way the messages
+// overlap the compute: a worker thread computes while this one drives MPI.
 class HostLink final : public Link {
  public:
-  HostLink(const Ring& ring, Device& device, RingAttentionStats& st)
-      : ring_(ring), device_(device), st_(st), reqs_{.spin = device.info().discrete, .r = {}} {}
+  HostLink(const Ring& ring, std::shared_ptr<Device> device, RingAttentionStats& st)
+      : ring_(ring), device_(std::move(device)), st_(st), spin_(device_->info().discrete),
+        async_(device_->has_transfer_queue() && copies_on_transfer_queue()) {}
+  HostLink(const HostLink&) = delete;
+  HostLink& operator=(const HostLink&) = delete;
+
+  // On the way out of an error: no neighbour is left waiting for a message, and no request or
+  // copy still uses the host buffers.
+  ~HostLink() override {
+    std::vector<MPI_Request> open;
+    for (std::size_t i = 0; i < flights_.size(); ++i) {
+      Flight& f = flights_[i];
+      if (!f.sent && i < pending_.size() && stage_->at(i).out.buffer) {
+        try {
+          if (stage_->at(i).out.busy) stage_->at(i).out.busy->wait();
+        } catch (...) {
+          // The bytes are lost either way; the message still goes so that the neighbour goes on.
+        }
+        MPI_Isend(stage_->at(i).out.buffer->data(), static_cast<int>(pending_[i].send.bytes()), MPI_BYTE, ring_.right(),
+                  pass_tag + static_cast<int>(i), ring_.comm, &f.send);
+      }
+      for (MPI_Request r : {f.send, f.recv})
+        if (r != MPI_REQUEST_NULL) open.push_back(r);
+    }
+    if (!open.empty()) MPI_Waitall(static_cast<int>(open.size()), open.data(), MPI_STATUSES_IGNORE);
+    try {
+      device_->synchronize();
+    } catch (...) {
+      // A failed device has nothing left in flight.
+    }
+  }
+
   // The host path always times (its worker waits for the device anyway).
   void post(std::vector<Pass> passes) override {
-    auto& stage = staging();
-    if (stage.size() < passes.size()) stage.resize(passes.size());
     const auto t0 = Clock::now();
+    stage_ = &staging(device_, passes.size());
+    // After the compute that made the blocks sent here and that last read the tensors receiving:
+    // the step about to be queued is not part of it, so uploads run under it.
+    after_ = device_->mark();
+    flights_.assign(passes.size(), Flight{});
     for (std::size_t i = 0; i < passes.size(); ++i) {
-      Staging& s = stage[i];
+      Staging& s = (*stage_)[i];
       const Pass& p = passes[i];
       if (p.forwarded) {
-        s.in.swap(s.out);
+        std::swap(s.in, s.out);  // sent as it arrived; its upload may still be reading it
       } else {
-        s.out.resize(p.send.bytes());
-        device_.read(p.send.buffer(), 0, s.out.data(), p.send.bytes());
+        s.out.reuse(*device_, p.send.bytes());
+        s.out.busy = device_->download(p.send.buffer(), 0, *s.out.buffer, 0, p.send.bytes(), after_);
       }
-      s.in.resize(p.recv.bytes());
-    }
-    st_.host_s += since(t0);
-    for (std::size_t i = 0; i < passes.size(); ++i) {
-      Staging& s = stage[i];
-      const int tag = pass_tag + static_cast<int>(i);
-      MPI_Request a, b;
-      check_mpi(MPI_Irecv(s.in.data(), static_cast<int>(passes[i].recv.bytes()), MPI_BYTE, ring_.left(), tag, ring_.comm, &a),
+      s.in.reuse(*device_, p.recv.bytes());
+      check_mpi(MPI_Irecv(s.in.buffer->data(), static_cast<int>(p.recv.bytes()), MPI_BYTE, ring_.left(),
+                          pass_tag + static_cast<int>(i), ring_.comm, &flights_[i].recv),
                 "MPI_Irecv");
-      reqs_.add(a);
-      check_mpi(MPI_Isend(s.out.data(), static_cast<int>(passes[i].send.bytes()), MPI_BYTE, ring_.right(), tag, ring_.comm, &b),
-                "MPI_Isend");
-      reqs_.add(b);
     }
     pending_ = std::move(passes);
-  }
-  void overlap(const std::function<void()>& work) override {
-    double device_s = 0;
-    overlapped(reqs_, [&] { device_s = device_.time_ns(work) * 1e-9; });
-    st_.compute_s += device_s;
-  }
-  void land() override {
-    auto t0 = Clock::now();
-    reqs_.wait();
-    st_.wait_s += since(t0);
-    t0 = Clock::now();
-    for (std::size_t i = 0; i < pending_.size(); ++i) pending_[i].recv.write_bytes(staging()[i].in);
-    pending_.clear();
+    progress();
     st_.host_s += since(t0);
   }
-  void finish() override { device_.synchronize(); }
+
+  void overlap(const std::function<void()>& work) override {
+    double device_s = 0;
+    auto task = std::async(std::launch::async, [&] { device_s = device_->time_ns(work) * 1e-9; });
+    bool done = flights_.empty();
+    while (task.wait_for(std::chrono::microseconds(done ? 1000 : spin_ ? 0 : 50)) != std::future_status::ready)
+      if (!done) done = progress();
+    task.get();
+    st_.compute_s += device_s;
+  }
+
+  // Waits for the messages (the part spent on downloads not yet done counts as host time), and
+  // orders the compute after the uploads.
+  void land() override {
+    const auto t0 = Clock::now();
+    auto sent = t0;
+    for (int i = 0; !progress(); ++i) {
+      if (unsent_ > 0) sent = Clock::now();
+      if (i >= 64 && !spin_) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    const auto t1 = Clock::now();
+    st_.host_s += std::chrono::duration<double>(sent - t0).count();
+    st_.wait_s += std::chrono::duration<double>(t1 - sent).count();
+    for (std::size_t i = 0; i < pending_.size(); ++i) {
+      Staging& s = (*stage_)[i];
+      if (!async_) s.in.busy = device_->upload(*s.in.buffer, 0, pending_[i].recv.buffer(), 0, pending_[i].recv.bytes());
+      device_->order_after(s.in.busy);
+    }
+    pending_.clear();
+    flights_.clear();
+    st_.host_s += since(t1);
+  }
+
+  void finish() override { device_->synchronize(); }
 
  private:
+  struct Flight {
+    MPI_Request recv = MPI_REQUEST_NULL, send = MPI_REQUEST_NULL;
+    bool sent = false;      // the send is posted
+    bool received = false;  // the receive has completed
+  };
+
+  // Takes every pass as far as it goes without waiting: a send whose download is done is
+  // posted, an arrival is uploaded (with a transfer queue), finished requests retire. True once
+  // every message has left and arrived. Open MPI moves a large shared-memory message a fragment
+  // per call, so the rate of these calls sets the transfer's: with a discrete GPU computing,
+  // callers poll without pausing (`spin_`); with devices that compute on the host's cores (the
+  // CPU backend, PoCL, lavapipe) they pause between polls, and never call MPI_Waitall, which
+  // spins a core at full speed in Open MPI and would take it from the compute.
+  bool progress() {
+    bool done = true;
+    unsent_ = 0;
+    for (std::size_t i = 0; i < flights_.size(); ++i) {
+      Flight& f = flights_[i];
+      Staging& s = (*stage_)[i];
+      const Pass& p = pending_[i];
+      if (!f.sent) {
+        if (s.out.busy && !s.out.busy->reached()) {
+          ++unsent_;
+          done = false;
+        } else {
+          check_mpi(MPI_Isend(s.out.buffer->data(), static_cast<int>(p.send.bytes()), MPI_BYTE, ring_.right(),
+                              pass_tag + static_cast<int>(i), ring_.comm, &f.send),
+                    "MPI_Isend");
+          f.sent = true;
+        }
+      }
+      int flag = 0;
+      if (f.send != MPI_REQUEST_NULL) {
+        check_mpi(MPI_Test(&f.send, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+        if (!flag) done = false;
+      }
+      if (!f.received) {
+        check_mpi(MPI_Test(&f.recv, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+        if (flag) {
+          f.received = true;
+          if (async_) s.in.busy = device_->upload(*s.in.buffer, 0, p.recv.buffer(), 0, p.recv.bytes(), after_);
+        } else {
+          done = false;
+        }
+      }
+    }
+    return done;
+  }
+
   const Ring& ring_;
-  Device& device_;
+  std::shared_ptr<Device> device_;
   RingAttentionStats& st_;
-  Requests reqs_;
+  bool spin_, async_;
+  std::vector<Staging>* stage_ = nullptr;
+  FencePtr after_;
   std::vector<Pass> pending_;
+  std::vector<Flight> flights_;
+  int unsent_ = 0;
 };
 
 // Peer groups kept on the communicator (an MPI attribute, freed with it): opening one (NCCL's
@@ -471,7 +570,8 @@ PeerGroup& peer_group(const Ring& ring, Device& device) {
   return *groups->list.back().second;
 }
 
-std::unique_ptr<Link> open_link(const Ring& ring, Device& device, RingAttentionStats& st, bool timed) {
+std::unique_ptr<Link> open_link(const Ring& ring, const std::shared_ptr<Device>& dev, RingAttentionStats& st, bool timed) {
+  Device& device = *dev;
   if (ring.size == 1) {
     st.transport = "none";
     return std::make_unique<DeviceLink>(ring, device, nullptr, timed ? &st : nullptr);
@@ -482,7 +582,7 @@ std::unique_ptr<Link> open_link(const Ring& ring, Device& device, RingAttentionS
     return std::make_unique<DeviceLink>(ring, device, &g, timed ? &st : nullptr);
   }
   st.transport = "host";
-  return std::make_unique<HostLink>(ring, device, st);
+  return std::make_unique<HostLink>(ring, dev, st);
 }
 
 // Device tensors of one shape, two of each (the step's and the next step's), per shard length.
@@ -574,7 +674,7 @@ AttentionOutput ring_attention(const Context& ctx, const Tensor& q, const Tensor
   const Tensor acc = Tensor::scratch(dev, q.shape(), DType::f32), acc_lse = Tensor::scratch(dev, lse_shape, DType::f32);
   const AttentionOutput part{Tensor::scratch(dev, q.shape(), q.dtype()), Tensor::scratch(dev, lse_shape, DType::f32)};
   Slots ks{ctx, ring.dtype, [&](std::int64_t n) { return kv_shape(ring, n); }, {}}, vs = ks;
-  std::unique_ptr<Link> link = open_link(ring, ctx.device(), st, stats != nullptr);
+  std::unique_ptr<Link> link = open_link(ring, ctx.device_ptr(), st, stats != nullptr);
 
   // Step t attends rank src(t)'s block: its own at step 0, then what arrived from the left.
   Tensor kc = k, vc = v;
@@ -636,7 +736,7 @@ AttentionGrads ring_attention_bwd(const Context& ctx, const Tensor& q, const Ten
   Slots gks{ctx, DType::f32, ks.shape, {}}, gvs = gks;
   Slots pks{ctx, ring.dtype, ks.shape, {}}, pvs = pks;  // a block's own dk and dv (slot 0 only)
   const Tensor part_dq = Tensor::scratch(dev, q.shape(), q.dtype());
-  std::unique_ptr<Link> link = open_link(ring, ctx.device(), st, stats != nullptr);
+  std::unique_ptr<Link> link = open_link(ring, ctx.device_ptr(), st, stats != nullptr);
 
   Tensor kc = k, vc = v, gk_prev, gv_prev;
   for (int step = 0; step < ring.size; ++step) {

@@ -81,6 +81,38 @@ struct Difference {
                           // or want is infinite and got is not that same infinity; -1: none
 };
 
+// Host memory for staging device transfers (Device::allocate_host): pinned (page-locked) where
+// the backend has it, so that its copies run as DMA beside the compute, else ordinary memory.
+class EJK_API HostBuffer {
+ public:
+  virtual ~HostBuffer() = default;
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  std::byte* data() const { return data_; }
+  std::size_t bytes() const { return bytes_; }
+  bool pinned() const { return pinned_; }
+
+ protected:
+  HostBuffer(std::byte* data, std::size_t bytes, bool pinned) : data_(data), bytes_(bytes), pinned_(pinned) {}
+
+ private:
+  std::byte* data_;
+  std::size_t bytes_;
+  bool pinned_;
+};
+
+// A point in one of a device's queues (Device::mark, upload, download), reached once everything
+// queued there before it has completed. A null FencePtr stands for a point already reached.
+class EJK_API Fence {
+ public:
+  virtual ~Fence() = default;
+  // Whether it is reached, without waiting. Throws DeviceError when the work before it failed.
+  virtual bool reached() = 0;
+  // Blocks the host until it is reached.
+  virtual void wait() = 0;
+};
+using FencePtr = std::shared_ptr<Fence>;
+
 // One stretch of a buffer to read into host memory (Device::read_ranges).
 struct ReadRange {
   const Buffer* src = nullptr;
@@ -115,8 +147,37 @@ class EJK_API Device {
   // both holding dtype t. This one reads both back a slice at a time and compares on every
   // core; backends with device code reduce on the device and read back a few bytes.
   virtual Difference difference(const Buffer& got, const Buffer* want, DType t, std::int64_t n);
-  // Waits until all submitted work is complete.
+  // Waits until all submitted work, transfers included, is complete.
   virtual void synchronize() = 0;
+
+  // Transfers beside the compute. A device runs its kernels and copies (write, read, copy) on its
+  // compute queue; upload and download run on a transfer queue of their own, ordered against the
+  // compute only by fences, so that a copy overlaps the kernels queued around it. OpenCL: a
+  // second in-order command queue and events; Vulkan: a queue of a transfer-only family where
+  // there is one (else a second queue of the compute family, else the same queue) and timeline
+  // semaphores; CUDA: a second stream and events. This implementation, which the CPU backend
+  // keeps, copies at once on the calling thread (a write or read, in order with the compute
+  // queue) and returns null fences.
+  //
+  // Whether upload and download run beside the compute (else at once, as here).
+  virtual bool has_transfer_queue() const { return false; }
+  // Host memory for staging, `bytes` long: pinned where the backend has it (OpenCL: a
+  // CL_MEM_ALLOC_HOST_PTR buffer kept mapped; Vulkan: host-visible, host-cached memory; CUDA:
+  // cuMemHostAlloc).
+  virtual std::shared_ptr<HostBuffer> allocate_host(std::size_t bytes);
+  // A fence after the compute work submitted so far.
+  virtual FencePtr mark() { return nullptr; }
+  // Queue a copy between a host buffer (of this device's allocate_host) and a device buffer on the
+  // transfer queue, after the fence `after` (null: no wait; the transfer queue runs its copies in
+  // the order they were queued) and return a fence reached when it has completed. The host
+  // buffer's bytes must stay untouched (upload) or unread (download), and both buffers alive,
+  // until then. Ranges past either buffer's end throw InvalidArgument.
+  FencePtr upload(const HostBuffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset, std::size_t bytes,
+                  const FencePtr& after = nullptr);
+  FencePtr download(const Buffer& src, std::size_t src_offset, HostBuffer& dst, std::size_t dst_offset,
+                    std::size_t bytes, const FencePtr& after = nullptr);
+  // Compute work submitted after this call runs after `fence` is reached; the host does not wait.
+  virtual void order_after(const FencePtr& fence);
   // Runs `work` (which submits device work), waits for it and returns its duration in
   // nanoseconds on the device's own clock: profiling events, timestamp queries or steady_clock.
   virtual double time_ns(const std::function<void()>& work) = 0;
@@ -127,6 +188,11 @@ class EJK_API Device {
   // override it.
   virtual void fill_blocks(Buffer& dst, DType t, std::int64_t first, std::int64_t count, std::uint64_t seed, float lo,
                            float hi);
+  // upload and download once their ranges are checked.
+  virtual FencePtr queue_upload(const HostBuffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,
+                                std::size_t bytes, const FencePtr& after);
+  virtual FencePtr queue_download(const Buffer& src, std::size_t src_offset, HostBuffer& dst, std::size_t dst_offset,
+                                  std::size_t bytes, const FencePtr& after);
   // Throws InvalidArgument unless both ranges lie inside their buffers.
   static void check_copy(const Buffer& src, std::size_t src_offset, const Buffer& dst, std::size_t dst_offset,
                          std::size_t bytes);

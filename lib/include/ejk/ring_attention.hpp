@@ -63,7 +63,9 @@ struct RingAttentionStats {
                             // overlapped with the transfers in flight
   double wait_s = 0;        // waiting for transfers not hidden by the compute, for the device to finish
                             // at the end, and for the other ranks at the collective checks
-  double host_s = 0;        // host <-> device copies of blocks (host transport)
+  double host_s = 0;        // host transport: queuing the blocks' device copies and waiting for a
+                            // download a message could not leave without (devices with a transfer
+                            // queue), or the copies themselves (the CPU, EJK_RING_HOST_COPIES=inline)
   std::string transport;    // "host", "none" (one rank), or the device transport's ("nccl 2.28.9 (path)")
 };
 

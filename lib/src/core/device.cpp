@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <mutex>
 
 #include <nlohmann/json.hpp>
@@ -32,6 +33,62 @@ Backend parse_backend(std::string_view name) {
 void Device::read_ranges(std::span<const ReadRange> ranges) {
   for (const ReadRange& r : ranges)
     if (r.bytes) read(*r.src, r.offset, r.dst, r.bytes);
+}
+
+namespace {
+
+// Ordinary memory: what allocate_host gives where the backend has nothing pinned.
+class PlainHostBuffer final : public HostBuffer {
+ public:
+  explicit PlainHostBuffer(std::size_t bytes) : PlainHostBuffer(std::make_unique<std::byte[]>(std::max<std::size_t>(bytes, 1)), bytes) {}
+
+ private:
+  PlainHostBuffer(std::unique_ptr<std::byte[]> memory, std::size_t bytes)
+      : HostBuffer(memory.get(), bytes, false), memory_(std::move(memory)) {}
+  std::unique_ptr<std::byte[]> memory_;
+};
+
+void check_host_copy(const char* what, std::size_t host_bytes, std::size_t host_offset, const Buffer& b,
+                     std::size_t offset, std::size_t bytes) {
+  auto inside = [&](std::size_t size, std::size_t at) { return at <= size && bytes <= size - at; };
+  if (!inside(host_bytes, host_offset) || !inside(b.bytes(), offset))
+    throw InvalidArgument(std::string(what) + " of " + std::to_string(bytes) + " bytes at host offset " +
+                          std::to_string(host_offset) + " of " + std::to_string(host_bytes) + " and device offset " +
+                          std::to_string(offset) + " of " + std::to_string(b.bytes()) + ": past the end");
+}
+
+}  // namespace
+
+std::shared_ptr<HostBuffer> Device::allocate_host(std::size_t bytes) { return std::make_shared<PlainHostBuffer>(bytes); }
+
+FencePtr Device::upload(const HostBuffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,
+                        std::size_t bytes, const FencePtr& after) {
+  check_host_copy("upload", src.bytes(), src_offset, dst, dst_offset, bytes);
+  return queue_upload(src, src_offset, dst, dst_offset, bytes, after);
+}
+
+FencePtr Device::download(const Buffer& src, std::size_t src_offset, HostBuffer& dst, std::size_t dst_offset,
+                          std::size_t bytes, const FencePtr& after) {
+  check_host_copy("download", dst.bytes(), dst_offset, src, src_offset, bytes);
+  return queue_download(src, src_offset, dst, dst_offset, bytes, after);
+}
+
+FencePtr Device::queue_upload(const HostBuffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,
+                              std::size_t bytes, const FencePtr& after) {
+  if (after) after->wait();
+  if (bytes) write(dst, dst_offset, src.data() + src_offset, bytes);
+  return nullptr;
+}
+
+FencePtr Device::queue_download(const Buffer& src, std::size_t src_offset, HostBuffer& dst, std::size_t dst_offset,
+                                std::size_t bytes, const FencePtr& after) {
+  if (after) after->wait();
+  if (bytes) read(src, src_offset, dst.data() + dst_offset, bytes);
+  return nullptr;
+}
+
+void Device::order_after(const FencePtr& fence) {
+  if (fence) fence->wait();
 }
 
 void Device::check_copy(const Buffer& src, std::size_t src_offset, const Buffer& dst, std::size_t dst_offset,

@@ -97,8 +97,9 @@ CudaBuffer::~CudaBuffer() {
   driver_.cuMemFree(ptr_);
 }
 
-// Released scratch buffers by size. The device's work runs in submission order on its one
-// stream, so a buffer one run released is free for the next run's launches.
+// Released scratch buffers by size. The device's kernels run in submission order on its
+// stream, so a buffer one run released is free for the next run's launches (the transfer
+// stream's copies are not ordered so: their callers keep their buffers until the copies' fences).
 struct CudaDevice::ScratchPool {
   static constexpr std::size_t keep_bytes = std::size_t{1} << 30;  // released beyond this are freed
   std::mutex mutex;
@@ -111,6 +112,7 @@ CudaDevice::CudaDevice(CUdevice device, DeviceInfo info)
   check(driver_.cuDevicePrimaryCtxRetain(&ctx_, device_), "cuDevicePrimaryCtxRetain(" + info_.id() + ")");
   current();
   check(driver_.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  check(driver_.cuStreamCreate(&transfer_, CU_STREAM_NON_BLOCKING), "cuStreamCreate(transfers)");
   int major = 0, minor = 0, optin = 0;
   check(driver_.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_), "cuDeviceGetAttribute");
   check(driver_.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device_), "cuDeviceGetAttribute");
@@ -123,6 +125,11 @@ CudaDevice::CudaDevice(CUdevice device, DeviceInfo info)
 }
 
 CudaDevice::~CudaDevice() {
+  if (transfer_) {
+    current();
+    driver_.cuStreamSynchronize(transfer_);
+    driver_.cuStreamDestroy(transfer_);
+  }
   if (stream_) {
     current();
     driver_.cuStreamSynchronize(stream_);
@@ -221,6 +228,111 @@ void CudaDevice::wait(CUevent event) {
 void CudaDevice::synchronize() {
   current();
   check(driver_.cuStreamSynchronize(stream_), "cuStreamSynchronize(" + info_.id() + ")");
+  check(driver_.cuStreamSynchronize(transfer_), "cuStreamSynchronize(" + info_.id() + ", transfers)");
+}
+
+namespace {
+
+class CudaFence final : public Fence {
+ public:
+  CudaFence(const Driver& d, CUcontext ctx) : d_(d), ctx_(ctx) {
+    check(d_.cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
+    check(d_.cuEventCreate(&event_, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  }
+  ~CudaFence() override {
+    if (d_.cuCtxSetCurrent(ctx_) == CUDA_SUCCESS) d_.cuEventDestroy(event_);
+  }
+  CudaFence(const CudaFence&) = delete;
+  CudaFence& operator=(const CudaFence&) = delete;
+  CUevent event() const { return event_; }
+  bool reached() override {
+    check(d_.cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
+    const CUresult r = d_.cuEventQuery(event_);
+    if (r == CUDA_ERROR_NOT_READY) return false;
+    check(r, "cuEventQuery");
+    return true;
+  }
+  void wait() override {
+    check(d_.cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
+    check(d_.cuEventSynchronize(event_), "cuEventSynchronize");
+  }
+
+ private:
+  const Driver& d_;
+  CUcontext ctx_;
+  CUevent event_ = nullptr;
+};
+
+class CudaHostBuffer final : public HostBuffer {
+ public:
+  CudaHostBuffer(const Driver& d, CUcontext ctx, void* p, std::size_t bytes)
+      : HostBuffer(static_cast<std::byte*>(p), bytes, true), d_(d), ctx_(ctx) {}
+  ~CudaHostBuffer() override {
+    if (d_.cuCtxSetCurrent(ctx_) == CUDA_SUCCESS) d_.cuMemFreeHost(data());
+  }
+
+ private:
+  const Driver& d_;
+  CUcontext ctx_;
+};
+
+CUevent event_of(const FencePtr& f) {
+  if (!f) return nullptr;
+  auto* cf = dynamic_cast<CudaFence*>(f.get());
+  if (!cf) throw InvalidArgument("a fence of another device or backend given to a CUDA device");
+  return cf->event();
+}
+
+}  // namespace
+
+std::shared_ptr<HostBuffer> CudaDevice::allocate_host(std::size_t bytes) {
+  current();
+  void* p = nullptr;
+  const CUresult r = driver_.cuMemHostAlloc(&p, std::max<std::size_t>(bytes, 4), 0);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY)
+    throw ResourceError("allocating " + std::to_string(bytes) + " bytes of page-locked host memory for " + info_.id());
+  check(r, "cuMemHostAlloc(" + std::to_string(bytes) + " bytes)");
+  return std::make_shared<CudaHostBuffer>(driver_, ctx_, p, bytes);
+}
+
+FencePtr CudaDevice::mark() {
+  auto f = std::make_shared<CudaFence>(driver_, ctx_);
+  record(f->event());
+  return f;
+}
+
+void CudaDevice::order_after(const FencePtr& fence) {
+  if (CUevent e = event_of(fence)) wait(e);
+}
+
+template <class Copy>
+FencePtr CudaDevice::transfer(const FencePtr& after, Copy copy) {
+  const CUevent before = event_of(after);
+  auto f = std::make_shared<CudaFence>(driver_, ctx_);
+  current();
+  std::lock_guard lock(transfer_mutex_);
+  if (before) check(driver_.cuStreamWaitEvent(transfer_, before, 0), "cuStreamWaitEvent(transfers)");
+  copy();
+  check(driver_.cuEventRecord(f->event(), transfer_), "cuEventRecord(transfers)");
+  return f;
+}
+
+FencePtr CudaDevice::queue_upload(const HostBuffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,
+                                  std::size_t bytes, const FencePtr& after) {
+  const CUdeviceptr to = ptr_of(dst) + dst_offset;
+  return transfer(after, [&] {
+    if (bytes)
+      check(driver_.cuMemcpyHtoDAsync(to, src.data() + src_offset, bytes, transfer_), "cuMemcpyHtoDAsync(transfers)");
+  });
+}
+
+FencePtr CudaDevice::queue_download(const Buffer& src, std::size_t src_offset, HostBuffer& dst, std::size_t dst_offset,
+                                    std::size_t bytes, const FencePtr& after) {
+  const CUdeviceptr from = ptr_of(src) + src_offset;
+  return transfer(after, [&] {
+    if (bytes)
+      check(driver_.cuMemcpyDtoHAsync(dst.data() + dst_offset, from, bytes, transfer_), "cuMemcpyDtoHAsync(transfers)");
+  });
 }
 
 double CudaDevice::time_ns(const std::function<void()>& work) {

@@ -1,5 +1,6 @@
 #pragma once
-// The CUDA backend: one primary context and one stream per device, buffers, device-clock
+// The CUDA backend: one primary context and one stream per device (and a second stream for host
+// transfers beside it, ordered against it by events), buffers, device-clock
 // timing with events, and kernels compiled at run time by NVRTC for the device's architecture
 // (sm_90a on Hopper), kept in memory per (source, options) and across processes as cubins
 // (ProgramStore). It runs the kernels' OpenCL C through a prelude (opencl_c.hpp) and CUDA C++
@@ -145,7 +146,15 @@ class CudaDevice final : public CudaTarget {
   void read_ranges(std::span<const ReadRange> ranges) override;
   using Device::copy;
   void copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset, std::size_t bytes) override;
+  // Both streams.
   void synchronize() override;
+  bool has_transfer_queue() const override { return true; }
+  // Page-locked (cuMemHostAlloc): what asynchronous copies need to run beside the compute.
+  std::shared_ptr<HostBuffer> allocate_host(std::size_t bytes) override;
+  // An event recorded on the device's stream.
+  FencePtr mark() override;
+  // The device's stream made to wait for the fence's event.
+  void order_after(const FencePtr& fence) override;
   // Events recorded on the device's stream before and after `work`; 0 when `work` submitted
   // nothing.
   double time_ns(const std::function<void()>& work) override;
@@ -180,6 +189,10 @@ class CudaDevice final : public CudaTarget {
  protected:
   void launch_args(clc::Kernel& k, const clc::Range& global, const clc::Range& local,
                    std::span<const clc::Arg> args) override;
+  FencePtr queue_upload(const HostBuffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,
+                        std::size_t bytes, const FencePtr& after) override;
+  FencePtr queue_download(const Buffer& src, std::size_t src_offset, HostBuffer& dst, std::size_t dst_offset,
+                          std::size_t bytes, const FencePtr& after) override;
 
  private:
   struct ModuleEntry;
@@ -195,12 +208,17 @@ class CudaDevice final : public CudaTarget {
   std::shared_ptr<CudaKernel> kernel_for(const Source& source, const std::vector<std::string>& options,
                                          std::string_view origin, std::string_view name);
   void submitted() { submissions_.fetch_add(1, std::memory_order_relaxed); }
+  // A fence on an event recorded on `stream` after it waits for `after`, and after `copy`.
+  template <class Copy>
+  FencePtr transfer(const FencePtr& after, Copy copy);
 
   const Driver& driver_;
   CUdevice device_;
   DeviceInfo info_;
   CUcontext ctx_ = nullptr;
   CUstream stream_ = nullptr;
+  CUstream transfer_ = nullptr;  // upload and download, beside stream_
+  std::mutex transfer_mutex_;    // a transfer's wait, copy and event in one piece
   std::string arch_;
   int cc_ = 0;
   std::uint64_t shared_optin_ = 0;

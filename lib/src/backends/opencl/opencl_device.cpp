@@ -24,6 +24,55 @@ struct OpenCLDevice::Recording {
   std::vector<EventHandle> events;
 };
 
+namespace {
+
+class ClFence final : public Fence {
+ public:
+  explicit ClFence(EventHandle event) : event_(std::move(event)) {}
+  cl_event event() const { return event_.get(); }
+  bool reached() override {
+    cl_int status = CL_QUEUED;
+    check(clGetEventInfo(event_.get(), CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, nullptr),
+          "clGetEventInfo(CL_EVENT_COMMAND_EXECUTION_STATUS)");
+    if (status < 0) fail(status, "a command before the fence");
+    return status == CL_COMPLETE;
+  }
+  void wait() override {
+    cl_event e = event_.get();
+    check(clWaitForEvents(1, &e), "clWaitForEvents");
+  }
+
+ private:
+  EventHandle event_;
+};
+
+// Kept mapped for its whole life: the mapped pointer is what reads and writes of other buffers
+// copy to and from, which drivers recognise as pinned. Mapped and unmapped on the transfer
+// queue, whose copies (the only users of the mapping on the device side) end first.
+class ClHostBuffer final : public HostBuffer {
+ public:
+  ClHostBuffer(MemHandle mem, QueueHandle transfer, void* mapped, std::size_t bytes)
+      : HostBuffer(static_cast<std::byte*>(mapped), bytes, true), mem_(std::move(mem)), transfer_(std::move(transfer)) {}
+  ~ClHostBuffer() override {
+    if (clEnqueueUnmapMemObject(transfer_.get(), mem_.get(), data(), 0, nullptr, nullptr) == CL_SUCCESS)
+      clFinish(transfer_.get());
+  }
+
+ private:
+  MemHandle mem_;
+  QueueHandle transfer_;
+};
+
+// The event of an OpenCL fence as a wait list of zero or one events.
+std::vector<cl_event> wait_list(const FencePtr& f) {
+  if (!f) return {};
+  auto* cf = dynamic_cast<ClFence*>(f.get());
+  if (!cf) throw InvalidArgument("a fence of another device or backend given to an OpenCL device");
+  return {cf->event()};
+}
+
+}  // namespace
+
 OpenCLDevice::OpenCLDevice(cl_platform_id platform, cl_device_id device, DeviceInfo info)
     : platform_(platform), device_(device), info_(std::move(info)) {
   cl_int err = CL_SUCCESS;
@@ -37,6 +86,11 @@ OpenCLDevice::OpenCLDevice(cl_platform_id platform, cl_device_id device, DeviceI
   queue_ = QueueHandle(clCreateCommandQueue(context_.get(), device_, CL_QUEUE_PROFILING_ENABLE, &err));
 #pragma GCC diagnostic pop
   check(err, "clCreateCommandQueue(" + info_.name + ")");
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  transfer_ = QueueHandle(clCreateCommandQueue(context_.get(), device_, 0, &err));
+#pragma GCC diagnostic pop
+  check(err, "clCreateCommandQueue(" + info_.name + ", transfers)");
   cl_device_fp_config fp = 0;
   check(clGetDeviceInfo(device_, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, nullptr),
         "clGetDeviceInfo(CL_DEVICE_SINGLE_FP_CONFIG)");
@@ -47,6 +101,7 @@ OpenCLDevice::OpenCLDevice(cl_platform_id platform, cl_device_id device, DeviceI
 }
 
 OpenCLDevice::~OpenCLDevice() {
+  if (transfer_) clFinish(transfer_.get());
   if (queue_) clFinish(queue_.get());
 }
 
@@ -90,7 +145,65 @@ void OpenCLDevice::copy(const Buffer& src, std::size_t src_offset, Buffer& dst, 
   if (event) add_event(event.get());
 }
 
-void OpenCLDevice::synchronize() { check(clFinish(queue_.get()), "clFinish(" + info_.id() + ")"); }
+void OpenCLDevice::synchronize() {
+  check(clFinish(queue_.get()), "clFinish(" + info_.id() + ")");
+  check(clFinish(transfer_.get()), "clFinish(" + info_.id() + ", transfers)");
+}
+
+std::shared_ptr<HostBuffer> OpenCLDevice::allocate_host(std::size_t bytes) {
+  cl_int err = CL_SUCCESS;
+  const std::size_t size = std::max<std::size_t>(bytes, 4);
+  MemHandle mem(clCreateBuffer(context_.get(), CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, size, nullptr, &err));
+  check(err, "clCreateBuffer(CL_MEM_ALLOC_HOST_PTR, " + std::to_string(bytes) + " bytes)");
+  void* mapped = clEnqueueMapBuffer(transfer_.get(), mem.get(), CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, size, 0, nullptr,
+                                    nullptr, &err);
+  check(err, "clEnqueueMapBuffer(" + std::to_string(bytes) + " bytes)");
+  return std::make_shared<ClHostBuffer>(std::move(mem), transfer_, mapped, bytes);
+}
+
+FencePtr OpenCLDevice::mark() {
+  EventHandle event;
+  check(clEnqueueMarkerWithWaitList(queue_.get(), 0, nullptr, event.out()), "clEnqueueMarkerWithWaitList");
+  check(clFlush(queue_.get()), "clFlush");
+  return std::make_shared<ClFence>(std::move(event));
+}
+
+void OpenCLDevice::order_after(const FencePtr& fence) {
+  const auto events = wait_list(fence);
+  if (events.empty()) return;
+  check(clEnqueueBarrierWithWaitList(queue_.get(), 1, events.data(), nullptr), "clEnqueueBarrierWithWaitList");
+}
+
+FencePtr OpenCLDevice::queue_upload(const HostBuffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,
+                                    std::size_t bytes, const FencePtr& after) {
+  const auto events = wait_list(after);
+  EventHandle event;
+  // A marker where there is nothing to copy, so that the fence still follows `after`.
+  if (bytes == 0)
+    check(clEnqueueMarkerWithWaitList(transfer_.get(), static_cast<cl_uint>(events.size()), events.data(), event.out()),
+          "clEnqueueMarkerWithWaitList");
+  else
+    check(clEnqueueWriteBuffer(transfer_.get(), mem_of(dst), CL_FALSE, dst_offset, bytes, src.data() + src_offset,
+                               static_cast<cl_uint>(events.size()), events.data(), event.out()),
+          "clEnqueueWriteBuffer(transfers)");
+  check(clFlush(transfer_.get()), "clFlush(transfers)");
+  return std::make_shared<ClFence>(std::move(event));
+}
+
+FencePtr OpenCLDevice::queue_download(const Buffer& src, std::size_t src_offset, HostBuffer& dst, std::size_t dst_offset,
+                                      std::size_t bytes, const FencePtr& after) {
+  const auto events = wait_list(after);
+  EventHandle event;
+  if (bytes == 0)
+    check(clEnqueueMarkerWithWaitList(transfer_.get(), static_cast<cl_uint>(events.size()), events.data(), event.out()),
+          "clEnqueueMarkerWithWaitList");
+  else
+    check(clEnqueueReadBuffer(transfer_.get(), mem_of(src), CL_FALSE, src_offset, bytes, dst.data() + dst_offset,
+                              static_cast<cl_uint>(events.size()), events.data(), event.out()),
+          "clEnqueueReadBuffer(transfers)");
+  check(clFlush(transfer_.get()), "clFlush(transfers)");
+  return std::make_shared<ClFence>(std::move(event));
+}
 
 void OpenCLDevice::add_event(cl_event e) {
   std::lock_guard lock(recording_mutex_);
@@ -123,7 +236,8 @@ double OpenCLDevice::time_ns(const std::function<void()>& work) {
     throw;
   }
   stop();
-  synchronize();
+  // The compute queue alone: transfers beside it are not part of `work`.
+  check(clFinish(queue_.get()), "clFinish(" + info_.id() + ")");
   if (rec.events.empty()) return 0.0;
   cl_ulong first = std::numeric_limits<cl_ulong>::max(), last = 0;
   for (const auto& e : rec.events) {

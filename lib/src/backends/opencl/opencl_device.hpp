@@ -1,5 +1,6 @@
 #pragma once
-// The OpenCL backend: one context and one in-order profiling queue per device, buffers,
+// The OpenCL backend: one context and one in-order profiling queue per device (and a second
+// in-order queue for host transfers beside it, ordered against it by events), buffers,
 // run-time compiled programs cached per (source hash, options), and a small typed launch API
 // that kernel implementations share.
 #include <array>
@@ -83,7 +84,16 @@ class OpenCLDevice final : public clc::Device {
   void read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) override;
   using Device::copy;
   void copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset, std::size_t bytes) override;
+  // Both queues.
   void synchronize() override;
+  bool has_transfer_queue() const override { return true; }
+  // Mapped CL_MEM_ALLOC_HOST_PTR buffers: drivers hand out pinned memory for them, and copies
+  // from or to it run as DMA.
+  std::shared_ptr<HostBuffer> allocate_host(std::size_t bytes) override;
+  // A marker on the compute queue, flushed so that the transfer queue's wait on it can end.
+  FencePtr mark() override;
+  // A barrier on the compute queue waiting for the fence's event.
+  void order_after(const FencePtr& fence) override;
   // Every launch (and copy) made through this device while `work` runs records a profiling
   // event; the result is last end - first start on the device clock, 0 when nothing was
   // submitted.
@@ -108,6 +118,10 @@ class OpenCLDevice final : public clc::Device {
 
  protected:
   void launch_args(clc::Kernel& k, const Range& global, const Range& local, std::span<const clc::Arg> args) override;
+  FencePtr queue_upload(const HostBuffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,
+                        std::size_t bytes, const FencePtr& after) override;
+  FencePtr queue_download(const Buffer& src, std::size_t src_offset, HostBuffer& dst, std::size_t dst_offset,
+                          std::size_t bytes, const FencePtr& after) override;
 
  private:
   struct ProgramEntry;
@@ -130,6 +144,7 @@ class OpenCLDevice final : public clc::Device {
   DeviceInfo info_;
   ContextHandle context_;
   QueueHandle queue_;
+  QueueHandle transfer_;  // upload and download, beside queue_
   bool hardware_fma_ = false;
   // Program binaries kept across processes; by default for every device but CPUs, whose
   // drivers keep their own and whose code depends on settings outside the fingerprint.

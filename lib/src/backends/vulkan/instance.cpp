@@ -235,6 +235,14 @@ bool describe(VkInstance instance, VkPhysicalDevice pd, int index, PhysicalDevic
   out.limits = base.limits;
   out.api_version = base.apiVersion;
   out.queue_family = static_cast<std::uint32_t>(fam - fams.begin());
+  out.queue_count = fam->queueCount;
+  out.transfer_family = out.queue_family;
+  for (std::uint32_t i = 0; i < nfam; ++i)
+    if ((fams[i].queueFlags & VK_QUEUE_TRANSFER_BIT) && !(fams[i].queueFlags & (VK_QUEUE_COMPUTE_BIT | VK_QUEUE_GRAPHICS_BIT)) &&
+        fams[i].queueCount > 0) {
+      out.transfer_family = i;
+      break;
+    }
   out.timestamp_bits = fam->timestampValidBits;
   out.timestamp_period = base.limits.timestampPeriod;
   out.max_subgroup_size = size_control ? sizes.maxSubgroupSize : subgroup.subgroupSize;
@@ -242,6 +250,7 @@ bool describe(VkInstance instance, VkPhysicalDevice pd, int index, PhysicalDevic
   out.float16 = f12.shaderFloat16;
   out.int16 = features.features.shaderInt16;
   out.memory_model = f12.vulkanMemoryModel;
+  out.timeline = f12.timelineSemaphore;
   out.push_descriptor = has(VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
   out.full_subgroups = size_control && fsize.computeFullSubgroups;
   // glslang's cooperative-matrix SPIR-V declares the Vulkan memory model.

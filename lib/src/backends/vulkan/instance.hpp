@@ -18,6 +18,10 @@ struct PhysicalDevice {
   VkPhysicalDeviceMemoryProperties memory{};
   std::uint32_t api_version = 0;
   std::uint32_t queue_family = 0;      // the first family with compute
+  std::uint32_t queue_count = 1;       // queues of that family
+  // The first family for transfers alone (no compute, no graphics: the copy engines), else
+  // queue_family.
+  std::uint32_t transfer_family = 0;
   std::uint32_t timestamp_bits = 0;    // 0: the family cannot time
   float timestamp_period = 1.f;        // nanoseconds per tick
   std::uint32_t max_subgroup_size = 0;
@@ -26,6 +30,7 @@ struct PhysicalDevice {
   bool float16 = false;        // shaderFloat16
   bool int16 = false;          // shaderInt16
   bool memory_model = false;   // vulkanMemoryModel (glslang emits it for cooperative matrices)
+  bool timeline = false;       // timelineSemaphore (Vulkan 1.2 requires it)
   bool push_descriptor = false;
   bool full_subgroups = false;  // computeFullSubgroups (VK_EXT_subgroup_size_control)
   bool coopmat_nv = false;      // VK_NV_cooperative_matrix with cooperativeMatrix and vulkanMemoryModel

@@ -63,5 +63,6 @@ using OwnedPipeline = Owned<VkPipeline, vkDestroyPipeline>;
 using OwnedPipelineCache = Owned<VkPipelineCache, vkDestroyPipelineCache>;
 using OwnedShaderModule = Owned<VkShaderModule, vkDestroyShaderModule>;
 using OwnedQueryPool = Owned<VkQueryPool, vkDestroyQueryPool>;
+using OwnedSemaphore = Owned<VkSemaphore, vkDestroySemaphore>;
 
 }  // namespace ejk::vulkan

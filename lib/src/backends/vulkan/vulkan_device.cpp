@@ -46,6 +46,52 @@ struct Allocation {
   VkDeviceSize range = 0;  // bound as a storage buffer
 };
 
+// A timeline semaphore; fences on it keep it (and the VkDevice) alive.
+struct Timeline {
+  std::shared_ptr<Core> core;  // first, so it is released last
+  OwnedSemaphore semaphore;
+};
+
+namespace {
+
+// The point of a timeline where it reaches `value`.
+class TimelineFence final : public Fence {
+ public:
+  TimelineFence(std::shared_ptr<Timeline> timeline, std::uint64_t value) : timeline_(std::move(timeline)), value_(value) {}
+  const Timeline* timeline() const { return timeline_.get(); }
+  std::uint64_t value() const { return value_; }
+  bool reached() override {
+    std::uint64_t now = 0;
+    check(vkGetSemaphoreCounterValue(timeline_->core->device, timeline_->semaphore.get(), &now), "vkGetSemaphoreCounterValue");
+    return now >= value_;
+  }
+  void wait() override {
+    VkSemaphore sem = timeline_->semaphore.get();
+    auto wi = make<VkSemaphoreWaitInfo>(VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO);
+    wi.semaphoreCount = 1;
+    wi.pSemaphores = &sem;
+    wi.pValues = &value_;
+    check(vkWaitSemaphores(timeline_->core->device, &wi, UINT64_MAX), "vkWaitSemaphores");
+  }
+
+ private:
+  std::shared_ptr<Timeline> timeline_;
+  std::uint64_t value_;
+};
+
+class VulkanHostBuffer final : public HostBuffer {
+ public:
+  VulkanHostBuffer(std::size_t bytes, std::shared_ptr<Allocation> a)
+      : HostBuffer(static_cast<std::byte*>(a->mapped), bytes, true), allocation_(std::move(a)) {}
+  // Shared with the transfers that use it, like a VulkanBuffer's.
+  const std::shared_ptr<Allocation>& allocation() const { return allocation_; }
+
+ private:
+  std::shared_ptr<Allocation> allocation_;
+};
+
+}  // namespace
+
 VulkanBuffer::VulkanBuffer(std::size_t bytes, std::shared_ptr<Allocation> allocation)
     : Buffer(bytes), allocation_(std::move(allocation)) {}
 VulkanBuffer::~VulkanBuffer() = default;
@@ -141,12 +187,42 @@ struct VulkanDevice::State {
   std::vector<std::unique_ptr<Batch>> spare;
   std::mutex timing;
 
+  // ---- the transfer queue (upload, download; callers hold `mutex`) ----
+  bool timelines = false;  // without timeline semaphores, Device's synchronous copies instead
+  VkQueue transfer_queue = VK_NULL_HANDLE;
+  bool concurrent = false;  // the transfer queue is of another family: buffers are shared by both
+  OwnedCommandPool transfer_pool;
+  // Every compute batch signals the next value of `computed`, every transfer that of `moved`.
+  std::shared_ptr<Timeline> computed, moved;
+  std::uint64_t computed_value = 0, moved_value = 0;
+  std::uint64_t compute_waits_for = 0;  // the `moved` value the next compute batch waits for
+  struct Copy {
+    VkCommandBuffer cmd = VK_NULL_HANDLE;
+    std::uint64_t value = 0;
+    std::vector<std::shared_ptr<Allocation>> keep;
+  };
+  std::deque<Copy> copies;
+  std::vector<VkCommandBuffer> spare_copies;
+
   State(int index, DeviceOptions options) : pd(physical_device(index)), core(std::make_shared<Core>()) {
-    const float priority = 1.f;
-    auto queue_info = make<VkDeviceQueueCreateInfo>(VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO);
-    queue_info.queueFamilyIndex = pd.queue_family;
-    queue_info.queueCount = 1;
-    queue_info.pQueuePriorities = &priority;
+    const float priorities[2] = {1.f, 1.f};
+    // Transfers on a family of their own (the copy engines) where there is one, else on a second
+    // queue of the compute family, else on the compute queue itself.
+    timelines = pd.timeline;
+    concurrent = timelines && pd.transfer_family != pd.queue_family;
+    const bool second = timelines && !concurrent && pd.queue_count >= 2;
+    VkDeviceQueueCreateInfo queue_infos[2];
+    std::uint32_t queue_info_count = 1;
+    queue_infos[0] = make<VkDeviceQueueCreateInfo>(VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO);
+    queue_infos[0].queueFamilyIndex = pd.queue_family;
+    queue_infos[0].queueCount = second ? 2 : 1;
+    queue_infos[0].pQueuePriorities = priorities;
+    if (concurrent) {
+      queue_infos[1] = queue_infos[0];
+      queue_infos[1].queueFamilyIndex = pd.transfer_family;
+      queue_infos[1].queueCount = 1;
+      queue_info_count = 2;
+    }
 
     std::vector<const char*> extensions;
     auto features = make<VkPhysicalDeviceFeatures2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2);
@@ -161,6 +237,7 @@ struct VulkanDevice::State {
     f11.storageBuffer16BitAccess = pd.storage16;
     f12.shaderFloat16 = pd.float16;
     f12.vulkanMemoryModel = pd.memory_model;
+    f12.timelineSemaphore = timelines;
     if (pd.full_subgroups) {
       extensions.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
       fsize.computeFullSubgroups = VK_TRUE;
@@ -179,13 +256,16 @@ struct VulkanDevice::State {
 
     auto info = make<VkDeviceCreateInfo>(VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO);
     info.pNext = &features;
-    info.queueCreateInfoCount = 1;
-    info.pQueueCreateInfos = &queue_info;
+    info.queueCreateInfoCount = queue_info_count;
+    info.pQueueCreateInfos = queue_infos;
     info.enabledExtensionCount = static_cast<std::uint32_t>(extensions.size());
     info.ppEnabledExtensionNames = extensions.data();
     check(vkCreateDevice(pd.handle, &info, nullptr, &core->device), "vkCreateDevice");
     VkDevice dev = core->device;
     vkGetDeviceQueue(dev, pd.queue_family, 0, &queue);
+    transfer_queue = queue;
+    if (concurrent) vkGetDeviceQueue(dev, pd.transfer_family, 0, &transfer_queue);
+    else if (second) vkGetDeviceQueue(dev, pd.queue_family, 1, &transfer_queue);
     if (push_descriptors) {
       push_descriptor_fn = reinterpret_cast<PFN_vkCmdPushDescriptorSetKHR>(vkGetDeviceProcAddr(dev, "vkCmdPushDescriptorSetKHR"));
       if (!push_descriptor_fn) push_descriptors = false;
@@ -197,6 +277,13 @@ struct VulkanDevice::State {
     VkCommandPool pool;
     check(vkCreateCommandPool(dev, &pool_info, nullptr, &pool), "vkCreateCommandPool");
     command_pool = OwnedCommandPool(dev, pool);
+    if (timelines) {
+      pool_info.queueFamilyIndex = concurrent ? pd.transfer_family : pd.queue_family;
+      check(vkCreateCommandPool(dev, &pool_info, nullptr, &pool), "vkCreateCommandPool");
+      transfer_pool = OwnedCommandPool(dev, pool);
+      computed = timeline();
+      moved = timeline();
+    }
 
     auto cache_info = make<VkPipelineCacheCreateInfo>(VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO);
     VkPipelineCache cache;
@@ -218,6 +305,7 @@ struct VulkanDevice::State {
     std::lock_guard lock(mutex);
     try {
       wait_all();
+      wait_transfers();
     } catch (...) {
       // A lost device cannot be waited for; destruction goes on.
     }
@@ -243,6 +331,14 @@ struct VulkanDevice::State {
     bi.size = size;
     bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
     bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+    // Both queues' families use every buffer: shared, rather than handed over between the
+    // queues with ownership barriers at every transfer.
+    const std::uint32_t families[2] = {pd.queue_family, pd.transfer_family};
+    if (concurrent) {
+      bi.sharingMode = VK_SHARING_MODE_CONCURRENT;
+      bi.queueFamilyIndexCount = 2;
+      bi.pQueueFamilyIndices = families;
+    }
     VkBuffer buf;
     check(vkCreateBuffer(device(), &bi, nullptr, &buf), "vkCreateBuffer");
     a->buffer = OwnedBuffer(device(), buf);
@@ -352,8 +448,139 @@ struct VulkanDevice::State {
     auto si = make<VkSubmitInfo>(VK_STRUCTURE_TYPE_SUBMIT_INFO);
     si.commandBufferCount = 1;
     si.pCommandBuffers = &batch->cmd;
+    auto ti = make<VkTimelineSemaphoreSubmitInfo>(VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO);
+    VkSemaphore signal = VK_NULL_HANDLE, wait = VK_NULL_HANDLE;
+    std::uint64_t signal_value = 0, wait_value = compute_waits_for;
+    const VkPipelineStageFlags wait_stage = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT;
+    if (timelines) {
+      signal = computed->semaphore.get();
+      signal_value = computed_value + 1;
+      si.pNext = &ti;
+      si.signalSemaphoreCount = 1;
+      si.pSignalSemaphores = &signal;
+      ti.signalSemaphoreValueCount = 1;
+      ti.pSignalSemaphoreValues = &signal_value;
+      if (wait_value) {
+        wait = moved->semaphore.get();
+        si.waitSemaphoreCount = 1;
+        si.pWaitSemaphores = &wait;
+        si.pWaitDstStageMask = &wait_stage;
+        ti.waitSemaphoreValueCount = 1;
+        ti.pWaitSemaphoreValues = &wait_value;
+      }
+    }
     check(vkQueueSubmit(queue, 1, &si, batch->fence.get()), "vkQueueSubmit");
+    computed_value = signal_value;
+    compute_waits_for = 0;
     in_flight.push_back(std::move(batch));
+  }
+
+  std::shared_ptr<Timeline> timeline() {
+    auto ti = make<VkSemaphoreTypeCreateInfo>(VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO);
+    ti.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
+    auto ci = make<VkSemaphoreCreateInfo>(VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO);
+    ci.pNext = &ti;
+    VkSemaphore sem;
+    check(vkCreateSemaphore(device(), &ci, nullptr, &sem), "vkCreateSemaphore");
+    auto t = std::make_shared<Timeline>();
+    t->core = core;
+    t->semaphore = OwnedSemaphore(device(), sem);
+    return t;
+  }
+
+  std::uint64_t moved_now() const {
+    std::uint64_t now = 0;
+    check(vkGetSemaphoreCounterValue(device(), moved->semaphore.get(), &now), "vkGetSemaphoreCounterValue");
+    return now;
+  }
+
+  void reclaim_transfers() {
+    if (copies.empty()) return;
+    const std::uint64_t now = moved_now();
+    while (!copies.empty() && copies.front().value <= now) {
+      check(vkResetCommandBuffer(copies.front().cmd, 0), "vkResetCommandBuffer");
+      spare_copies.push_back(copies.front().cmd);
+      copies.pop_front();
+    }
+  }
+
+  void wait_transfers() {
+    if (copies.empty()) return;
+    TimelineFence(moved, moved_value).wait();
+    reclaim_transfers();
+  }
+
+  // One copy between a host buffer's allocation and a device buffer's on the transfer queue,
+  // after `after` (a value of `computed` or `moved`, or 0) and after the transfer queued before
+  // it (submissions to one queue may overlap otherwise). Returns the `moved` value it signals.
+  std::uint64_t transfer(const std::shared_ptr<Allocation>& from, VkDeviceSize from_offset,
+                         const std::shared_ptr<Allocation>& to, VkDeviceSize to_offset, VkDeviceSize bytes,
+                         bool to_host, const TimelineFence* after) {
+    reclaim_transfers();
+    Copy c;
+    if (!spare_copies.empty()) {
+      c.cmd = spare_copies.back();
+      spare_copies.pop_back();
+    } else {
+      auto ai = make<VkCommandBufferAllocateInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO);
+      ai.commandPool = transfer_pool.get();
+      ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+      ai.commandBufferCount = 1;
+      check(vkAllocateCommandBuffers(device(), &ai, &c.cmd), "vkAllocateCommandBuffers");
+    }
+    auto bi = make<VkCommandBufferBeginInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO);
+    bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    check(vkBeginCommandBuffer(c.cmd, &bi), "vkBeginCommandBuffer");
+    if (bytes) {
+      VkBufferCopy region{from_offset, to_offset, bytes};
+      vkCmdCopyBuffer(c.cmd, from->buffer.get(), to->buffer.get(), 1, &region);
+    }
+    if (to_host) {
+      // The copy's writes become visible to host reads once the semaphore is seen reached.
+      auto mb = make<VkMemoryBarrier>(VK_STRUCTURE_TYPE_MEMORY_BARRIER);
+      mb.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+      mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+      vkCmdPipelineBarrier(c.cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, nullptr, 0,
+                           nullptr);
+    }
+    check(vkEndCommandBuffer(c.cmd), "vkEndCommandBuffer");
+    VkSemaphore waits[2];
+    std::uint64_t wait_values[2];
+    const VkPipelineStageFlags stages[2] = {VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT};
+    std::uint32_t n = 0;
+    if (moved_value) waits[n] = moved->semaphore.get(), wait_values[n++] = moved_value;
+    if (after) waits[n] = after->timeline()->semaphore.get(), wait_values[n++] = after->value();
+    const std::uint64_t signal_value = moved_value + 1;
+    VkSemaphore signal = moved->semaphore.get();
+    auto ti = make<VkTimelineSemaphoreSubmitInfo>(VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO);
+    ti.waitSemaphoreValueCount = n;
+    ti.pWaitSemaphoreValues = wait_values;
+    ti.signalSemaphoreValueCount = 1;
+    ti.pSignalSemaphoreValues = &signal_value;
+    auto si = make<VkSubmitInfo>(VK_STRUCTURE_TYPE_SUBMIT_INFO);
+    si.pNext = &ti;
+    si.waitSemaphoreCount = n;
+    si.pWaitSemaphores = waits;
+    si.pWaitDstStageMask = stages;
+    si.commandBufferCount = 1;
+    si.pCommandBuffers = &c.cmd;
+    si.signalSemaphoreCount = 1;
+    si.pSignalSemaphores = &signal;
+    check(vkQueueSubmit(transfer_queue, 1, &si, VK_NULL_HANDLE), "vkQueueSubmit(transfers)");
+    moved_value = signal_value;
+    c.value = signal_value;
+    c.keep = {from, to};
+    copies.push_back(std::move(c));
+    return signal_value;
+  }
+
+  // `f` as a fence of this device's timelines; null for a null fence.
+  const TimelineFence* own(const FencePtr& f) const {
+    if (!f) return nullptr;
+    auto* t = dynamic_cast<const TimelineFence*>(f.get());
+    if (!t || (t->timeline() != computed.get() && t->timeline() != moved.get()))
+      throw InvalidArgument(id() + ": a fence of another device or backend");
+    return t;
   }
 
   void wait_all() {
@@ -775,6 +1002,71 @@ Difference VulkanDevice::difference(const Buffer& got, const Buffer* want, DType
 void VulkanDevice::synchronize() {
   std::lock_guard lock(state_->mutex);
   state_->wait_all();
+  state_->wait_transfers();
+}
+
+bool VulkanDevice::has_transfer_queue() const { return state_->timelines; }
+
+std::shared_ptr<HostBuffer> VulkanDevice::allocate_host(std::size_t bytes) {
+  State& s = *state_;
+  std::lock_guard lock(s.mutex);
+  auto a = s.allocate(bytes, Memory::download);
+  if (!a->mapped) throw DeviceError(s.id() + ": no host-visible memory for a host buffer of " + std::to_string(bytes) + " bytes");
+  return std::make_shared<VulkanHostBuffer>(bytes, std::move(a));
+}
+
+FencePtr VulkanDevice::mark() {
+  State& s = *state_;
+  if (!s.timelines) return Device::mark();
+  std::lock_guard lock(s.mutex);
+  s.flush();
+  if (s.computed_value == 0) return nullptr;
+  return std::make_shared<TimelineFence>(s.computed, s.computed_value);
+}
+
+void VulkanDevice::order_after(const FencePtr& fence) {
+  State& s = *state_;
+  if (!s.timelines) return Device::order_after(fence);
+  std::lock_guard lock(s.mutex);
+  const TimelineFence* f = s.own(fence);
+  // The compute queue runs its batches in order: its own points need no wait.
+  if (!f || f->timeline() == s.computed.get()) return;
+  // What was recorded before this call need not wait.
+  s.flush();
+  s.compute_waits_for = std::max(s.compute_waits_for, f->value());
+}
+
+namespace {
+
+const VulkanHostBuffer& host_buffer_of(const HostBuffer& b, const Core* core, const char* what) {
+  const auto* vb = dynamic_cast<const VulkanHostBuffer*>(&b);
+  if (!vb || vb->allocation()->core.get() != core)
+    throw InvalidArgument(std::string(what) + ": the host buffer is not one of this Vulkan device's (allocate_host)");
+  return *vb;
+}
+
+}  // namespace
+
+FencePtr VulkanDevice::queue_upload(const HostBuffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,
+                                    std::size_t bytes, const FencePtr& after) {
+  State& s = *state_;
+  if (!s.timelines) return Device::queue_upload(src, src_offset, dst, dst_offset, bytes, after);
+  const auto& from = host_buffer_of(src, s.core.get(), "upload");
+  const auto& to = buffer_of(dst, s.core.get(), "upload");
+  std::lock_guard lock(s.mutex);
+  const std::uint64_t v = s.transfer(from.allocation(), src_offset, to.allocation(), dst_offset, bytes, false, s.own(after));
+  return std::make_shared<TimelineFence>(s.moved, v);
+}
+
+FencePtr VulkanDevice::queue_download(const Buffer& src, std::size_t src_offset, HostBuffer& dst, std::size_t dst_offset,
+                                      std::size_t bytes, const FencePtr& after) {
+  State& s = *state_;
+  if (!s.timelines) return Device::queue_download(src, src_offset, dst, dst_offset, bytes, after);
+  const auto& from = buffer_of(src, s.core.get(), "download");
+  const auto& to = host_buffer_of(dst, s.core.get(), "download");
+  std::lock_guard lock(s.mutex);
+  const std::uint64_t v = s.transfer(from.allocation(), src_offset, to.allocation(), dst_offset, bytes, true, s.own(after));
+  return std::make_shared<TimelineFence>(s.moved, v);
 }
 
 double VulkanDevice::time_ns(const std::function<void()>& work) {

@@ -1,6 +1,7 @@
 #pragma once
 // The Vulkan backend's device: storage buffers, a command stream that records dispatches and
-// transfers with barriers between them and submits them in batches, compute pipelines cached
+// transfers with barriers between them and submits them in batches, a second queue for host
+// transfers beside it (ordered against it by timeline semaphores), compute pipelines cached
 // per (SPIR-V, specialization constants), and timestamp-query timing. Kernels launch through
 // VulkanDevice::dispatch.
 #include <array>
@@ -94,7 +95,15 @@ class VulkanDevice final : public Device {
                std::size_t bytes);
   // A reduction on the device (kernels/common/difference.comp): a few bytes a group come back.
   Difference difference(const Buffer& got, const Buffer* want, DType t, std::int64_t n) override;
+  // Both queues.
   void synchronize() override;
+  bool has_transfer_queue() const override;
+  // Host-visible, host-cached memory (the download staging type), mapped.
+  std::shared_ptr<HostBuffer> allocate_host(std::size_t bytes) override;
+  // The compute stream's batch submitted, and a fence on the value its submission signals.
+  FencePtr mark() override;
+  // The batch recorded so far submitted; the next one waits for the fence.
+  void order_after(const FencePtr& fence) override;
   // Timestamp queries before and after `work` (which must not call time_ns itself).
   double time_ns(const std::function<void()>& work) override;
 
@@ -112,6 +121,11 @@ class VulkanDevice final : public Device {
   // Whole blocks by kernels/common/fill.comp.
   void fill_blocks(Buffer& dst, DType t, std::int64_t first, std::int64_t count, std::uint64_t seed, float lo,
                    float hi) override;
+  // One submission to the transfer queue each, waiting for `after` and for the transfer before it.
+  FencePtr queue_upload(const HostBuffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,
+                        std::size_t bytes, const FencePtr& after) override;
+  FencePtr queue_download(const Buffer& src, std::size_t src_offset, HostBuffer& dst, std::size_t dst_offset,
+                          std::size_t bytes, const FencePtr& after) override;
 
  private:
   struct State;
