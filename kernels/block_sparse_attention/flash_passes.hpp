@@ -86,6 +86,22 @@ inline flash_attention::BlockLists flash_lists(const Problem& p, std::span<const
   return l;
 }
 
+// A backend's flash attention passes (opencl_forward / opencl_backward, vulkan_...).
+using FlashPass = void (*)(const flash_attention::Problem&, const Config&, std::span<const Tensor>, Device&,
+                           const flash_attention::BlockLists*);
+
+// Runs a backend's flash attention passes over the layout when the config names them; false for
+// "tiles".
+inline bool run_passes(const Problem& p, const Config& config, std::span<const Tensor> args, Device& device,
+                       FlashPass forward, FlashPass backward) {
+  if (variant_of(config) == "tiles") return false;
+  const auto lists = flash_lists(p, args);
+  const auto fargs = flash_args(p, args);
+  const Config c = flash_attention::renamed_config(config, flash_tile_names);
+  (p.backward ? backward : forward)(flash_problem(p), c, fargs, device, &lists);
+  return true;
+}
+
 // The passes walk the layout only with tiles that divide its blocks: for each pass, its query
 // tile divides block_q and its key tile block_k. A variant the space lacks adds nothing.
 inline void add_layout_constraints(ParamSpace& s, bool backward) {

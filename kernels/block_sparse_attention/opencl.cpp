@@ -55,18 +55,6 @@ Config heuristic_of(const Invocation& inv, const DeviceInfo& dev, bool backward)
                           flash_attention::opencl_candidates(backward, cpu, flash_tile_names));
 }
 
-// Runs flash attention's passes over the layout when the config names them; false for "tiles".
-bool run_passes(const Problem& p, const Config& config, std::span<const Tensor> args, Device& device) {
-  const std::string variant = variant_of(config);
-  if (variant == "tiles") return false;
-  const auto f = flash_problem(p);
-  const auto lists = flash_lists(p, args);
-  const auto fargs = flash_args(p, args);
-  const Config c = flash_attention::renamed_config(config, flash_tile_names);
-  if (p.backward) flash_attention::opencl_backward(f, c, fargs, device, &lists);
-  else flash_attention::opencl_forward(f, c, fargs, device, &lists);
-  return true;
-}
 
 class OpenCLForward final : public clc::Implementation {
  public:
@@ -81,7 +69,7 @@ class OpenCLForward final : public clc::Implementation {
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override { return heuristic_of(inv, dev, false); }
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
-    if (run_passes(p, config, args, device)) return;
+    if (run_passes(p, config, args, device, &flash_attention::opencl_forward, &flash_attention::opencl_backward)) return;
     const Tile t = read_tile(p, config, "block_sparse_attention opencl");
     if (p.batch * p.seq_q == 0) return;
     auto& dev = clc::clc_device(device);
@@ -107,7 +95,7 @@ class OpenCLBackward final : public clc::Implementation {
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override { return heuristic_of(inv, dev, true); }
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
-    if (run_passes(p, config, args, device)) return;
+    if (run_passes(p, config, args, device, &flash_attention::opencl_forward, &flash_attention::opencl_backward)) return;
     const Tile t = read_tile(p, config, "block_sparse_attention_bwd opencl");
     const Tile tq = read_tile(p, config, "block_sparse_attention_bwd opencl", "dq_");
     auto& dev = clc::clc_device(device);

@@ -82,17 +82,6 @@ Config heuristic_of(const Invocation& inv, const DeviceInfo& dev, bool backward)
                           flash_attention::vulkan_candidates(dev, backward, flash_tile_names));
 }
 
-// Runs flash attention's passes over the layout when the config names them; false for "tiles".
-bool run_passes(const Problem& p, const Config& config, std::span<const Tensor> args, Device& device) {
-  if (variant_of(config) == "tiles") return false;
-  const auto f = flash_problem(p);
-  const auto lists = flash_lists(p, args);
-  const auto fargs = flash_args(p, args);
-  const Config c = flash_attention::renamed_config(config, flash_tile_names);
-  if (p.backward) flash_attention::vulkan_backward(f, c, fargs, device, &lists);
-  else flash_attention::vulkan_forward(f, c, fargs, device, &lists);
-  return true;
-}
 
 vulkan::VulkanDevice& checked_device(Device& device, const Problem& p, const char* who) {
   auto& dev = vulkan::vulkan_device(device);
@@ -117,7 +106,7 @@ class VulkanForward final : public Implementation {
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override { return heuristic_of(inv, dev, false); }
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
-    if (run_passes(p, config, args, device)) return;
+    if (run_passes(p, config, args, device, &flash_attention::vulkan_forward, &flash_attention::vulkan_backward)) return;
     const Tile t = read_tile(p, config, "block_sparse_attention vulkan");
     auto& dev = checked_device(device, p, "block_sparse_attention");
     if (p.batch * p.seq_q == 0) return;
@@ -147,7 +136,7 @@ class VulkanBackward final : public Implementation {
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override { return heuristic_of(inv, dev, true); }
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
-    if (run_passes(p, config, args, device)) return;
+    if (run_passes(p, config, args, device, &flash_attention::vulkan_forward, &flash_attention::vulkan_backward)) return;
     const Tile t = read_tile(p, config, "block_sparse_attention_bwd vulkan");
     const Tile tq = read_tile(p, config, "block_sparse_attention_bwd vulkan", "dq_");
     auto& dev = checked_device(device, p, "block_sparse_attention_bwd");

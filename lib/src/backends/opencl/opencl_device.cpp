@@ -71,6 +71,20 @@ std::vector<cl_event> wait_list(const FencePtr& f) {
   return {cf->event()};
 }
 
+// A copy queued on the transfer queue after `after` by `enqueue` (given the wait list and the
+// event to fill), or a marker where there is nothing to copy, so that the fence still follows
+// `after`.
+template <class Enqueue>
+FencePtr on_transfers(cl_command_queue q, const FencePtr& after, std::size_t bytes, const char* what, Enqueue enqueue) {
+  const auto events = wait_list(after);
+  const auto n = static_cast<cl_uint>(events.size());
+  EventHandle event;
+  if (bytes == 0) check(clEnqueueMarkerWithWaitList(q, n, events.data(), event.out()), "clEnqueueMarkerWithWaitList");
+  else check(enqueue(n, events.data(), event.out()), what);
+  check(clFlush(q), "clFlush(transfers)");
+  return std::make_shared<ClFence>(std::move(event));
+}
+
 }  // namespace
 
 OpenCLDevice::OpenCLDevice(cl_platform_id platform, cl_device_id device, DeviceInfo info)
@@ -176,33 +190,16 @@ void OpenCLDevice::order_after(const FencePtr& fence) {
 
 FencePtr OpenCLDevice::queue_upload(const HostBuffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,
                                     std::size_t bytes, const FencePtr& after) {
-  const auto events = wait_list(after);
-  EventHandle event;
-  // A marker where there is nothing to copy, so that the fence still follows `after`.
-  if (bytes == 0)
-    check(clEnqueueMarkerWithWaitList(transfer_.get(), static_cast<cl_uint>(events.size()), events.data(), event.out()),
-          "clEnqueueMarkerWithWaitList");
-  else
-    check(clEnqueueWriteBuffer(transfer_.get(), mem_of(dst), CL_FALSE, dst_offset, bytes, src.data() + src_offset,
-                               static_cast<cl_uint>(events.size()), events.data(), event.out()),
-          "clEnqueueWriteBuffer(transfers)");
-  check(clFlush(transfer_.get()), "clFlush(transfers)");
-  return std::make_shared<ClFence>(std::move(event));
+  return on_transfers(transfer_.get(), after, bytes, "clEnqueueWriteBuffer(transfers)", [&](cl_uint n, const cl_event* w, cl_event* e) {
+    return clEnqueueWriteBuffer(transfer_.get(), mem_of(dst), CL_FALSE, dst_offset, bytes, src.data() + src_offset, n, w, e);
+  });
 }
 
 FencePtr OpenCLDevice::queue_download(const Buffer& src, std::size_t src_offset, HostBuffer& dst, std::size_t dst_offset,
                                       std::size_t bytes, const FencePtr& after) {
-  const auto events = wait_list(after);
-  EventHandle event;
-  if (bytes == 0)
-    check(clEnqueueMarkerWithWaitList(transfer_.get(), static_cast<cl_uint>(events.size()), events.data(), event.out()),
-          "clEnqueueMarkerWithWaitList");
-  else
-    check(clEnqueueReadBuffer(transfer_.get(), mem_of(src), CL_FALSE, src_offset, bytes, dst.data() + dst_offset,
-                              static_cast<cl_uint>(events.size()), events.data(), event.out()),
-          "clEnqueueReadBuffer(transfers)");
-  check(clFlush(transfer_.get()), "clFlush(transfers)");
-  return std::make_shared<ClFence>(std::move(event));
+  return on_transfers(transfer_.get(), after, bytes, "clEnqueueReadBuffer(transfers)", [&](cl_uint n, const cl_event* w, cl_event* e) {
+    return clEnqueueReadBuffer(transfer_.get(), mem_of(src), CL_FALSE, src_offset, bytes, dst.data() + dst_offset, n, w, e);
+  });
 }
 
 void OpenCLDevice::add_event(cl_event e) {
