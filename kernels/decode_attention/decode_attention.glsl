@@ -145,23 +145,32 @@ void split_keys(uint split, int nq, uint G, uint tile, out int c0, out int c1) {
   c1 = min(c0 + chunk, u1);
 }
 
-// The cache row (of head_dim elements) that holds key t of sequence s and kv head g. Unchecked
-// index arrays (the API's check_indices off) stay inside the table and the cache: t is clamped
-// into the table's reach (or the row), the page into the cache. Page sizes are mostly powers of
-// two: a shift and a mask then stand for the division.
-uint key_row(uint s, uint g, int t, bool paged) {
-  const uint tc = uint(clamp(t, 0, int(paged ? pc.max_blocks * pc.block_size : pc.seq_len) - 1));
-  if (!paged) return (s * pc.seq_len + tc) * pc.kv_heads + g;
-  uint b, row;
-  if ((pc.block_size & (pc.block_size - 1u)) == 0u) {
-    b = tc >> uint(findLSB(pc.block_size));
-    row = tc & (pc.block_size - 1u);
-  } else {
-    b = tc / pc.block_size;
-    row = tc % pc.block_size;
-  }
-  const uint page = uint(clamp(tables[s * pc.max_blocks + b], 0, int(pc.num_blocks) - 1));
+// The cache row (of head_dim elements) that holds key t of sequence s and kv head g, in two
+// steps where the cache is paged: key_page reads the block table, page_row places the key in its
+// page. Unchecked index arrays (the API's check_indices off) stay inside the table and the cache:
+// t is clamped into the table's reach (or the row), the page into the cache. Page sizes are
+// mostly powers of two: a shift and a mask then stand for the division.
+uint clamp_key(int t, bool paged) {
+  return uint(clamp(t, 0, int(paged ? pc.max_blocks * pc.block_size : pc.seq_len) - 1));
+}
+
+bool pow2_pages() { return (pc.block_size & (pc.block_size - 1u)) == 0u; }
+
+uint key_page(uint s, int t) {
+  const uint tc = clamp_key(t, true);
+  const uint b = pow2_pages() ? tc >> uint(findLSB(pc.block_size)) : tc / pc.block_size;
+  return uint(clamp(tables[s * pc.max_blocks + b], 0, int(pc.num_blocks) - 1));
+}
+
+uint page_row(uint page, uint g, int t) {
+  const uint tc = clamp_key(t, true);
+  const uint row = pow2_pages() ? tc & (pc.block_size - 1u) : tc % pc.block_size;
   return (page * pc.kv_heads + g) * pc.block_size + row;
+}
+
+uint key_row(uint s, uint g, int t, bool paged) {
+  if (!paged) return (s * pc.seq_len + clamp_key(t, false)) * pc.kv_heads + g;
+  return page_row(key_page(s, t), g, t);
 }
 
 // The query (and output) row of the workgroup's row r: token t0 + r / G, head g * G + r % G.
@@ -305,11 +314,13 @@ void main() {
 // kg, kg + KG, ... of each tile (kg = tid / DS; KPT keys each, BK a tile), and holds the raw
 // 16-byte words of the next tile's keys and values while it works on this one: a paged cache's
 // reads are latency-bound, and loads in flight across the whole tile loop are what keeps the
-// memory busy. Partial dots meet in shared memory once per tile, every (row, key) score is one
-// invocation, P V accumulates per invocation over its own keys, and the key groups' sums meet
-// once at the end. Three barriers a tile: each shared array's next write comes after a barrier
-// that all its readers have passed. Only shared memory and barriers join invocations, so the
-// subgroup size does not matter. The storage dtype, the layout and whether head_dim is a
+// memory busy. A paged cache's page numbers are read one tile further ahead still, so that no
+// tile's key and value loads wait for a block-table read: each would otherwise add a full memory
+// latency to every tile. Partial dots meet in shared memory once per tile, every (row, key)
+// score is one invocation, P V accumulates per invocation over its own keys, and the key groups'
+// sums meet once at the end. Three barriers a tile: each shared array's next write comes after
+// a barrier that all its readers have passed. Only shared memory and barriers join invocations,
+// so the subgroup size does not matter. The storage dtype, the layout and whether head_dim is a
 // multiple of 8 are specialization constants: the raw words' count, their conversion and the key
 // addresses are in every step of the loop, and registers set occupancy. The words are read as
 // uvec4 whatever the dtype, so this module needs no 16-bit storage.
@@ -400,7 +411,16 @@ void main() {
     l[r] = 0.0;
   }
 
-  // The raw words of the tile from B0 into KW_, VW_ (zeros past c1).
+  // The pages of this invocation's keys of the tile from B0 into pg (paged caches; 0 past c1).
+  uint pg[KPT];
+#define LOAD_PAGES(B0)                                                            \
+  [[unroll]] for (uint i = 0u; i < KPT; ++i) {                                    \
+    const int t = (B0) + int(kg + KG * i);                                        \
+    pg[i] = 0u;                                                                   \
+    if (PG != 0u && t < c1 && live) pg[i] = key_page(uint(s), t);                 \
+  }
+  // The raw words of the tile from B0 into KW_, VW_ (zeros past c1); a paged cache's pages are
+  // those LOAD_PAGES(B0) left in pg.
 #define LOAD_TILE(B0, KW_, VW_)                                                   \
   [[unroll]] for (uint i = 0u; i < KPT; ++i) {                                    \
     const int t = (B0) + int(kg + KG * i);                                        \
@@ -409,16 +429,22 @@ void main() {
       VW_[i * WPS + w_] = uvec4(0u);                                              \
     }                                                                             \
     if (t < c1 && live) {                                                         \
-      const uint e_ = key_row(uint(s), g, t, PG != 0u) * D + d;                   \
+      const uint e_ =                                                             \
+          (PG != 0u ? page_row(pg[i], g, t) : key_row(uint(s), g, t, false)) * D + d; \
       LOAD_SLICE(k, 1u, e_, d, KW_, i * WPS)                                      \
       LOAD_SLICE(v, 2u, e_, d, VW_, i * WPS)                                      \
     }                                                                             \
   }
   uvec4 kw[KPT * WPS], vw[KPT * WPS], kn[KPT * WPS], vn[KPT * WPS];
+  LOAD_PAGES(c0)
   LOAD_TILE(c0, kw, vw)
+  LOAD_PAGES(c0 + int(BK))
   uint cur = 0u;  // m_sh[cur * R + r]: row r's maximum before this tile
   for (int base = c0; base < c1; base += int(BK)) {
+    // The next tile's keys and values with the pages read a tile ago, then the pages of the tile
+    // after it.
     LOAD_TILE(base + int(BK), kn, vn)
+    LOAD_PAGES(base + 2 * int(BK))
     [[unroll]] for (uint i = 0u; i < KPT; ++i) {
       const vec4 klo = SLICE_HALF(kw, i * WPS, 0u), khi = SLICE_HALF(kw, i * WPS, 1u);
       const uint j = kg + KG * i;
@@ -470,6 +496,7 @@ void main() {
     cur ^= 1u;
   }
 #undef LOAD_TILE
+#undef LOAD_PAGES
   // The loop's last reads of `work` (the last tile's scores) came before two of its barriers:
   // the sums may overwrite it now.
   [[unroll]] for (uint r = 0u; r < R; ++r) {
