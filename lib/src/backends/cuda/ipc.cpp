@@ -83,18 +83,19 @@ std::string key_name(const PeerGroupKey& key) {
 }
 
 // Spins, then yields, then sleeps: peers' hosts reach the same point within microseconds unless
-// one of them stopped.
+// one of them stopped. `peer` is the rank waited for, -1 for any.
 template <class Ready>
-void await(const Header& h, Ready ready, const std::string& who, const char* what) {
+void await(const Header& h, Ready ready, int peer, const char* what) {
+  const auto who = [&] { return peer < 0 ? std::string("some rank") : "rank " + std::to_string(peer); };
   const auto t0 = std::chrono::steady_clock::now();
   for (unsigned i = 0; !ready(); ++i) {
     if (const int f = h.failed.load(std::memory_order_acquire))
-      throw DeviceError("CUDA IPC peer group: rank " + std::to_string(f - 1) + " failed (waiting for " + who + " to " + what + ")");
+      throw DeviceError("CUDA IPC peer group: rank " + std::to_string(f - 1) + " failed (waiting for " + who() + " to " + what + ")");
     if (i < 256) continue;
     if (i < 4096) std::this_thread::yield();
     else std::this_thread::sleep_for(std::chrono::microseconds(20));
     if ((i & 1023) == 0 && std::chrono::steady_clock::now() - t0 > patience)
-      throw DeviceError("CUDA IPC peer group: " + who + " did not " + what + " within " + std::to_string(patience.count()) + " s");
+      throw DeviceError("CUDA IPC peer group: " + who() + " did not " + what + " within " + std::to_string(patience.count()) + " s");
   }
 }
 
@@ -154,7 +155,7 @@ class IpcGroup final : public PeerGroup {
       }
       seg_.header().arrived.fetch_add(1, std::memory_order_acq_rel);
       await(seg_.header(), [&] { return seg_.header().arrived.load(std::memory_order_acquire) >= static_cast<std::uint32_t>(size_); },
-            "some rank", "open the group");
+            -1, "open the group");
     } catch (...) {
       if (rank_ == 0) ::shm_unlink(name_.c_str());
       release();
@@ -219,7 +220,7 @@ class IpcGroup final : public PeerGroup {
     // Later work may overwrite what was sent once the peers' copies of it are done.
     for (const auto& [peer, seq] : unreleased_) {
       Pair& p = seg_.pair(rank_, peer);
-      await(seg_.header(), [&] { return p.consumed.load(std::memory_order_acquire) > seq; }, who(peer), "copy what this rank sent");
+      await(seg_.header(), [&] { return p.consumed.load(std::memory_order_acquire) > seq; }, peer, "copy what this rank sent");
       dev_.wait(peer_event(peer, p.consumed_event[seq % slots], false));
       p.released.store(seq + 1, std::memory_order_release);
     }
@@ -237,8 +238,6 @@ class IpcGroup final : public PeerGroup {
     CUevent ready[depth] = {}, consumed[depth] = {};
   };
   using Moves = std::vector<std::pair<int, std::uint64_t>>;  // (peer, the pair's move number)
-
-  static std::string who(int peer) { return "rank " + std::to_string(peer); }
 
   CUevent shared_event() {
     CUevent e = nullptr;
@@ -262,7 +261,7 @@ class IpcGroup final : public PeerGroup {
     for (const auto& [peer, seq] : previous) {
       Pair& p = ready ? seg_.pair(rank_, peer) : seg_.pair(peer, rank_);
       std::atomic<std::uint64_t>& count = ready ? p.taken : p.released;
-      await(seg_.header(), [&] { return count.load(std::memory_order_acquire) > seq; }, who(peer),
+      await(seg_.header(), [&] { return count.load(std::memory_order_acquire) > seq; }, peer,
             ready ? "take an earlier move (more exchanges in flight than the group holds)"
                   : "join an earlier exchange (more exchanges in flight than the group holds)");
     }
@@ -270,9 +269,7 @@ class IpcGroup final : public PeerGroup {
   }
 
   void send_all(std::span<const Move> moves) {
-    bool any = false;
-    for (const Move& m : moves) any = any || m.send;
-    if (!any) return;
+    if (std::none_of(moves.begin(), moves.end(), [](const Move& m) { return m.send != nullptr; })) return;
     const std::uint32_t j = static_cast<std::uint32_t>(sends_++ % depth);
     reuse(ready_moves_[j], true);
     dev_.record(ready_[j]);
@@ -280,7 +277,7 @@ class IpcGroup final : public PeerGroup {
       if (!m.send) continue;
       Pair& p = seg_.pair(rank_, m.peer);
       std::uint64_t& seq = sent_[m.peer];
-      await(seg_.header(), [&] { return p.taken.load(std::memory_order_acquire) + slots > seq; }, who(m.peer),
+      await(seg_.header(), [&] { return p.taken.load(std::memory_order_acquire) + slots > seq; }, m.peer,
             "take earlier moves (more in flight than the group holds)");
       Descriptor& d = p.desc[seq % slots];
       CUdeviceptr base = 0;
@@ -297,9 +294,7 @@ class IpcGroup final : public PeerGroup {
   }
 
   void receive_all(std::span<const Move> moves) {
-    bool any = false;
-    for (const Move& m : moves) any = any || m.recv;
-    if (!any) return;
+    if (std::none_of(moves.begin(), moves.end(), [](const Move& m) { return m.recv != nullptr; })) return;
     const std::uint32_t c = static_cast<std::uint32_t>(receives_++ % depth);
     reuse(consumed_moves_[c], false);
     // Nothing lands in a buffer before the work already submitted (which may read it) is done.
@@ -310,7 +305,7 @@ class IpcGroup final : public PeerGroup {
       if (!m.recv) continue;
       Pair& p = seg_.pair(m.peer, rank_);
       const std::uint64_t seq = received_from_[m.peer]++;
-      await(seg_.header(), [&] { return p.published.load(std::memory_order_acquire) > seq; }, who(m.peer), "send its part of the exchange");
+      await(seg_.header(), [&] { return p.published.load(std::memory_order_acquire) > seq; }, m.peer, "send its part of the exchange");
       const Descriptor d = p.desc[seq % slots];
       if (d.bytes != m.bytes)
         throw InvalidArgument("PeerGroup::exchange: rank " + std::to_string(rank_) + " receives " + std::to_string(m.bytes) +
@@ -329,7 +324,7 @@ class IpcGroup final : public PeerGroup {
       // The sender reads consumed_event[seq % slots] for its move `seq`; the slot's previous move
       // must have been read (released) first.
       if (seq >= slots)
-        await(seg_.header(), [&] { return p.released.load(std::memory_order_acquire) > seq - slots; }, who(peer), "join an earlier exchange");
+        await(seg_.header(), [&] { return p.released.load(std::memory_order_acquire) > seq - slots; }, peer, "join an earlier exchange");
       p.consumed_event[seq % slots] = c;
       p.consumed.store(seq + 1, std::memory_order_release);
     }

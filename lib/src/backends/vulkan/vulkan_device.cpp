@@ -511,11 +511,13 @@ struct VulkanDevice::State {
   }
 
   // One copy between a host buffer's allocation and a device buffer's on the transfer queue,
-  // after `after` (a value of `computed` or `moved`, or 0) and after the transfer queued before
-  // it (submissions to one queue may overlap otherwise). Returns the `moved` value it signals.
-  std::uint64_t transfer(const std::shared_ptr<Allocation>& from, VkDeviceSize from_offset,
-                         const std::shared_ptr<Allocation>& to, VkDeviceSize to_offset, VkDeviceSize bytes,
-                         bool to_host, const TimelineFence* after) {
+  // after the fence `after_fence` (of `computed` or `moved`, or null) and after the transfer
+  // queued before it (submissions to one queue may overlap otherwise). Returns the fence of the
+  // `moved` value it signals.
+  FencePtr transfer(const std::shared_ptr<Allocation>& from, VkDeviceSize from_offset,
+                    const std::shared_ptr<Allocation>& to, VkDeviceSize to_offset, VkDeviceSize bytes, bool to_host,
+                    const FencePtr& after_fence) {
+    const TimelineFence* after = own(after_fence);
     reclaim_transfers();
     Copy c;
     if (!spare_copies.empty()) {
@@ -571,7 +573,7 @@ struct VulkanDevice::State {
     c.value = signal_value;
     c.keep = {from, to};
     copies.push_back(std::move(c));
-    return signal_value;
+    return std::make_shared<TimelineFence>(moved, signal_value);
   }
 
   // `f` as a fence of this device's timelines; null for a null fence.
@@ -1054,8 +1056,7 @@ FencePtr VulkanDevice::queue_upload(const HostBuffer& src, std::size_t src_offse
   const auto& from = host_buffer_of(src, s.core.get(), "upload");
   const auto& to = buffer_of(dst, s.core.get(), "upload");
   std::lock_guard lock(s.mutex);
-  const std::uint64_t v = s.transfer(from.allocation(), src_offset, to.allocation(), dst_offset, bytes, false, s.own(after));
-  return std::make_shared<TimelineFence>(s.moved, v);
+  return s.transfer(from.allocation(), src_offset, to.allocation(), dst_offset, bytes, false, after);
 }
 
 FencePtr VulkanDevice::queue_download(const Buffer& src, std::size_t src_offset, HostBuffer& dst, std::size_t dst_offset,
@@ -1065,8 +1066,7 @@ FencePtr VulkanDevice::queue_download(const Buffer& src, std::size_t src_offset,
   const auto& from = buffer_of(src, s.core.get(), "download");
   const auto& to = host_buffer_of(dst, s.core.get(), "download");
   std::lock_guard lock(s.mutex);
-  const std::uint64_t v = s.transfer(from.allocation(), src_offset, to.allocation(), dst_offset, bytes, true, s.own(after));
-  return std::make_shared<TimelineFence>(s.moved, v);
+  return s.transfer(from.allocation(), src_offset, to.allocation(), dst_offset, bytes, true, after);
 }
 
 double VulkanDevice::time_ns(const std::function<void()>& work) {
