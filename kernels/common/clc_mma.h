@@ -1,7 +1,10 @@
-/* NVIDIA tensor cores and warp shuffles from OpenCL C through inline PTX (sm_80 and later), for
-   the OpenCL C kernels' `mma` variants. NVIDIA's OpenCL (C 1.2) has no subgroups, so the warp's
-   shuffles are PTX too; `ldmatrix` and `cp.async` are not used: they need addresses in the shared
-   window, which OpenCL's local pointers do not give. Operands are f16 or bf16 (BF16, a -D
+/* NVIDIA tensor cores, warp shuffles, ldmatrix and cp.async from OpenCL C through inline PTX (sm_80
+   and later), for the OpenCL C kernels' `mma` variants. NVIDIA's OpenCL (C 1.2) has no subgroups,
+   so the warp's shuffles are PTX too. Its `__local` pointers hold shared-window addresses (the
+   compiler places `__local` data in `.shared` and addresses it with `ld.shared`), so PTX that takes
+   a shared address takes one as it is; but a `__local` array is only aligned to its element
+   type, and ldmatrix rows and cp.async targets must be 16-byte aligned: declare such arrays
+   `EJK_ALIGN16` (a misaligned address faults the kernel). Operands are f16 or bf16 (BF16, a -D
    option: 0 or 1) with f32 accumulation. Include after common/clc.h. */
 #ifndef EJK_COMMON_CLC_MMA_H
 #define EJK_COMMON_CLC_MMA_H
@@ -53,5 +56,37 @@ float sum_quad(float x) {
   x += shfl_xor(x, 1);
   return x + shfl_xor(x, 2);
 }
+
+// Local data that ldmatrix reads or cp.async writes.
+#define EJK_ALIGN16 __attribute__((aligned(16)))
+
+// The shared-window address of a __local pointer, as ldmatrix and cp.async take it.
+#define EJK_SMEM(p) ((uint)(ulong)(p))
+
+// Four 8x8 matrices of 16-bit words: lanes 8i..8i+7 give the rows of matrix i; lane l receives
+// row l / 4, words l % 4 of each (r[i] from matrix i). _t: each matrix transposed.
+void ldsm_x4(uint* r, uint addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+void ldsm_x4_t(uint* r, uint addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+void ldsm_x2(uint* r, uint addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
+void ldsm_x2_t(uint* r, uint addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
+
+// 16 bytes from global memory to local memory without passing through registers; `bytes` (0 to
+// 16) of them read, the rest zero-filled. Bypasses L1 (.cg): tiles are read once per workgroup.
+void cp16(uint dst, __global const void* src, uint bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"((ulong)src), "r"(bytes) : "memory");
+}
+void cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are pending (N a constant expression).
+#define CP_WAIT(N) asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory")
 
 #endif
