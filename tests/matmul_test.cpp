@@ -204,6 +204,52 @@ TEST_P(Matmul, SampledConfigsOfTheSpace) {
   }
 }
 
+// The OpenCL tensor-core matmul (matmul_mma.cl, on devices listing m16n8k16 fragments: NVIDIA
+// from sm_80) against the double reference: every transpose, both dtypes, edges of every tile
+// size, k short of a slice and not a multiple of one, a batch, alpha and beta, under the
+// heuristic's config and configs spread over its space. Selection takes it for such operands.
+TEST_P(Matmul, OpenCLTensorCoreConfigsMatchTheReference) {
+  Context ctx(GetParam());
+  const DeviceInfo& info = ctx.device().info();
+  const Implementation* mma = nullptr;
+  for (const Implementation* impl : Registry::global().implementations("matmul"))
+    if (impl->backend() == info.backend && !impl->sources().empty() && impl->sources().front() == "matmul/matmul_mma.cl")
+      mma = impl;
+  const Invocation probe = kernels::matmul::invocation({{64, 64}, DType::f16}, {{64, 64}, DType::f16},
+                                                       {{64, 64}, DType::f16}, false, false, 1, 0);
+  if (!mma || !mma->supports(probe, info)) GTEST_SKIP() << GetParam() << " has no OpenCL tensor-core matmul";
+  const Case cases[] = {
+      {1, 64, 64, 64, false, false, 1, 0},  {2, 200, 136, 72, false, false, 0.5, 0.75},
+      {1, 8, 264, 1000, false, false, 1, 0}, {1, 520, 24, 8, false, false, -1, 1},
+      {1, 264, 200, 40, false, false, 1, 0},
+  };
+  std::size_t runs = 0;
+  for (DType t : {DType::f16, DType::bf16})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (Case c : cases) {
+          c.ta = ta;
+          c.tb = tb;
+          auto spec = [&](std::int64_t r, std::int64_t col) {
+            return c.batch > 1 ? TensorSpec{{c.batch, r, col}, t} : TensorSpec{{r, col}, t};
+          };
+          const Invocation inv = kernels::matmul::invocation(ta ? spec(c.k, c.m) : spec(c.m, c.k),
+                                                             tb ? spec(c.n, c.k) : spec(c.k, c.n), spec(c.m, c.n), ta,
+                                                             tb, c.alpha, c.beta);
+          ASSERT_TRUE(mma->supports(inv, info)) << inv.signature();
+          EXPECT_EQ(&Registry::global().implementation(inv, info), mma) << inv.signature();
+          std::vector<Config> configs{mma->heuristic(inv, info)};
+          const auto all = mma->space(inv, info).enumerate();
+          for (std::size_t i = 0; i < 3 && !all.empty(); ++i) configs.push_back(all[(i * 7919 + runs) % all.size()]);
+          for (const Config& cfg : configs) {
+            EXPECT_LE(run_case(ctx, t, c, cfg), tolerance(t, c))
+                << GetParam() << " " << inv.signature() << " " << cfg.canonical();
+            ++runs;
+          }
+        }
+  EXPECT_GT(runs, 100u);
+}
+
 TEST_P(Matmul, HeuristicIsInTheSpace) {
   Context ctx(GetParam());
   for (auto [m, n, k] : {std::tuple{1, 4096, 4096}, {2048, 4096, 4096}, {17, 3, 1000}, {1024, 1024, 1024}})
