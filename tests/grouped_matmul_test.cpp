@@ -151,6 +151,48 @@ TEST_P(GroupedMatmul, EveryConfigOfASmallSpaceAgrees) {
   }
 }
 
+// The OpenCL tensor-core programs (grouped_matmul_mma.cl, on devices listing m16n8k16 fragments:
+// NVIDIA from sm_80) against the double reference: both kernels, f16 and bf16, trans_rhs, empty
+// groups and groups off every tile size, under the heuristic's config and configs spread over
+// the space. Selection takes them for such operands (k and n multiples of 8).
+TEST_P(GroupedMatmul, OpenCLTensorCoreConfigsMatchTheReference) {
+  Context ctx(GetParam());
+  const DeviceInfo& info = ctx.device().info();
+  std::size_t runs = 0;
+  for (const std::vector<double>& sizes : {uneven, std::vector<double>{200, 0, 136, 72}})
+    for (DType t : {DType::f16, DType::bf16})
+      for (int variant = 0; variant < 3; ++variant) {
+        const gm::Mode mode = variant < 2 ? gm::Mode::gmm : gm::Mode::tgmm;
+        const bool trans = variant == 1;
+        const std::int64_t k = sizes.size() == 6 ? 40 : 64, n = sizes.size() == 6 ? 48 : 136;
+        const Case c = make(ctx, sizes, k, n, trans, t, 9);
+        const std::int64_t m = c.lhs.shape()[0];
+        std::mt19937_64 rng(10);
+        Tensor grad = ctx.from({m, n}, t, uniform_values(rng, m * n, -1, 1));
+        const std::int64_t g = static_cast<std::int64_t>(sizes.size());
+        const Invocation inv = mode == gm::Mode::gmm
+                                   ? gm::invocation(mode, c.lhs.spec(), c.rhs.spec(), c.sizes.spec(), {{m, n}, t}, trans)
+                                   : gm::invocation(mode, c.lhs.spec(), grad.spec(), c.sizes.spec(), {{g, k, n}, t});
+        const Implementation* mma = nullptr;
+        for (const Implementation* impl : Registry::global().implementations(inv.kernel))
+          if (impl->backend() == info.backend && !impl->sources().empty() &&
+              impl->sources().front() == "grouped_matmul/grouped_matmul_mma.cl")
+            mma = impl;
+        if (!mma || !mma->supports(inv, info)) GTEST_SKIP() << GetParam() << " has no OpenCL tensor-core grouped matmul";
+        EXPECT_EQ(&Registry::global().implementation(inv, info), mma) << inv.signature();
+        std::vector<Config> configs{mma->heuristic(inv, info)};
+        const auto all = mma->space(inv, info).enumerate();
+        for (std::size_t i = 0; i < 3 && !all.empty(); ++i) configs.push_back(all[(i * 7919 + runs) % all.size()]);
+        for (const Config& config : configs) {
+          const std::string label = inv.signature() + " " + config.canonical();
+          if (mode == gm::Mode::gmm) check_gmm(ctx, c, label, config);
+          else check_tgmm(ctx, c.lhs, grad, c.sizes, label, config);
+          ++runs;
+        }
+      }
+  EXPECT_GE(runs, 48u);
+}
+
 TEST_P(GroupedMatmul, HeuristicIsInTheSpace) {
   Context ctx(GetParam());
   for (const char* kernel : {"grouped_matmul", "grouped_matmul_tgmm"})
