@@ -154,34 +154,47 @@ void gemm_tile(float acc[MI][NI][4], uint smem, __global const ushort* A, int ld
   // Fragments double-buffered across k steps: a step's ldmatrix reads are issued before the
   // previous step's mma, and the next slice's first ones before this slice's last mma (after the
   // barrier that makes the slice visible), so the reads' latency hides under arithmetic.
+  // The buffer of a k step is its parity over the whole K walk, so with one step a slice (BK 16)
+  // the slices go two at a time to keep every index a constant.
   uint af[2][MI][4], bf[2][NI][2];
+#define PAIRS (KSTEPS % 2 == 1 ? 2 : 1)
   CP_WAIT(STAGES - 2);
   barrier(CLK_LOCAL_MEM_FENCE);
   gemm_frags(af[0], bf[0], a_stages, b_stages, 0, wm, wn, lane);
-  for (int kt = 0; kt < slices; ++kt) {
-    const int cur = kt % STAGES;
+  for (int kp = 0; kp < slices; kp += PAIRS) {
 #pragma unroll
-    for (int step = 0; step < KSTEPS; ++step) {
-      if (step == KSTEPS - 1) {
-        // Slice kt + 1 has landed, and every warp is past its reads of slice kt - 1's buffer.
-        CP_WAIT(STAGES - 2);
-        barrier(CLK_LOCAL_MEM_FENCE);
+    for (int within = 0; within < PAIRS; ++within) {
+      const int kt = kp + within;
+      if (kt < slices) {
+        const int cur = kt % STAGES;
+#pragma unroll
+        for (int step = 0; step < KSTEPS; ++step) {
+          const int buf = (within * KSTEPS + step) & 1, nb = buf ^ 1;
+          if (step == 0) {
+            // Into the buffer of slice kt - 1, whose fragments every warp read before the last
+            // barrier; issued ahead of this slice's barrier, so that the wait there counts it.
+            const int next = kt + STAGES - 1;
+            if (next < slices) gemm_load_slice(a_stages, b_stages, next, A, B, M, N, K, lda, ldb, m0, n0, tid);
+            cp_commit();
+          }
+          if (step == KSTEPS - 1) {
+            // Slice kt + 1 has landed, and every warp has read its last fragments of slice kt's
+            // buffer, which the next slice refills.
+            CP_WAIT(STAGES - 2);
+            barrier(CLK_LOCAL_MEM_FENCE);
+          }
+          if (step + 1 < KSTEPS)
+            gemm_frags(af[nb], bf[nb], a_stages + cur * A_TILE * 2, b_stages + cur * B_TILE * 2, (step + 1) * 16, wm,
+                       wn, lane);
+          else if (kt + 1 < slices)
+            gemm_frags(af[nb], bf[nb], a_stages + ((kt + 1) % STAGES) * A_TILE * 2,
+                       b_stages + ((kt + 1) % STAGES) * B_TILE * 2, 0, wm, wn, lane);
+          gemm_multiply(acc, af[buf], bf[buf]);
+        }
       }
-      const int nb = (step + 1) & 1;
-      if (step + 1 < KSTEPS)
-        gemm_frags(af[nb], bf[nb], a_stages + cur * A_TILE * 2, b_stages + cur * B_TILE * 2, (step + 1) * 16, wm, wn, lane);
-      else if (kt + 1 < slices)
-        gemm_frags(af[nb], bf[nb], a_stages + ((kt + 1) % STAGES) * A_TILE * 2, b_stages + ((kt + 1) % STAGES) * B_TILE * 2, 0,
-              wm, wn, lane);
-      if (step == 0) {
-        // Into the buffer of slice kt - 1, which every warp finished reading before the last barrier.
-        const int next = kt + STAGES - 1;
-        if (next < slices) gemm_load_slice(a_stages, b_stages, next, A, B, M, N, K, lda, ldb, m0, n0, tid);
-        cp_commit();
-      }
-      gemm_multiply(acc, af[step & 1], bf[step & 1]);
     }
   }
+#undef PAIRS
 #else
   for (int kt = 0; kt < slices; ++kt) {
     CP_WAIT(STAGES - 2);
