@@ -66,11 +66,10 @@
 #if ASYNC
 #define TBYTES (BN * RSTR * 4)    // bytes a buffer of the ring
 
-// Rows [t0, t0 + BN) of the sequence's cache, which lie in one page, into the buffer at local
+// Rows [t0, t0 + BN) of the sequence's cache, which lie in page `page`, into the buffer at local
 // address `dst`; rows past `end` are zeros (masked out of the scores, and finite under P = 0).
-void load_tile(uint dst, const __global ushort* kv16, const __global int* table, int block_size, int t0, int end,
-               int tid) {
-  const __global ushort* rows = kv16 + ((size_t)table[t0 / block_size] * block_size + t0 % block_size) * WIDTH;
+void load_tile(uint dst, const __global ushort* kv16, int page, int block_size, int t0, int end, int tid) {
+  const __global ushort* rows = kv16 + ((size_t)page * block_size + t0 % block_size) * WIDTH;
 #pragma unroll
   for (int x = 0; x < FPT; ++x) {
     const int u = tid + x * NT, r = u / (WIDTH / 8), cc = u - r * (WIDTH / 8);
@@ -108,11 +107,15 @@ __kernel __attribute__((reqd_work_group_size(NT, 1, 1))) void mla_attend_mma(
 #if ASYNC
   // Tiles 0 .. STAGES - 2 on their way before the queries are read. A group is committed for
   // every tile slot, empty past the last tile, so that CP_WAIT counts the same in every thread.
+  // A tile's page is read a tile before its copy is issued, off the copy's path.
   const int tiles = EJK_CEIL_DIV(end - start, BN);
   const uint ring0 = EJK_SMEM(ring), p0s = EJK_SMEM(p_s);
+  int next_page = tiles > 0 ? table[start / block_size] : 0;
 #pragma unroll
   for (int i = 0; i < STAGES - 1; ++i) {
-    if (i < tiles) load_tile(ring0 + i * TBYTES, kv16, table, block_size, start + i * BN, end, tid);
+    const int page = next_page;
+    next_page = i + 1 < tiles ? table[(start + (i + 1) * BN) / block_size] : 0;
+    if (i < tiles) load_tile(ring0 + i * TBYTES, kv16, page, block_size, start + i * BN, end, tid);
     cp_commit();
   }
 #else
@@ -180,8 +183,9 @@ __kernel __attribute__((reqd_work_group_size(NT, 1, 1))) void mla_attend_mma(
     CP_WAIT(STAGES - 2);
     barrier(CLK_LOCAL_MEM_FENCE);
     {
-      const int j = i + STAGES - 1;
-      if (j < tiles) load_tile(ring0 + (j % STAGES) * TBYTES, kv16, table, block_size, start + j * BN, end, tid);
+      const int j = i + STAGES - 1, page = next_page;
+      next_page = j + 1 < tiles ? table[(start + (j + 1) * BN) / block_size] : 0;
+      if (j < tiles) load_tile(ring0 + (j % STAGES) * TBYTES, kv16, page, block_size, start + j * BN, end, tid);
       cp_commit();
     }
 #else
