@@ -86,8 +86,8 @@ __kernel __attribute__((reqd_work_group_size(NT, 1, 1))) void mla_attend_mma(
     const __global int* context_lens, __global float* part_o, __global float* part_ml, int heads, int block_size,
     int max_blocks, int splits) {
 #if ASYNC
-  __local EJK_ALIGN16 uint ring[STAGES * BN * RSTR];
-  __local EJK_ALIGN16 uint p_s[16 * PSTR];
+  __local uint ring[STAGES * BN * RSTR] EJK_ALIGN16;
+  __local uint p_s[16 * PSTR] EJK_ALIGN16;
 #else
   __local uint tile[BN * RSTR];
   __local uint p_s[16 * PSTR];
