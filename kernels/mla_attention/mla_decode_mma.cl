@@ -21,12 +21,13 @@
 //      two n8 tiles at once, one the even columns and one the odd; a thread's accumulators then
 //      hold four adjacent columns.
 //   1: tiles are copied by cp.async into a ring of STAGES buffers, the copy of tile i + STAGES - 1
-//      issued while tile i is computed and no registers held for it; fragments come from
-//      ldmatrix (S's B = C^T as stored, O's B = C transposed, P as O's A), the 16-byte row padding
-//      (an odd number of 16-byte units a row) spreading its eight row addresses over the banks.
-//      Two stages of 576-wide rows fit 48 KiB at 16 rows a tile. Rows past the context are
-//      zero-filled by the copy itself. NVIDIA's __local pointers are shared-window addresses, so
-//      ldmatrix and cp.async take them as they are; the arrays they touch are 16-byte aligned.
+//      issued before tile i is waited for, so that STAGES tiles are in flight during the wait,
+//      and no registers held for them; fragments come from ldmatrix (S's B = C^T as stored, O's
+//      B = C transposed, P as O's A), the 16-byte row padding (an odd number of 16-byte units a
+//      row) spreading its eight row addresses over the banks. Two stages of 576-wide rows fit
+//      48 KiB at 16 rows a tile. Rows past the context are zero-filled by the copy itself.
+//      NVIDIA's __local pointers are shared-window addresses, so ldmatrix and cp.async take them
+//      as they are; the arrays they touch are 16-byte aligned.
 //
 // Defines: NW (warps: 4 or 8), BN (cache rows a tile: a multiple of 16 and of 4 NW), RANK
 // (kv_lora_rank: a multiple of 16 NW), ROPE (rope_dim; RANK + ROPE a multiple of 16), BF16,
@@ -177,10 +178,9 @@ __kernel __attribute__((reqd_work_group_size(NT, 1, 1))) void mla_attend_mma(
   for (int i = 0; i < tiles; ++i) {
     const int t0 = start + i * BN;
     const uint cur = ring0 + (i % STAGES) * TBYTES;
-    // Tile i has landed (this thread's copies; the barrier then makes everyone's visible), and
-    // every warp is done with tile i - 1, whose buffer takes tile i + STAGES - 1, its scores and
-    // its P.
-    CP_WAIT(STAGES - 2);
+    // Every warp is done with tile i - 1, whose buffer takes tile i + STAGES - 1 (issued before
+    // waiting for tile i, so that STAGES tiles are in flight during the wait), its scores and its
+    // P. Then tile i has landed: this thread's copies, and with the barrier everyone's.
     barrier(CLK_LOCAL_MEM_FENCE);
     {
       const int j = i + STAGES - 1, page = next_page;
@@ -188,6 +188,8 @@ __kernel __attribute__((reqd_work_group_size(NT, 1, 1))) void mla_attend_mma(
       if (j < tiles) load_tile(ring0 + (j % STAGES) * TBYTES, kv16, page, block_size, start + j * BN, end, tid);
       cp_commit();
     }
+    CP_WAIT(STAGES - 1);
+    barrier(CLK_LOCAL_MEM_FENCE);
 #else
   for (int t0 = start; t0 < end; t0 += BN) {
     // Every warp is done with the last tile, its scores and its P.
