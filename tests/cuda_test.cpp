@@ -3,6 +3,7 @@
 // NVIDIA driver, the device itself (the suite's other tests run every kernel on cuda:N through
 // test::devices(), Conformance included).
 #ifdef EJK_HAVE_CUDA
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <chrono>
@@ -220,7 +221,8 @@ TEST_P(CudaCompile, EveryProgramOfTheSpacesCompiles) {
         }
       }
   // mla_decode's tensor-core pass takes latent ranks of 64s only; so does the OpenCL C's
-  // tensor-core attend pass (variant mma), each of whose programs (warps x tile rows) compiles.
+  // tensor-core attend pass (variant mma), each of whose programs (warps x tile rows x staging:
+  // through registers, or a cp.async ring of so many stages) compiles.
   for (DType t : {DType::f16, DType::bf16}) {
     const kernels::mla_attention::MlaDecodeKernel mk;
     const Invocation inv = mk.from_sizes({{"batch", 2}, {"heads", 16}, {"context", 128}}, t, nlohmann::json::object());
@@ -230,11 +232,13 @@ TEST_P(CudaCompile, EveryProgramOfTheSpacesCompiles) {
         for (const Config& c : configs_to_compile(*impl, inv, info)) tasks.push_back({impl, inv, c});
         continue;
       }
-      std::set<std::pair<std::int64_t, std::int64_t>> programs;
+      std::set<std::array<std::int64_t, 3>> programs;
       for (const Config& c : impl->space(inv, info).enumerate())
-        if (c.has("variant") && c.text("variant") == "mma" && programs.insert({c.get("mma_warps"), c.get("mma_block_n")}).second)
+        if (c.has("variant") && c.text("variant") == "mma" &&
+            programs.insert({c.get("mma_warps"), c.get("mma_block_n"), c.get("mma_async") ? c.get("mma_stages") : 0}).second)
           tasks.push_back({impl, inv, c});
-      EXPECT_EQ(programs.size(), 3u) << "the OpenCL C's tensor-core programs for " << inv.signature();
+      // Through registers: 4 x 16, 4 x 32, 8 x 32; by cp.async, two stages of 16 rows (48 KiB).
+      EXPECT_EQ(programs.size(), 4u) << "the OpenCL C's tensor-core programs for " << inv.signature();
     }
   }
   // The decode engine's tensor-core pass takes head_dim 64 to 256 in steps of 64.

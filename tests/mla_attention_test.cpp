@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <set>
 
 #include "mla_attention/mla_attention.hpp"
 #include "support.hpp"
@@ -331,9 +332,11 @@ std::vector<Config> mma_configs(const Implementation& impl, const Invocation& in
 }
 
 // The tensor-core attend pass (mla_decode_mma.cl) against the double reference: f16 and bf16,
-// every program of its space (warps x tile rows) with one to four parts, a second group of 16
-// heads that is mostly zero rows, a row width of an odd number of k16 steps per k-group, contexts
-// ending mid-tile and mid-page, and a context of 0; then DeepSeek-V3 widths under every program.
+// every program of its space (warps x tile rows x staging: through registers or a cp.async ring
+// of two or three stages) with one to four parts, a second group of 16 heads that is mostly zero
+// rows, a row width of an odd number of k16 steps per k-group, contexts ending mid-tile and
+// mid-page, and a context of 0; DeepSeek-V3 widths under every program; pages of 16 and 32
+// tokens, and a group of 8 heads.
 // Runs where the device offers the variant (NVIDIA GPUs from sm_80, through OpenCL or the CUDA
 // backend's OpenCL C); elsewhere it says why it skips.
 TEST_P(MlaAttention, TensorCoreVariantMatchesTheReference) {
@@ -349,6 +352,11 @@ TEST_P(MlaAttention, TensorCoreVariantMatchesTheReference) {
       {{"batch", 4}, {"heads", 20}, {"context", 192}, {"kv_lora_rank", 128}, {"rope_dim", 32}, {"qk_nope_head_dim", 32},
        {"v_head_dim", 32}},
       {{"batch", 3}, {"heads", 16}, {"context", 300}},
+      // Pages of 16 and 32 tokens (16-row tiles only, or a tile a page), a row of 5 k16 steps.
+      {{"batch", 3}, {"heads", 16}, {"context", 150}, {"kv_lora_rank", 64}, {"rope_dim", 16}, {"qk_nope_head_dim", 32},
+       {"v_head_dim", 32}, {"block_size", 16}},
+      {{"batch", 3}, {"heads", 8}, {"context", 200}, {"kv_lora_rank", 128}, {"rope_dim", 64}, {"qk_nope_head_dim", 32},
+       {"v_head_dim", 32}, {"block_size", 32}},
   };
   std::size_t runs = 0;
   for (DType t : {DType::f16, DType::bf16})
@@ -363,6 +371,13 @@ TEST_P(MlaAttention, TensorCoreVariantMatchesTheReference) {
       EXPECT_EQ(configs[0].text("variant"), "mma") << inv.signature();
       for (const Config& c : mma_configs(*impl, inv, info))
         if (c.get("splits") <= (si == 0 ? 4 : 2)) configs.push_back(c);
+      // Both stagings (registers, and cp.async rings of two and, where local memory allows, three).
+      std::set<std::int64_t> stagings;
+      for (const Config& c : configs) stagings.insert(c.get("mma_async") ? c.get("mma_stages") : 0);
+      EXPECT_TRUE(stagings.count(0) && stagings.count(2)) << inv.signature();
+      if (si != 1) {
+        EXPECT_TRUE(stagings.count(3)) << inv.signature();
+      }
       for (const Config& c : configs) {
         std::vector<Tensor> args;
         for (std::size_t i = 0; i < inv.args.size(); ++i) args.push_back(ctx.from(inv.args[i].shape, inv.args[i].dtype, in[i]));
@@ -419,7 +434,15 @@ TEST(MlaDecodeOpenCL, TensorCoreVariantNeedsFragments) {
   gpu.coopmat = {CoopMatShape{16, 8, 16, DType::f16, DType::f32}};
   const auto deepseek = mma_configs(*impl, inv(DType::f16, 512, 64), gpu);
   EXPECT_FALSE(deepseek.empty());
-  for (const Config& c : deepseek) EXPECT_LE(c.get("mma_block_n"), 32) << "a 64-row tile of 576-wide rows exceeds 48 KiB";
+  for (const Config& c : deepseek) {
+    EXPECT_LE(c.get("mma_block_n"), 32) << "a 64-row tile of 576-wide rows exceeds 48 KiB";
+    if (c.get("mma_async")) {
+      EXPECT_TRUE(c.get("mma_block_n") == 16 && c.get("mma_stages") == 2 && c.get("mma_warps") == 4)
+          << "two stages of 16 rows fill 48 KiB: " << c.canonical();
+    }
+  }
+  EXPECT_TRUE(std::any_of(deepseek.begin(), deepseek.end(), [](const Config& c) { return c.get("mma_async") == 1; }))
+      << "the cp.async ring fits at 16 rows";
   EXPECT_TRUE(mma_configs(*impl, inv(DType::bf16, 512, 64), gpu).empty()) << "only f16 fragments listed";
   EXPECT_TRUE(mma_configs(*impl, inv(DType::f32, 512, 64), gpu).empty());
   EXPECT_TRUE(mma_configs(*impl, inv(DType::f16, 96, 32), gpu).empty()) << "kv_lora_rank not a multiple of 64";
@@ -427,6 +450,7 @@ TEST(MlaDecodeOpenCL, TensorCoreVariantNeedsFragments) {
   const Config h = impl->heuristic(inv(DType::f16, 512, 64), gpu);
   EXPECT_EQ(h.text("variant"), "mma");
   EXPECT_EQ(h.get("splits"), 8) << "a group of 16 heads for every two compute units";
+  EXPECT_EQ(h.get("mma_async"), 0) << "the register-staged path until a GPU measures the cp.async one";
   DeviceInfo cpu = gpu;
   cpu.cpu = true;
   EXPECT_TRUE(mma_configs(*impl, inv(DType::f16, 512, 64), cpu).empty()) << "a CPU driver";

@@ -52,6 +52,16 @@ std::string variant_of(const Config& c) {
 
 int dtype_code(DType t) { return t == DType::f32 ? 0 : t == DType::f16 ? 1 : 2; }
 
+// mla_decode_mma.cl's local memory in bytes with `buffers` tiles of mma_block_n rows (the
+// space's expression over its variables, and the same count for run()'s check).
+std::string mma_local_text(const std::string& buffers) {
+  return "4 * (" + buffers + " * mma_block_n * ((kv_lora_rank + rope_dim) / 2 + 4) + 64 * (mma_block_n + 8)"
+         " + 16 * (mma_block_n / 2 + 4) + 16)";
+}
+std::int64_t mma_local_bytes(std::int64_t buffers, std::int64_t bn, std::int64_t width) {
+  return 4 * (buffers * bn * (width / 2 + 4) + 64 * (bn + 8) + 16 * (bn / 2 + 4) + 16);
+}
+
 class OpenCLMlaDecode final : public clc::Implementation {
  public:
   using clc::Implementation::Implementation;
@@ -72,16 +82,19 @@ class OpenCLMlaDecode final : public clc::Implementation {
                      " <= local_mem",
                      std::move(s), scalar_v);
     if (mma) {
-      // mla_decode_mma.cl's NW and BN. Its local memory: a tile (rows padded by 4 words), the four
-      // k-groups' partial scores, P and the rescale factors.
+      // mla_decode_mma.cl's NW, BN, ASYNC and STAGES. Its local memory: the tile buffers (rows
+      // padded by 16 bytes; one for the register-staged path, a ring of mma_stages for cp.async),
+      // the four k-groups' partial scores, P and the rescale factors.
       s.param("mma_warps", {4, 8}, mma_v)
           .param("mma_block_n", {16, 32, 64}, mma_v)
+          .param("mma_async", {0, 1}, mma_v)
+          .param("mma_stages", {2, 3}, "variant == \"mma\" && mma_async == 1")
           .constraint("block_size % mma_block_n == 0")
           .constraint("mma_block_n >= 4 * mma_warps")
           .constraint("kv_lora_rank % (16 * mma_warps) == 0")
           .constraint("32 * mma_warps <= max_workgroup_size")
-          .constraint("4 * (mma_block_n * ((kv_lora_rank + rope_dim) / 2 + 4) + 64 * (mma_block_n + 8)"
-                      " + 16 * (mma_block_n / 2 + 4) + 16) <= local_mem")
+          .constraint("mma_async == 1 || " + mma_local_text("1") + " <= local_mem")
+          .constraint(mma_local_text("mma_stages") + " <= local_mem")
           .constraint("splits == 1 || splits * mma_block_n <= max_context");
     }
     return s;
@@ -98,9 +111,23 @@ class OpenCLMlaDecode final : public clc::Implementation {
     const ParamSpace s = space(inv, dev);
     const bool cpu = clc::is_cpu(dev);
     const std::int64_t cus = std::max<std::int64_t>(1, dev.compute_units);
-    for (auto [warps, bn] : {std::pair<std::int64_t, std::int64_t>{4, 32}, {8, 32}, {4, 16}, {4, 64}, {8, 64}}) {
-      const Config c{{"variant", std::string("mma")}, {"mma_warps", warps}, {"mma_block_n", bn},
-                     {"splits", pick_splits(p, p.batch * ceil_div(p.heads, 16), bn, (cus + 1) / 2)}};
+    // Tensor-core geometries: warps, tile rows, and 0 for the register-staged path or the cp.async
+    // ring's stages (at DeepSeek-V3 widths and 48 KiB only 16-row tiles fit two stages). The
+    // register-staged path stays first until a GPU measures the two: preferring cp.async is
+    // setting prefer_async.
+    constexpr bool prefer_async = false;
+    struct MmaTry {
+      std::int64_t warps, bn, stages;
+    };
+    std::vector<MmaTry> staged{{4, 32, 0}, {8, 32, 0}, {4, 16, 0}, {4, 64, 0}, {8, 64, 0}};
+    std::vector<MmaTry> ring{{4, 32, 2}, {4, 16, 2}, {8, 32, 2}, {4, 64, 2}, {8, 64, 2}};
+    if (prefer_async) std::swap(staged, ring);
+    staged.insert(staged.end(), ring.begin(), ring.end());
+    for (const MmaTry& m : staged) {
+      Config c{{"variant", std::string("mma")}, {"mma_warps", m.warps}, {"mma_block_n", m.bn},
+               {"mma_async", std::int64_t{m.stages > 0}},
+               {"splits", pick_splits(p, p.batch * ceil_div(p.heads, 16), m.bn, (cus + 1) / 2)}};
+      if (m.stages > 0) c.set("mma_stages", m.stages);
       if (s.admits(c)) return c;
     }
     struct Try {
@@ -135,23 +162,27 @@ class OpenCLMlaDecode final : public clc::Implementation {
       throw InvalidArgument("mla_decode on OpenCL: config " + config.canonical() +
                             " needs powers of two for threads, heads_per_group (dividing heads " + std::to_string(p.heads) +
                             ") and block_n (dividing block_size " + std::to_string(p.block_size) + ")");
-    std::int64_t warps = 0, mma_bn = 0;
+    std::int64_t warps = 0, mma_bn = 0, async = 0, stages = 1;
     if (mma) {
       warps = config.get("mma_warps");
       mma_bn = config.get("mma_block_n");
+      // Configs from before the cp.async path stage through registers.
+      async = config.has("mma_async") ? config.get("mma_async") : 0;
+      if (async == 1) stages = config.get("mma_stages");
       if (!mma_offered(p, dev.info()))
         throw InvalidArgument("mla_decode opencl: config " + config.canonical() +
                               " needs f16 or bf16 with kv_lora_rank a multiple of 64 and kv_lora_rank + rope_dim of 16 "
                               "on a device with 16x8x16 " + std::string(to_string(p.dtype)) +
                               " tensor-core fragments (" + dev.info().id() + ": " + dev.info().name + ")");
-      const std::int64_t local = 4 * (mma_bn * (p.width() / 2 + 4) + 64 * (mma_bn + 8) + 16 * (mma_bn / 2 + 4) + 16);
+      const std::int64_t local = mma_local_bytes(stages, mma_bn, p.width());
       if ((warps != 4 && warps != 8) || (mma_bn != 16 && mma_bn != 32 && mma_bn != 64) || mma_bn < 4 * warps ||
-          p.block_size % mma_bn || p.rank % (16 * warps) || local > static_cast<std::int64_t>(dev.info().local_mem))
+          p.block_size % mma_bn || p.rank % (16 * warps) || (async != 0 && async != 1) || stages < 1 ||
+          (async == 1 && stages < 2) || local > static_cast<std::int64_t>(dev.info().local_mem))
         throw InvalidArgument("mla_decode opencl: config " + config.canonical() +
                               " needs mma_warps 4 or 8, mma_block_n 16, 32 or 64 (at least 4 mma_warps, dividing "
-                              "block_size " + std::to_string(p.block_size) + "), kv_lora_rank a multiple of 16 mma_warps"
-                              " and " + std::to_string(local) + " bytes of local memory (the device has " +
-                              std::to_string(dev.info().local_mem) + ")");
+                              "block_size " + std::to_string(p.block_size) + "), kv_lora_rank a multiple of 16 mma_warps,"
+                              " mma_async 0 or 1 (with mma_stages of at least 2) and " + std::to_string(local) +
+                              " bytes of local memory (the device has " + std::to_string(dev.info().local_mem) + ")");
     }
     if (p.batch == 0) return;
 
@@ -170,7 +201,8 @@ class OpenCLMlaDecode final : public clc::Implementation {
       attend = dev.kernel(mma_key,
                           "-DNW=" + std::to_string(warps) + " -DBN=" + std::to_string(mma_bn) + " -DRANK=" +
                               std::to_string(p.rank) + " -DROPE=" + std::to_string(p.rope_dim) +
-                              " -DBF16=" + (p.dtype == DType::bf16 ? "1" : "0"),
+                              " -DBF16=" + (p.dtype == DType::bf16 ? "1" : "0") + " -DASYNC=" + std::to_string(async) +
+                              (async ? " -DSTAGES=" + std::to_string(stages) : std::string()),
                           "mla_attend_mma");
     else
       attend = dev.kernel(source_key, options, "mla_attend");
