@@ -111,19 +111,16 @@ class OpenCLMlaDecode final : public clc::Implementation {
     const ParamSpace s = space(inv, dev);
     const bool cpu = clc::is_cpu(dev);
     const std::int64_t cus = std::max<std::int64_t>(1, dev.compute_units);
-    // Tensor-core geometries: warps, tile rows, and 0 for the register-staged path or the cp.async
-    // ring's stages (at DeepSeek-V3 widths and 48 KiB only 16-row tiles fit two stages). The
-    // register-staged path stays first until a GPU measures the two: preferring cp.async is
-    // setting prefer_async.
-    constexpr bool prefer_async = false;
+    // Tensor-core geometries: warps, tile rows, and the cp.async ring's stages or 0 for the
+    // register-staged path. The ring first: on an H200 at B32 H16 ctx 4096 (DeepSeek-V3 widths,
+    // where 48 KiB holds two stages of 16-row tiles only) it read 641 GB/s against the staged
+    // path's 604, the best of the 24 mma configs (bench/results/h200-2026-11-27/mla-async).
     struct MmaTry {
       std::int64_t warps, bn, stages;
     };
-    std::vector<MmaTry> staged{{4, 32, 0}, {8, 32, 0}, {4, 16, 0}, {4, 64, 0}, {8, 64, 0}};
-    std::vector<MmaTry> ring{{4, 32, 2}, {4, 16, 2}, {8, 32, 2}, {4, 64, 2}, {8, 64, 2}};
-    if (prefer_async) std::swap(staged, ring);
-    staged.insert(staged.end(), ring.begin(), ring.end());
-    for (const MmaTry& m : staged) {
+    const std::vector<MmaTry> mma_tries{{4, 32, 2}, {4, 16, 2}, {8, 32, 2}, {4, 64, 2}, {8, 64, 2},
+                                        {4, 32, 0}, {8, 32, 0}, {4, 16, 0}, {4, 64, 0}, {8, 64, 0}};
+    for (const MmaTry& m : mma_tries) {
       Config c{{"variant", std::string("mma")}, {"mma_warps", m.warps}, {"mma_block_n", m.bn},
                {"mma_async", std::int64_t{m.stages > 0}},
                {"splits", pick_splits(p, p.batch * ceil_div(p.heads, 16), m.bn, (cus + 1) / 2)}};
