@@ -212,7 +212,7 @@ TEST_P(FlashAttentionOpenCL, TensorCoreVariantMatchesTheReference) {
   std::size_t turn = 0;
   for (DType t : {DType::f16, DType::bf16})
     for (std::int64_t dim : {64, 128}) {
-      const auto fwd = covering(mma_configs(false, dim, t), {"mma_stages", "mma_block_k", "mma_tiles"}, turn);
+      const auto fwd = covering(mma_configs(false, dim, t), {"mma_async", "mma_stages", "mma_block_k", "mma_tiles"}, turn);
       const auto bwd = covering(mma_configs(true, dim, t), {"mma_block_k", "mma_block_q"}, turn++);
       ASSERT_FALSE(fwd.empty());
       ASSERT_FALSE(bwd.empty());

@@ -60,8 +60,13 @@ float sum_quad(float x) {
 // Local data that ldmatrix reads or cp.async writes.
 #define EJK_ALIGN16 __attribute__((aligned(16)))
 
-// The shared-window address of a __local pointer, as ldmatrix and cp.async take it.
+// The shared-window address of a __local pointer, as ldmatrix and cp.async take it. Compiled as
+// CUDA (the CUDA backend's OpenCL C prelude), a "__local" pointer is a generic one.
+#ifdef __CUDACC__
+#define EJK_SMEM(p) ((uint)__cvta_generic_to_shared(p))
+#else
 #define EJK_SMEM(p) ((uint)(ulong)(p))
+#endif
 
 // Four 8x8 matrices of 16-bit words: lanes 8i..8i+7 give the rows of matrix i; lane l receives
 // row l / 4, words l % 4 of each (r[i] from matrix i). _t: each matrix transposed.

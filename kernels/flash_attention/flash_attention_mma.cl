@@ -10,15 +10,20 @@
 // strides of 4 mod 32 words); the next block's k and v travel through registers while this one
 // is computed. With STAGES 2 there are two such buffers: the next block goes into the other one
 // right after this one's arithmetic, so a block costs one barrier instead of two, for twice the
-// local memory. Scores stay in registers in the accumulator layout of m16n8k16 (thread (g, t) =
-// (lane / 4, lane % 4) holds rows g and g + 8, columns 2t and 2t + 1 of each 8-column tile),
-// which is also the layout of P's A fragments, so the online softmax needs only shuffles within
-// a quad and P never leaves registers. Blocks the mask allows whole, with no bias, cap or
+// local memory. With MMA_ASYNC 1 the registers are skipped: cp.async copies k and v as they are
+// (rows padded by 16 bytes) into a ring of STAGES (2 or 3) buffers, STAGES - 1 blocks in flight
+// while one is computed, one barrier a block; both B fragments come from ldmatrix.x4 (v's with
+// .trans, so nothing is staged transposed), which also reads four fragments an instruction where
+// the 32-bit loads read one. Scores stay in registers in the accumulator layout of m16n8k16
+// (thread (g, t) = (lane / 4, lane % 4) holds rows g and g + 8, columns 2t and 2t + 1 of each
+// 8-column tile), which is also the layout of P's A fragments, so the online softmax needs only
+// shuffles within a quad and P never leaves registers. Blocks the mask allows whole, with no bias, cap or
 // segments, take the scaled scores as they are; others go through logit() element by element.
 //
 // Defines: D, NW (warps a workgroup), RT (16-row tiles a warp, forward), BK (keys a block:
-// forward and dq), BQ (query rows a block: dk/dv), STAGES (1 or 2 local buffers of k and v,
-// forward), BF16 (0: f16 operands, 1: bf16).
+// forward and dq), BQ (query rows a block: dk/dv), STAGES (local buffers of k and v, forward: 1 or
+// 2, with MMA_ASYNC 2 or 3), MMA_ASYNC (forward: 0 k and v through registers, 1 by cp.async),
+// BF16 (0: f16 operands, 1: bf16).
 #include "flash_attention_common.cl"
 #include "common/clc_mma.h"
 
@@ -36,6 +41,20 @@
 #define BUF_WORDS (BK * KSTR + D * VSTR)  // one local buffer of k and v^T
 #ifndef STAGES
 #define STAGES 1
+#endif
+#ifndef MMA_ASYNC
+#define MMA_ASYNC 0
+#endif
+#if MMA_ASYNC
+#if STAGES < 2 || STAGES > 3
+#error "MMA_ASYNC needs STAGES 2 or 3"
+#endif
+// k and v rows as they are in memory, padded by 16 bytes: (2 D + 16) / 16 = D / 8 + 1 is odd, so
+// the 8 rows of an ldmatrix matrix fall on 8 distinct 16-byte bank groups.
+#define ROWB (2 * D + 16)
+#define TILE_BYTES (BK * ROWB)
+#define STAGE_BYTES (2 * TILE_BYTES)
+#define CPT ((KTASKS + 32 * NW - 1) / (32 * NW))  // 16-byte copies a thread, of k and of v
 #endif
 
 __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FWD_ARGS) {
@@ -84,6 +103,54 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
   const int jlo = max(0, key_lo(pc, c, i0)), jhi = min(c->k_len - 1, key_hi(pc, c, i0 + rows - 1));
   Walk tiles = KEY_TILES(head, i0, jlo / BK, jlo <= jhi ? jhi / BK : -1, BK);
   const bool plain_options = (pc->flags & (F_BIAS | F_SOFTCAP | F_SEGMENTS)) == 0u;
+#if MMA_ASYNC
+  // The ring: block walk index w in stage w % STAGES, STAGES - 1 blocks in flight ahead of the
+  // one computed. The argument's local memory is aligned only to its type; 16 more bytes than
+  // the ring are asked for, and the ring starts at the first 16-byte boundary.
+  const uint ring = (EJK_SMEM(sh) + 15u) & ~15u;
+  // Block KB (none: -1) into stage B, k and v rows past the sequence zero-filled (a masked key's
+  // v must be a zero, not whatever the memory holds, as its weight 0 times NaN is NaN). One
+  // commit group a call, empty or not, so that CP_WAIT counts blocks.
+#define ISSUE(KB, B)                                                                                         \
+  {                                                                                                          \
+    if ((KB) >= 0) {                                                                                         \
+      const uint kd_ = ring + (uint)(B) * STAGE_BYTES;                                                       \
+      _Pragma("unroll") for (int x_ = 0; x_ < CPT; ++x_) {                                                   \
+        const int u_ = tid + x_ * 32 * NW, r_ = u_ / (D / 8), cc_ = u_ - r_ * (D / 8), j_ = (KB) * BK + r_;   \
+        if (u_ < KTASKS) {                                                                                   \
+          const bool in_ = j_ < c->k_len;                                                                    \
+          const size_t at_ = ((size_t)(c->k_start + (in_ ? j_ : 0)) * pc->kv_heads + hk) * (D / 8) + cc_;    \
+          const uint to_ = kd_ + (uint)(r_ * ROWB + 16 * cc_);                                               \
+          cp16(to_, k4 + at_, in_ ? 16u : 0u);                                                               \
+          cp16(to_ + TILE_BYTES, v4 + at_, in_ ? 16u : 0u);                                                  \
+        }                                                                                                    \
+      }                                                                                                      \
+    }                                                                                                        \
+    cp_commit();                                                                                             \
+  }
+  // Lane offsets of the x4 loads (lanes 8i .. 8i + 7 address matrix i's rows). k, not
+  // transposed: matrices (keys +0, d +0), (+0, +8), (+8, +0), (+8, +8), the b0 and b1 of two
+  // score tiles. v, transposed: (keys +0, d +0), (+8, +0), (+0, +8), (+8, +8), the b0 and b1 of
+  // two output tiles.
+  const uint koff = (uint)((8 * (lane >> 4) + (lane & 7)) * ROWB + 16 * ((lane >> 3) & 1));
+  const uint voff = (uint)((8 * ((lane >> 3) & 1) + (lane & 7)) * ROWB + 16 * (lane >> 4));
+  int kb = walk_next(&tiles), ahead = -1;  // ahead: the block after kb (three stages)
+  ISSUE(kb, 0)
+  if (STAGES == 3) {
+    ahead = walk_next(&tiles);
+    ISSUE(ahead, 1)
+  }
+  for (int buf = 0; kb >= 0; buf = buf == STAGES - 1 ? 0 : buf + 1) {
+    const int j0 = kb * BK;
+    // This thread's copies of this block have landed; after the barrier everyone's have, and
+    // every warp is done with the stage the last block was computed from, which is refilled
+    // now: one barrier a block.
+    CP_WAIT(STAGES - 2);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int next = walk_next(&tiles);
+    ISSUE(next, buf == 0 ? STAGES - 1 : buf - 1)
+    const uint ks = ring + (uint)buf * STAGE_BYTES, vs = ks + TILE_BYTES;
+#else
   uint4 pk[KPT], pv[VPT][2];
 #define FETCH(J0)                                                                                            \
   {                                                                                                          \
@@ -147,6 +214,7 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
       barrier(CLK_LOCAL_MEM_FENCE);
     }
     if (next >= 0) FETCH(next * BK)
+#endif
 
     // s = q k^T for this warp's rows and the block's keys.
     float s[RT][STILES][4];
@@ -154,6 +222,20 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
     for (int r = 0; r < RT; ++r)
 #pragma unroll
       for (int n = 0; n < STILES; ++n) s[r][n][0] = s[r][n][1] = s[r][n][2] = s[r][n][3] = 0.0f;
+#if MMA_ASYNC
+#pragma unroll
+    for (int st = 0; st < KSTEPS; ++st)
+#pragma unroll
+      for (int n = 0; n < STILES; n += 2) {
+        uint b[4];
+        ldsm_x4(b, ks + koff + (uint)(8 * n * ROWB + 32 * st));
+#pragma unroll
+        for (int r = 0; r < RT; ++r) {
+          mma(s[r][n], qf[r][st][0], qf[r][st][1], qf[r][st][2], qf[r][st][3], b[0], b[1]);
+          mma(s[r][n + 1], qf[r][st][0], qf[r][st][1], qf[r][st][2], qf[r][st][3], b[2], b[3]);
+        }
+      }
+#else
 #pragma unroll
     for (int st = 0; st < KSTEPS; ++st)
 #pragma unroll
@@ -163,6 +245,7 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
 #pragma unroll
         for (int r = 0; r < RT; ++r) mma(s[r][n], qf[r][st][0], qf[r][st][1], qf[r][st][2], qf[r][st][3], b0, b1);
       }
+#endif
 
     // Online softmax in base 2; P replaces the scores (times the dropout mask, after the row
     // sums: lse does not see dropout). What the options add runs in loops of its own, so the
@@ -239,6 +322,18 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
         a[r][2] = pack2(s[r][2 * st + 1][0], s[r][2 * st + 1][1]);
         a[r][3] = pack2(s[r][2 * st + 1][2], s[r][2 * st + 1][3]);
       }
+#if MMA_ASYNC
+#pragma unroll
+      for (int n = 0; n < OTILES; n += 2) {
+        uint b[4];
+        ldsm_x4_t(b, vs + voff + (uint)(16 * st * ROWB + 16 * n));
+#pragma unroll
+        for (int r = 0; r < RT; ++r) {
+          mma(o[r][n], a[r][0], a[r][1], a[r][2], a[r][3], b[0], b[1]);
+          mma(o[r][n + 1], a[r][0], a[r][1], a[r][2], a[r][3], b[2], b[3]);
+        }
+      }
+#else
       __local const uint* vr = vt + g * VSTR + 8 * st + t;
 #pragma unroll
       for (int n = 0; n < OTILES; ++n) {
@@ -246,11 +341,23 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
 #pragma unroll
         for (int r = 0; r < RT; ++r) mma(o[r][n], a[r][0], a[r][1], a[r][2], a[r][3], b0, b1);
       }
+#endif
     }
+#if MMA_ASYNC
+    if (STAGES == 3) {
+      kb = ahead;
+      ahead = next;
+    } else {
+      kb = next;
+    }
+  }
+#undef ISSUE
+#else
     if (STAGES == 2 && next >= 0) DEPOSIT(buf ^ 1)
   }
 #undef FETCH
 #undef DEPOSIT
+#endif
 
   __global uint* ow = (__global uint*)out;
 #pragma unroll

@@ -73,20 +73,25 @@ bool mma_offered(const Problem& p, const DeviceInfo& dev) {
 
 // An mma config's geometry and its passes' local memory in bytes (flash_attention_mma.cl's
 // layouts): warps per workgroup, 16-row tiles per warp (forward), keys per block (forward, dq),
-// query rows per block (dk/dv), local buffers of k and v (forward).
+// query rows per block (dk/dv), local buffers of k and v (forward), and whether the forward
+// copies them by cp.async into a ring of `stages` (k and v rows as they are, padded by 16 bytes,
+// plus 16 bytes to align the ring) rather than through registers.
 struct MmaGeometry {
-  std::int64_t warps, tiles, bk, bq, d, stages = 1;
+  std::int64_t warps, tiles, bk, bq, d, stages = 1, async = 0;
   std::int64_t row_words() const { return d / 2 + 4; }
-  std::int64_t forward_local() const { return 4 * stages * (bk * row_words() + d * (bk / 2 + 4)); }
+  std::int64_t forward_local() const {
+    return async ? 16 + stages * 2 * bk * (2 * d + 16) : 4 * stages * (bk * row_words() + d * (bk / 2 + 4));
+  }
   std::int64_t dq_local() const { return 4 * (2 * bk * row_words() + d * (bk / 2 + 4)); }
   std::int64_t dkdv_local() const { return 4 * (2 * bq * row_words() + 2 * d * (bq / 2 + 4) + 2 * bq); }
 };
 
 MmaGeometry mma_geometry(const Config& c, const Problem& p, const DeviceInfo& info) {
-  // Configs from before pipeline stages existed have one.
+  // Configs from before pipeline stages (or the async copies) existed have one (none).
   MmaGeometry g{c.get("mma_warps"), p.backward ? 1 : c.get("mma_tiles"), c.get("mma_block_k"),
                 p.backward ? c.get("mma_block_q") : 16, p.head_dim,
-                !p.backward && c.has("mma_stages") ? c.get("mma_stages") : 1};
+                !p.backward && c.has("mma_stages") ? c.get("mma_stages") : 1,
+                !p.backward && c.has("mma_async") ? c.get("mma_async") : 0};
   const std::string text = std::string(p.backward ? "flash_attention_bwd" : "flash_attention") + " opencl: config " +
                            c.canonical() + " ";
   if (!mma_offered(p, info))
@@ -95,9 +100,9 @@ MmaGeometry mma_geometry(const Config& c, const Problem& p, const DeviceInfo& in
                           info.name + ")");
   if (g.warps <= 0 || 32 * g.warps > gpu_max_threads || (g.tiles != 1 && g.tiles != 2) ||
       (g.bk != 32 && g.bk != 64 && (p.backward || g.bk != 16)) || (g.bq != 16 && g.bq != 32) ||
-      (g.stages != 1 && g.stages != 2))
+      (g.async != 0 && g.async != 1) || g.stages < 1 + g.async || g.stages > 2 + g.async)
     throw InvalidArgument(text + "needs 1 to 8 mma_warps, mma_tiles 1 or 2, mma_block_k 32 or 64 (or 16, forward), "
-                          "mma_block_q 16 or 32, mma_stages 1 or 2");
+                          "mma_block_q 16 or 32, mma_async 0 or 1, mma_stages 1 or 2 (mma_async 1: 2 or 3)");
   const std::int64_t local = p.backward ? std::max(g.dq_local(), g.dkdv_local()) : g.forward_local();
   if (local > static_cast<std::int64_t>(info.local_mem))
     throw InvalidArgument(text + "needs " + std::to_string(local) + " bytes of local memory for head_dim " +
@@ -117,6 +122,7 @@ std::shared_ptr<clc::Kernel> mma_kernel(clc::Device& dev, const MmaGeometry& g, 
   const std::string options = "-DD=" + std::to_string(g.d) + " -DNW=" + std::to_string(g.warps) +
                               " -DRT=" + std::to_string(g.tiles) + " -DBK=" + std::to_string(g.bk) +
                               " -DBQ=" + std::to_string(g.bq) + " -DSTAGES=" + std::to_string(g.stages) +
+                              " -DMMA_ASYNC=" + std::to_string(g.async) +
                               " -DBF16=" + (t == DType::bf16 ? "1" : "0") + list_options(lists);
   return dev.kernel(mma_key, options, name);
 }
@@ -357,13 +363,20 @@ void add_opencl_params(ParamSpace& s, std::vector<Value> variants, const Problem
                       "2 * mma_block_q * (head_dim / 2 + 4) + 2 * head_dim * (mma_block_q / 2 + 4) + 2 * mma_block_q) <= local_mem");
     } else {
       s.param("mma_tiles", {1, 2}, mma_v)
-          .param("mma_stages", {1, 2}, mma_v)
+          .param("mma_async", {0, 1}, mma_v)
+          .param("mma_stages", {1, 2, 3}, mma_v)
           // Two tiles' q fragments and outputs exceed the registers at head_dim 128.
           .constraint("mma_tiles == 1 || head_dim <= 64")
           .constraint("16 * mma_warps * mma_tiles <= 32 || 16 * mma_warps * mma_tiles < 2 * seq_q")
-          // A second buffer pays only when there is a next block to fill it with.
+          // Through registers: one or two buffers. By cp.async: a ring of two or three, as one
+          // stage would leave nothing in flight while a block is computed.
+          .constraint("(mma_async == 0 && mma_stages <= 2) || (mma_async == 1 && mma_stages >= 2)")
+          // Another buffer pays only when there is a block to fill it with.
           .constraint("mma_stages == 1 || mma_block_k < seq_k")
-          .constraint("4 * mma_stages * (mma_block_k * (head_dim / 2 + 4) + head_dim * (mma_block_k / 2 + 4)) <= local_mem");
+          .constraint("mma_stages <= 2 || 2 * mma_block_k < seq_k")
+          .constraint("mma_async == 1 || 4 * mma_stages * (mma_block_k * (head_dim / 2 + 4) + head_dim * "
+                      "(mma_block_k / 2 + 4)) <= local_mem")
+          .constraint("mma_async == 0 || 16 + 2 * mma_stages * mma_block_k * (2 * head_dim + 16) <= local_mem");
     }
   }
   s.bind({{"head_dim_class", head_dim_class(p.head_dim)},
@@ -383,9 +396,15 @@ std::vector<Config> opencl_candidates(bool backward, bool cpu_family, const Tile
   auto cfg = [&](std::int64_t bq, std::int64_t bk, std::int64_t rx, std::int64_t ry) {
     return Config{{"variant", std::string("scalar")}, {names.q, bq}, {names.k, bk}, {"threads_x", rx}, {"threads_y", ry}};
   };
+  // The forward's k and v through registers (mma_async 0) or by cp.async into a ring of two
+  // stages (1): which one leads is this one line, for the H100's measurement to decide.
+  constexpr bool async_forward = false;
   auto mma = [&](std::int64_t warps, std::int64_t bk, std::int64_t x) {
     Config c{{"variant", std::string("mma")}, {"mma_warps", warps}, {"mma_block_k", bk}, {backward ? "mma_block_q" : "mma_tiles", x}};
-    if (!backward) c.set("mma_stages", 1);
+    if (!backward) {
+      c.set("mma_async", async_forward ? 1 : 0);
+      c.set("mma_stages", async_forward ? 2 : 1);
+    }
     return c;
   };
   if (cpu_family)
@@ -395,6 +414,8 @@ std::vector<Config> opencl_candidates(bool backward, bool cpu_family, const Tile
   // 32-key blocks).
   std::vector<Config> tries = backward ? std::vector<Config>{mma(4, 32, 16), mma(2, 32, 16)}
                                        : std::vector<Config>{mma(8, 64, 1), mma(4, 32, 2), mma(4, 32, 1), mma(2, 32, 1)};
+  // Two stages of 64 keys exceed 48 KiB at head_dim 128: the ring's largest there is 32 keys.
+  if (!backward && async_forward) tries.insert(tries.begin() + 1, mma(8, 32, 1));
   if (backward) {
     // With 48 KiB of local memory and head_dim 128 these are the largest that fit.
     tries.insert(tries.end(), {cfg(16, 32, 16, 8), cfg(16, 16, 16, 8), cfg(8, 16, 16, 8), cfg(8, 8, 8, 8), cfg(8, 8, 4, 8)});
