@@ -5,6 +5,8 @@
 // device offers it.
 #include <algorithm>
 #include <map>
+#include <set>
+#include <utility>
 
 #include "support.hpp"
 
@@ -169,6 +171,34 @@ TEST_P(FlashAttentionOpenCL, TensorCoreVariantNeedsFragments) {
     EXPECT_FALSE(offered(256, DType::f16, backward)) << "head_dim beyond the registers";
     const Invocation inv = invocation(backward, 128, DType::f16, nlohmann::json::object(), {{"seq_q", 4096}, {"seq_k", 4096}});
     EXPECT_EQ(fa::opencl_heuristic(inv, gpu, backward, false).text("variant"), "mma");
+  }
+}
+
+// The forward's cp.async ring (mma_async 1): two or three stages, each of k and v rows padded by
+// 16 bytes, within NVIDIA's 48 KiB (plus the 16 bytes that align it); the register path keeps
+// one or two buffers, and the heuristic keeps the register path until the H100 says otherwise.
+TEST_P(FlashAttentionOpenCL, TensorCoreAsyncRingFitsLocalMemory) {
+  DeviceInfo gpu = nvidia_like();
+  gpu.coopmat = {CoopMatShape{16, 8, 16, DType::f16, DType::f32}};
+  for (std::int64_t dim : {64, 128}) {
+    const Invocation inv = invocation(false, dim, DType::f16, nlohmann::json::object(), {{"seq_q", 4096}, {"seq_k", 4096}});
+    std::set<std::pair<std::int64_t, std::int64_t>> ring;  // (stages, block_k) with mma_async 1
+    for (const Config& c : fa::opencl_space(inv, gpu, false, false).enumerate()) {
+      if (c.text("variant") != "mma") continue;
+      const std::int64_t stages = c.get("mma_stages"), bk = c.get("mma_block_k");
+      if (c.get("mma_async") == 0) {
+        EXPECT_LE(stages, 2) << c.canonical();
+        continue;
+      }
+      EXPECT_GE(stages, 2) << c.canonical();
+      EXPECT_LE(16 + stages * 2 * bk * (2 * dim + 16), 48 * 1024) << c.canonical();
+      ring.insert({stages, bk});
+    }
+    EXPECT_TRUE(ring.count({2, 32}) && ring.count({3, 16})) << dim;
+    EXPECT_EQ(ring.count({2, 64}), dim == 64 ? 1u : 0u) << dim << ": two 64-key stages need 68 KiB at head_dim 128";
+    EXPECT_EQ(ring.count({3, 32}), dim == 64 ? 1u : 0u) << dim;
+    const Config h = fa::opencl_heuristic(inv, gpu, false, false);
+    EXPECT_EQ(h.get("mma_async"), 0) << h.canonical();
   }
 }
 
