@@ -243,7 +243,7 @@ TEST_P(FlashAttentionOpenCL, TensorCoreVariantMatchesTheReference) {
   for (DType t : {DType::f16, DType::bf16})
     for (std::int64_t dim : {64, 128}) {
       const auto fwd = covering(mma_configs(false, dim, t), {"mma_async", "mma_stages", "mma_block_k", "mma_tiles"}, turn);
-      const auto bwd = covering(mma_configs(true, dim, t), {"mma_block_k", "mma_block_q"}, turn++);
+      const auto bwd = covering(mma_configs(true, dim, t), {"mma_async", "mma_block_k", "mma_block_q"}, turn++);
       ASSERT_FALSE(fwd.empty());
       ASSERT_FALSE(bwd.empty());
       for (std::size_t i = 0; i < std::max(fwd.size(), bwd.size()); ++i) {

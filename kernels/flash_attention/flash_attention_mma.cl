@@ -446,6 +446,59 @@ void load_a(uint f[KSTEPS][4], int r0, int last, int tok0, uint nh, uint h, __gl
       mma(acc[n_], a0_, a1_, a2_, a3_, cr_[8 * n_ * (stride)], cr_[8 * n_ * (stride) + 4]);           \
   }
 
+#ifndef BWD_ASYNC
+#define BWD_ASYNC 0
+#endif
+#if BWD_ASYNC
+// BWD_ASYNC 1: rows as they are in memory, copied by cp.async, rows padded by 16 bytes (an odd
+// number of 16-byte units, so ldmatrix's 8 rows hit distinct banks), B fragments by ldmatrix.x4:
+// nothing staged transposed, half the local memory.
+#define BROWB (2 * D + 16)
+
+// The first 16-byte boundary of the local argument (aligned only to its type): ldmatrix and
+// cp.async fault on misaligned addresses, and the host asks for 16 bytes more.
+__local uchar* align16(__local float* sh) { return (__local uchar*)sh + ((16u - (EJK_SMEM(sh) & 15u)) & 15u); }
+
+// Rows [0, n) at local address dst = tokens tok0.. of head h of src (nh heads); those at or past
+// `valid` zero-filled by the copy's byte count. Not committed.
+void copy_rows(uint dst, int n, int tok0, int valid, uint nh, uint h, __global const uint4* src, int tid) {
+  for (int u = tid; u < n * (D / 8); u += 32 * NW) {
+    const int r = u / (D / 8), cc = u - r * (D / 8);
+    const bool in = r < valid;
+    cp16(dst + (uint)(r * BROWB + 16 * cc), src + ((size_t)(tok0 + (in ? r : 0)) * nh + h) * (D / 8) + cc, in ? 16u : 0u);
+  }
+}
+
+// Lane offsets of the x4 loads: rows (for b's rows: two 8-row tiles of a 16-wide k-step) and
+// cols (transposed: two 8-column tiles of a 16-row step). See the forward.
+#define LANE_OFFSETS                                                                                   \
+  const uint roff = (uint)((8 * (lane >> 4) + (lane & 7)) * BROWB + 16 * ((lane >> 3) & 1));          \
+  const uint coff = (uint)((8 * ((lane >> 3) & 1) + (lane & 7)) * BROWB + 16 * (lane >> 4));
+
+// GEMM_ROWS with b's rows at local address rows_at.
+#define GEMM_ROWS_LD(acc, a, rows_at, tiles)                                                          \
+  _Pragma("unroll") for (int st_ = 0; st_ < KSTEPS; ++st_) _Pragma("unroll") for (int n_ = 0; n_ < (tiles); n_ += 2) { \
+    uint b_[4];                                                                                       \
+    ldsm_x4(b_, (rows_at) + roff + (uint)(8 * n_ * BROWB + 32 * st_));                                \
+    mma(acc[n_], a[st_][0], a[st_][1], a[st_][2], a[st_][3], b_[0], b_[1]);                           \
+    mma(acc[n_ + 1], a[st_][0], a[st_][1], a[st_][2], a[st_][3], b_[2], b_[3]);                       \
+  }
+
+// GEMM_COLS with y's rows (the reduced index) at local address rows_at, transposed by ldmatrix.
+#define GEMM_COLS_LD(acc, xs, cols, rows_at)                                                          \
+  _Pragma("unroll") for (int st_ = 0; st_ < (cols) / 16; ++st_) {                                     \
+    const uint a0_ = pack2(xs[2 * st_][0], xs[2 * st_][1]), a1_ = pack2(xs[2 * st_][2], xs[2 * st_][3]); \
+    const uint a2_ = pack2(xs[2 * st_ + 1][0], xs[2 * st_ + 1][1]);                                   \
+    const uint a3_ = pack2(xs[2 * st_ + 1][2], xs[2 * st_ + 1][3]);                                   \
+    _Pragma("unroll") for (int n_ = 0; n_ < OTILES; n_ += 2) {                                        \
+      uint b_[4];                                                                                     \
+      ldsm_x4_t(b_, (rows_at) + coff + (uint)(16 * st_ * BROWB + 16 * n_));                           \
+      mma(acc[n_], a0_, a1_, a2_, a3_, b_[0], b_[1]);                                                 \
+      mma(acc[n_ + 1], a0_, a1_, a2_, a3_, b_[2], b_[3]);                                             \
+    }                                                                                                 \
+  }
+#endif
+
 // Stores rows r0 + g and r0 + g + 8 (those below `valid`) of a 16 x D accumulator times `scale`.
 void store_rows(float acc[OTILES][4], int r0, int valid, int tok0, uint nh, uint h, __global uint* dst, float scale,
                 int g, int t) {
@@ -501,10 +554,12 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dq_mma(BWD
   const int i0 = (int)get_group_id(0) * 16 * NW;
   if (i0 >= c->q_len) return;
   const int rows = min(16 * NW, c->q_len - i0), w0 = i0 + 16 * warp;
+#if !BWD_ASYNC
   const int KTS = BK / 2 + 4;
   __local uint* ks = (__local uint*)sh;
   __local uint* vs = ks + BK * KSTR;
   __local uint* kt = vs + BK * KSTR;
+#endif
 
   uint qf[KSTEPS][4], of[KSTEPS][4];
   load_a(qf, w0, c->q_len - 1, c->q_start, pc->heads, head, (__global const uint*)q, g, t);
@@ -523,6 +578,32 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dq_mma(BWD
 
   const int jlo = max(0, key_lo(pc, c, i0)), jhi = min(c->k_len - 1, key_hi(pc, c, i0 + rows - 1));
   Walk tiles = KEY_TILES(head, i0, jlo / BK, jlo <= jhi ? jhi / BK : -1, BK);
+#if BWD_ASYNC
+  // A ring of two stages of k and v rows: the next block's copy is in flight while this one is
+  // computed, one barrier a block (as the forward's).
+  const uint ring = EJK_SMEM(align16(sh));
+  LANE_OFFSETS
+#define DQ_ISSUE(KB, B)                                                                                \
+  {                                                                                                    \
+    if ((KB) >= 0) {                                                                                   \
+      const int j_ = (KB) * BK;                                                                        \
+      const uint at_ = ring + (uint)(B) * (2 * BK * BROWB);                                            \
+      copy_rows(at_, BK, c->k_start + j_, min(BK, c->k_len - j_), pc->kv_heads, hk, (__global const uint4*)k, tid); \
+      copy_rows(at_ + BK * BROWB, BK, c->k_start + j_, min(BK, c->k_len - j_), pc->kv_heads, hk,      \
+                (__global const uint4*)v, tid);                                                        \
+    }                                                                                                  \
+    cp_commit();                                                                                       \
+  }
+  int kb = walk_next(&tiles);
+  DQ_ISSUE(kb, 0)
+  for (int buf = 0; kb >= 0; buf ^= 1) {
+    const int j0 = kb * BK;
+    CP_WAIT(0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int next = walk_next(&tiles);
+    DQ_ISSUE(next, buf ^ 1)
+    const uint ks = ring + (uint)buf * (2 * BK * BROWB), vs = ks + BK * BROWB;
+#else
   for (int kb = walk_next(&tiles); kb >= 0; kb = walk_next(&tiles)) {
     const int j0 = kb * BK, n = min(BK, c->k_len - j0);
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -530,11 +611,17 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dq_mma(BWD
     stage_rows(vs, BK, c->k_start + j0, n, pc->kv_heads, hk, (__global const uint4*)v, tid);
     stage_cols(kt, KTS, BK, c->k_start + j0, n, pc->kv_heads, hk, (__global const uint4*)k, tid);
     barrier(CLK_LOCAL_MEM_FENCE);
+#endif
     float s[STILES][4], dp[STILES][4];
 #pragma unroll
     for (int x = 0; x < STILES; ++x) s[x][0] = s[x][1] = s[x][2] = s[x][3] = dp[x][0] = dp[x][1] = dp[x][2] = dp[x][3] = 0.0f;
+#if BWD_ASYNC
+    GEMM_ROWS_LD(s, qf, ks, STILES)
+    GEMM_ROWS_LD(dp, of, vs, STILES)
+#else
     GEMM_ROWS(s, qf, ks, STILES)
     GEMM_ROWS(dp, of, vs, STILES)
+#endif
     const bool whole = plain_options && i0 + 16 * NW <= c->q_len && j0 + BK <= c->k_len &&
                        j0 >= key_lo(pc, c, i0 + 16 * NW - 1) && j0 + BK - 1 <= key_hi(pc, c, i0);
     TO_LOGITS(s, STILES, whole, head, w0, j0, false)
@@ -551,8 +638,15 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dq_mma(BWD
         float p;
         s[x][e] = grad_logit(pc, s[x][e], dp[x][e], lse2[e >> 1], dlt[e >> 1], &p);
       }
+#if BWD_ASYNC
+    GEMM_COLS_LD(acc, s, BK, ks)
+    kb = next;
+  }
+#undef DQ_ISSUE
+#else
     GEMM_COLS(acc, s, BK, kt, KTS)
   }
+#endif
   store_rows(acc, w0, c->q_len, c->q_start, pc->heads, head, (__global uint*)dq, pc->softmax_scale, g, t);
 }
 
@@ -570,6 +664,14 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dkdv_mma(B
   const int j0 = (int)get_group_id(0) * 16 * NW;
   if (j0 >= c->k_len) return;
   const int n = min(16 * NW, c->k_len - j0), w0 = j0 + 16 * warp;
+#if BWD_ASYNC
+  // q and dout rows at local addresses qs and ds, then the rows' lse and delta.
+  __local uchar* const al = align16(sh);
+  const uint qs = EJK_SMEM(al), ds = qs + BQ * BROWB;
+  __local float* ls = (__local float*)(al + 2 * BQ * BROWB);
+  __local float* dl = ls + BQ;
+  LANE_OFFSETS
+#else
   const int QTS = BQ / 2 + 4;
   __local uint* qs = (__local uint*)sh;
   __local uint* ds = qs + BQ * KSTR;
@@ -577,6 +679,7 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dkdv_mma(B
   __local uint* dt = qt + D * QTS;
   __local float* ls = (__local float*)(dt + D * QTS);
   __local float* dl = ls + BQ;
+#endif
 
   uint kf[KSTEPS][4], vf[KSTEPS][4];
   load_a(kf, w0, c->k_len - 1, c->k_start, pc->kv_heads, hk, (__global const uint*)k, g, t);
@@ -606,22 +709,36 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dkdv_mma(B
         continue;
       }
       barrier(CLK_LOCAL_MEM_FENCE);
+#if BWD_ASYNC
+      copy_rows(qs, BQ, c->q_start + i0, rows, pc->heads, h, (__global const uint4*)q, tid);
+      copy_rows(ds, BQ, c->q_start + i0, rows, pc->heads, h, (__global const uint4*)dout, tid);
+      cp_commit();
+#else
       stage_rows(qs, BQ, c->q_start + i0, rows, pc->heads, h, (__global const uint4*)q, tid);
       stage_rows(ds, BQ, c->q_start + i0, rows, pc->heads, h, (__global const uint4*)dout, tid);
       stage_cols(qt, QTS, BQ, c->q_start + i0, rows, pc->heads, h, (__global const uint4*)q, tid);
       stage_cols(dt, QTS, BQ, c->q_start + i0, rows, pc->heads, h, (__global const uint4*)dout, tid);
+#endif
       for (int r = tid; r < BQ; r += 32 * NW) {
         const bool inr = r < rows;
         ls[r] = inr ? lse[lse_index(pc, c, h, i0 + r)] * LOG2E : 0.0f;
         dl[r] = inr ? delta[h * pc->total_q + (uint)(c->q_start + i0 + r)] : 0.0f;
       }
+#if BWD_ASYNC
+      CP_WAIT(0);
+#endif
       barrier(CLK_LOCAL_MEM_FENCE);
       // Transposed tiles: this thread holds keys w0 + g (+ 8) and queries i0 + 8 x + 2 t (+ 1).
       float s[BQ / 8][4], dp[BQ / 8][4];  // then dU^T and P^T (dropout applied) in their place
 #pragma unroll
       for (int x = 0; x < BQ / 8; ++x) s[x][0] = s[x][1] = s[x][2] = s[x][3] = dp[x][0] = dp[x][1] = dp[x][2] = dp[x][3] = 0.0f;
+#if BWD_ASYNC
+      GEMM_ROWS_LD(s, kf, qs, BQ / 8)
+      GEMM_ROWS_LD(dp, vf, ds, BQ / 8)
+#else
       GEMM_ROWS(s, kf, qs, BQ / 8)
       GEMM_ROWS(dp, vf, ds, BQ / 8)
+#endif
       const bool whole = plain_options && i0 + BQ <= c->q_len && j0 + 16 * NW <= c->k_len &&
                          j0 >= key_lo(pc, c, i0 + BQ - 1) && j0 + 16 * NW - 1 <= key_hi(pc, c, i0);
       TO_LOGITS(s, BQ / 8, whole, h, w0, i0, true)
@@ -662,8 +779,13 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dkdv_mma(B
             }
           }
       }
+#if BWD_ASYNC
+      GEMM_COLS_LD(dva, dp, BQ, ds)
+      GEMM_COLS_LD(dka, s, BQ, qs)
+#else
       GEMM_COLS(dva, dp, BQ, dt, QTS)
       GEMM_COLS(dka, s, BQ, qt, QTS)
+#endif
     }
   }
   store_rows(dka, w0, c->k_len, c->k_start, pc->kv_heads, hk, (__global uint*)dk, pc->qscale * pc->grad_scale, g, t);
