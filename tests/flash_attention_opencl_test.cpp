@@ -174,9 +174,10 @@ TEST_P(FlashAttentionOpenCL, TensorCoreVariantNeedsFragments) {
   }
 }
 
-// The forward's cp.async ring (mma_async 1): two or three stages, each of k and v rows padded by
-// 16 bytes, within NVIDIA's 48 KiB (plus the 16 bytes that align it); the register path keeps
-// one or two buffers, and the heuristic keeps the register path until the H100 says otherwise.
+// The cp.async copies (mma_async 1): the forward's ring of two or three stages, each of k and v
+// rows padded by 16 bytes, within NVIDIA's 48 KiB (plus the 16 bytes that align it), and the
+// backward's rows likewise; the forward's register path keeps one or two buffers, and the
+// heuristics keep the register paths until the H100 says otherwise.
 TEST_P(FlashAttentionOpenCL, TensorCoreAsyncRingFitsLocalMemory) {
   DeviceInfo gpu = nvidia_like();
   gpu.coopmat = {CoopMatShape{16, 8, 16, DType::f16, DType::f32}};
@@ -199,6 +200,17 @@ TEST_P(FlashAttentionOpenCL, TensorCoreAsyncRingFitsLocalMemory) {
     EXPECT_EQ(ring.count({3, 32}), dim == 64 ? 1u : 0u) << dim;
     const Config h = fa::opencl_heuristic(inv, gpu, false, false);
     EXPECT_EQ(h.get("mma_async"), 0) << h.canonical();
+    // Backward: dq's ring of two stages of k and v, dk/dv's q and dout rows.
+    const Invocation b = invocation(true, dim, DType::f16, nlohmann::json::object(), {{"seq_q", 4096}, {"seq_k", 4096}});
+    std::set<std::int64_t> keys;  // mma_block_k with mma_async 1
+    for (const Config& c : fa::opencl_space(b, gpu, true, false).enumerate()) {
+      if (c.text("variant") != "mma" || c.get("mma_async") == 0) continue;
+      const std::int64_t bk = c.get("mma_block_k"), bq = c.get("mma_block_q");
+      EXPECT_LE(16 + std::max(4 * bk * (2 * dim + 16), 2 * bq * (2 * dim + 16) + 8 * bq), 48 * 1024) << c.canonical();
+      keys.insert(bk);
+    }
+    EXPECT_EQ(keys, (dim == 64 ? std::set<std::int64_t>{32, 64} : std::set<std::int64_t>{32})) << dim;
+    EXPECT_EQ(fa::opencl_heuristic(b, gpu, true, false).get("mma_async"), 0);
   }
 }
 

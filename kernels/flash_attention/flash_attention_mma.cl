@@ -23,7 +23,8 @@
 // Defines: D, NW (warps a workgroup), RT (16-row tiles a warp, forward), BK (keys a block:
 // forward and dq), BQ (query rows a block: dk/dv), STAGES (local buffers of k and v, forward: 1 or
 // 2, with MMA_ASYNC 2 or 3), MMA_ASYNC (forward: 0 k and v through registers, 1 by cp.async),
-// BF16 (0: f16 operands, 1: bf16).
+// BWD_ASYNC (dq and dk/dv: 0 rows staged through registers, some transposed; 1 by cp.async, B
+// fragments by ldmatrix), BF16 (0: f16 operands, 1: bf16).
 #include "flash_attention_common.cl"
 #include "common/clc_mma.h"
 
