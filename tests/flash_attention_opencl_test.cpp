@@ -237,8 +237,8 @@ TEST_P(FlashAttentionOpenCL, TensorCoreVariantMatchesTheReference) {
       {{"window_left", 40}, {"window_right", 8}, {"logits_soft_cap", 20.0}, {"dropout", 0.1}, {"segments", true}},
       {{"causal", true}, {"bias", "heads"}},
   };
-  // One config of each program shape that changes the code path (forward: stages x key block x
-  // tiles; backward: key block x query block), the warp count rotating from one dtype and
+  // One config of each program shape that changes the code path (forward: async x stages x key
+  // block x tiles; backward: async x key block x query block), the warp count rotating from one dtype and
   // head_dim to the next: every config is a program for NVIDIA's compiler, a few seconds each.
   auto covering = [](const std::vector<Config>& configs, std::vector<std::string> keys, std::size_t turn) {
     std::map<std::string, std::vector<Config>> groups;
