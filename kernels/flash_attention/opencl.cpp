@@ -413,14 +413,10 @@ std::vector<Config> opencl_candidates(bool backward, bool cpu_family, const Tile
   constexpr bool async_forward = false;
   // The backward's rows through registers (0) or by cp.async (1), likewise.
   constexpr bool async_backward = false;
-  auto mma = [&](std::int64_t warps, std::int64_t bk, std::int64_t x) {
+  auto mma = [&](std::int64_t warps, std::int64_t bk, std::int64_t x, bool async) {
     Config c{{"variant", std::string("mma")}, {"mma_warps", warps}, {"mma_block_k", bk}, {backward ? "mma_block_q" : "mma_tiles", x}};
-    if (!backward) {
-      c.set("mma_async", async_forward ? 1 : 0);
-      c.set("mma_stages", async_forward ? 2 : 1);
-    } else {
-      c.set("mma_async", async_backward ? 1 : 0);
-    }
+    c.set("mma_async", async ? 1 : 0);
+    if (!backward) c.set("mma_stages", async ? 2 : 1);
     return c;
   };
   if (cpu_family)
@@ -428,10 +424,17 @@ std::vector<Config> opencl_candidates(bool backward, bool cpu_family, const Tile
   // Tensor cores first where the space offers them: the H100's best of a sweep at B4 H16 S4096
   // f16 (head_dim 128: 8 warps of one tile over 64-key blocks; 64: 4 warps of two tiles over
   // 32-key blocks).
-  std::vector<Config> tries = backward ? std::vector<Config>{mma(4, 32, 16), mma(2, 32, 16)}
-                                       : std::vector<Config>{mma(8, 64, 1), mma(4, 32, 2), mma(4, 32, 1), mma(2, 32, 1)};
-  // Two stages of 64 keys exceed 48 KiB at head_dim 128: the ring's largest there is 32 keys.
-  if (!backward && async_forward) tries.insert(tries.begin() + 1, mma(8, 32, 1));
+  std::vector<Config> tries;
+  if (backward) {
+    tries = {mma(4, 32, 16, async_backward), mma(2, 32, 16, async_backward)};
+  } else {
+    // The ring first where it leads (two stages of 64 keys exceed 48 KiB at head_dim 128, hence
+    // 8 x 1 x 32), the register path after it: the ring needs more than one key block.
+    if (async_forward)
+      tries = {mma(8, 64, 1, true), mma(8, 32, 1, true), mma(4, 32, 2, true), mma(4, 32, 1, true), mma(2, 32, 1, true)};
+    for (const Config& c : {mma(8, 64, 1, false), mma(4, 32, 2, false), mma(4, 32, 1, false), mma(2, 32, 1, false)})
+      tries.push_back(c);
+  }
   if (backward) {
     // With 48 KiB of local memory and head_dim 128 these are the largest that fit.
     tries.insert(tries.end(), {cfg(16, 32, 16, 8), cfg(16, 16, 16, 8), cfg(8, 16, 16, 8), cfg(8, 8, 8, 8), cfg(8, 8, 4, 8)});
