@@ -12,17 +12,18 @@
 // right after this one's arithmetic, so a block costs one barrier instead of two, for twice the
 // local memory. With MMA_ASYNC 1 the registers are skipped: cp.async copies k and v as they are
 // (rows padded by 16 bytes) into a ring of STAGES (2 or 3) buffers, STAGES - 1 blocks in flight
-// while one is computed, one barrier a block; both B fragments come from ldmatrix.x4 (v's with
-// .trans, so nothing is staged transposed), which also reads four fragments an instruction where
-// the 32-bit loads read one. Scores stay in registers in the accumulator layout of m16n8k16
-// (thread (g, t) = (lane / 4, lane % 4) holds rows g and g + 8, columns 2t and 2t + 1 of each
-// 8-column tile), which is also the layout of P's A fragments, so the online softmax needs only
-// shuffles within a quad and P never leaves registers. Blocks the mask allows whole, with no bias, cap or
+// while one is computed, one barrier a block (STAGES 1: k and v apart, each copied under the
+// other's arithmetic, two barriers); both B fragments come from ldmatrix.x4 (v's with .trans,
+// so nothing is staged transposed), which also reads four fragments an instruction where the
+// 32-bit loads read one. Scores stay in registers in the accumulator layout of m16n8k16 (thread
+// (g, t) = (lane / 4, lane % 4) holds rows g and g + 8, columns 2t and 2t + 1 of each 8-column
+// tile), which is also the layout of P's A fragments, so the online softmax needs only shuffles
+// within a quad and P never leaves registers. Blocks the mask allows whole, with no bias, cap or
 // segments, take the scaled scores as they are; others go through logit() element by element.
 //
 // Defines: D, NW (warps a workgroup), RT (16-row tiles a warp, forward), BK (keys a block:
 // forward and dq), BQ (query rows a block: dk/dv), STAGES (local buffers of k and v, forward: 1 or
-// 2, with MMA_ASYNC 2 or 3), MMA_ASYNC (forward: 0 k and v through registers, 1 by cp.async),
+// 2, with MMA_ASYNC 1 to 3), MMA_ASYNC (forward: 0 k and v through registers, 1 by cp.async),
 // BWD_ASYNC (dq and dk/dv: 0 rows staged through registers, some transposed; 1 by cp.async, B
 // fragments by ldmatrix), BF16 (0: f16 operands, 1: bf16).
 #include "flash_attention_common.cl"
@@ -47,8 +48,8 @@
 #define MMA_ASYNC 0
 #endif
 #if MMA_ASYNC
-#if STAGES < 2 || STAGES > 3
-#error "MMA_ASYNC needs STAGES 2 or 3"
+#if STAGES < 1 || STAGES > 3
+#error "MMA_ASYNC needs STAGES 1, 2 or 3"
 #endif
 // k and v rows as they are in memory, padded by 16 bytes: (2 D + 16) / 16 = D / 8 + 1 is odd, so
 // the 8 rows of an ldmatrix matrix fall on 8 distinct 16-byte bank groups.
@@ -107,25 +108,30 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
 #if MMA_ASYNC
   // The ring: block walk index w in stage w % STAGES, STAGES - 1 blocks in flight ahead of the
   // one computed. The argument's local memory is aligned only to its type; 16 more bytes than
-  // the ring are asked for, and the ring starts at the first 16-byte boundary.
+  // the ring are asked for, and the ring starts at the first 16-byte boundary. One stage holds k
+  // and v apart instead: v's copy runs under q k^T and the next block's k under the softmax and
+  // p v (FlashAttention-2's order), two barriers a block for half the local memory of two stages.
   const uint ring = (EJK_SMEM(sh) + 15u) & ~15u;
-  // Block KB (none: -1) into stage B, k and v rows past the sequence zero-filled (a masked key's
-  // v must be a zero, not whatever the memory holds, as its weight 0 times NaN is NaN). One
-  // commit group a call, empty or not, so that CP_WAIT counts blocks.
+  // Block KB's rows of SRC (k4 or v4) at local address DST, rows past the sequence zero-filled
+  // (a masked key's v must be a zero, not whatever the memory holds, as its weight 0 times NaN
+  // is NaN). Not committed.
+#define COPY_TILE(KB, DST, SRC)                                                                              \
+  _Pragma("unroll") for (int x_ = 0; x_ < CPT; ++x_) {                                                       \
+    const int u_ = tid + x_ * 32 * NW, r_ = u_ / (D / 8), cc_ = u_ - r_ * (D / 8), j_ = (KB) * BK + r_;       \
+    if (u_ < KTASKS) {                                                                                       \
+      const bool in_ = j_ < c->k_len;                                                                        \
+      const size_t at_ = ((size_t)(c->k_start + (in_ ? j_ : 0)) * pc->kv_heads + hk) * (D / 8) + cc_;        \
+      cp16((DST) + (uint)(r_ * ROWB + 16 * cc_), (SRC) + at_, in_ ? 16u : 0u);                               \
+    }                                                                                                        \
+  }
+  // Block KB (none: -1) into stage B: one commit group a call, empty or not, so that CP_WAIT
+  // counts blocks.
 #define ISSUE(KB, B)                                                                                         \
   {                                                                                                          \
     if ((KB) >= 0) {                                                                                         \
       const uint kd_ = ring + (uint)(B) * STAGE_BYTES;                                                       \
-      _Pragma("unroll") for (int x_ = 0; x_ < CPT; ++x_) {                                                   \
-        const int u_ = tid + x_ * 32 * NW, r_ = u_ / (D / 8), cc_ = u_ - r_ * (D / 8), j_ = (KB) * BK + r_;   \
-        if (u_ < KTASKS) {                                                                                   \
-          const bool in_ = j_ < c->k_len;                                                                    \
-          const size_t at_ = ((size_t)(c->k_start + (in_ ? j_ : 0)) * pc->kv_heads + hk) * (D / 8) + cc_;    \
-          const uint to_ = kd_ + (uint)(r_ * ROWB + 16 * cc_);                                               \
-          cp16(to_, k4 + at_, in_ ? 16u : 0u);                                                               \
-          cp16(to_ + TILE_BYTES, v4 + at_, in_ ? 16u : 0u);                                                  \
-        }                                                                                                    \
-      }                                                                                                      \
+      COPY_TILE(KB, kd_, k4)                                                                                 \
+      COPY_TILE(KB, kd_ + TILE_BYTES, v4)                                                                    \
     }                                                                                                        \
     cp_commit();                                                                                             \
   }
@@ -136,13 +142,28 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
   const uint koff = (uint)((8 * (lane >> 4) + (lane & 7)) * ROWB + 16 * ((lane >> 3) & 1));
   const uint voff = (uint)((8 * ((lane >> 3) & 1) + (lane & 7)) * ROWB + 16 * (lane >> 4));
   int kb = walk_next(&tiles), ahead = -1;  // ahead: the block after kb (three stages)
+#if STAGES == 1
+  if (kb >= 0) {
+    COPY_TILE(kb, ring, k4)
+  }
+  cp_commit();
+#else
   ISSUE(kb, 0)
   if (STAGES == 3) {
     ahead = walk_next(&tiles);
     ISSUE(ahead, 1)
   }
+#endif
   for (int buf = 0; kb >= 0; buf = buf == STAGES - 1 ? 0 : buf + 1) {
     const int j0 = kb * BK;
+#if STAGES == 1
+    // This block's k has landed everywhere, and every warp is done with the last block's v.
+    CP_WAIT(0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    COPY_TILE(kb, ring + TILE_BYTES, v4)
+    cp_commit();
+    const uint ks = ring, vs = ring + TILE_BYTES;
+#else
     // This thread's copies of this block have landed; after the barrier everyone's have, and
     // every warp is done with the stage the last block was computed from, which is refilled
     // now: one barrier a block.
@@ -151,6 +172,7 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
     const int next = walk_next(&tiles);
     ISSUE(next, buf == 0 ? STAGES - 1 : buf - 1)
     const uint ks = ring + (uint)buf * STAGE_BYTES, vs = ks + TILE_BYTES;
+#endif
 #else
   uint4 pk[KPT], pv[VPT][2];
 #define FETCH(J0)                                                                                            \
@@ -246,6 +268,17 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
 #pragma unroll
         for (int r = 0; r < RT; ++r) mma(s[r][n], qf[r][st][0], qf[r][st][1], qf[r][st][2], qf[r][st][3], b0, b1);
       }
+#endif
+#if MMA_ASYNC && STAGES == 1
+    // This block's v has landed everywhere, and every warp is done with its k: the next block's
+    // k goes in under the softmax and p v.
+    CP_WAIT(0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int next = walk_next(&tiles);
+    if (next >= 0) {
+      COPY_TILE(next, ring, k4)
+    }
+    cp_commit();
 #endif
 
     // Online softmax in base 2; P replaces the scores (times the dropout mask, after the row
@@ -353,6 +386,7 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
     }
   }
 #undef ISSUE
+#undef COPY_TILE
 #else
     if (STAGES == 2 && next >= 0) DEPOSIT(buf ^ 1)
   }

@@ -75,7 +75,7 @@ bool mma_offered(const Problem& p, const DeviceInfo& dev) {
 // layouts): warps per workgroup, 16-row tiles per warp (forward), keys per block (forward, dq),
 // query rows per block (dk/dv), local buffers of k and v (forward), and whether the forward
 // copies them by cp.async into a ring of `stages` (k and v rows as they are, padded by 16 bytes,
-// plus 16 bytes to align the ring) rather than through registers; and whether the backward
+// plus 16 bytes to align the ring; one stage: k and v apart) rather than through registers; and whether the backward
 // copies its rows the same way (dq: a ring of two stages of k and v; dk/dv: q and dout), none
 // transposed.
 struct MmaGeometry {
@@ -108,10 +108,10 @@ MmaGeometry mma_geometry(const Config& c, const Problem& p, const DeviceInfo& in
                           info.name + ")");
   if (g.warps <= 0 || 32 * g.warps > gpu_max_threads || (g.tiles != 1 && g.tiles != 2) ||
       (g.bk != 32 && g.bk != 64 && (p.backward || g.bk != 16)) || (g.bq != 16 && g.bq != 32) ||
-      (g.async != 0 && g.async != 1) || (g.bwd_async != 0 && g.bwd_async != 1) || g.stages < 1 + g.async ||
+      (g.async != 0 && g.async != 1) || (g.bwd_async != 0 && g.bwd_async != 1) || g.stages < 1 ||
       g.stages > 2 + g.async)
     throw InvalidArgument(text + "needs 1 to 8 mma_warps, mma_tiles 1 or 2, mma_block_k 32 or 64 (or 16, forward), "
-                          "mma_block_q 16 or 32, mma_async 0 or 1, mma_stages 1 or 2 (mma_async 1: 2 or 3)");
+                          "mma_block_q 16 or 32, mma_async 0 or 1, mma_stages 1 or 2 (mma_async 1: up to 3)");
   const std::int64_t local = p.backward ? std::max(g.dq_local(), g.dkdv_local()) : g.forward_local();
   if (local > static_cast<std::int64_t>(info.local_mem))
     throw InvalidArgument(text + "needs " + std::to_string(local) + " bytes of local memory for head_dim " +
@@ -380,9 +380,9 @@ void add_opencl_params(ParamSpace& s, std::vector<Value> variants, const Problem
           // Two tiles' q fragments and outputs exceed the registers at head_dim 128.
           .constraint("mma_tiles == 1 || head_dim <= 64")
           .constraint("16 * mma_warps * mma_tiles <= 32 || 16 * mma_warps * mma_tiles < 2 * seq_q")
-          // Through registers: one or two buffers. By cp.async: a ring of two or three, as one
-          // stage would leave nothing in flight while a block is computed.
-          .constraint("(mma_async == 0 && mma_stages <= 2) || (mma_async == 1 && mma_stages >= 2)")
+          // Through registers: one or two buffers. By cp.async: a ring of two or three, or one
+          // stage with k and v apart (each copied under the other's arithmetic).
+          .constraint("mma_async == 1 || mma_stages <= 2")
           // Another buffer pays only when there is a block to fill it with.
           .constraint("mma_stages == 1 || mma_block_k < seq_k")
           .constraint("mma_stages <= 2 || 2 * mma_block_k < seq_k")
@@ -413,10 +413,10 @@ std::vector<Config> opencl_candidates(bool backward, bool cpu_family, const Tile
   constexpr bool async_forward = false;
   // The backward's rows through registers (0) or by cp.async (1), likewise.
   constexpr bool async_backward = false;
-  auto mma = [&](std::int64_t warps, std::int64_t bk, std::int64_t x, bool async) {
+  auto mma = [&](std::int64_t warps, std::int64_t bk, std::int64_t x, bool async, std::int64_t stages = 1) {
     Config c{{"variant", std::string("mma")}, {"mma_warps", warps}, {"mma_block_k", bk}, {backward ? "mma_block_q" : "mma_tiles", x}};
     c.set("mma_async", async ? 1 : 0);
-    if (!backward) c.set("mma_stages", async ? 2 : 1);
+    if (!backward) c.set("mma_stages", stages);
     return c;
   };
   if (cpu_family)
@@ -428,10 +428,11 @@ std::vector<Config> opencl_candidates(bool backward, bool cpu_family, const Tile
   if (backward) {
     tries = {mma(4, 32, 16, async_backward), mma(2, 32, 16, async_backward)};
   } else {
-    // The ring first where it leads (two stages of 64 keys exceed 48 KiB at head_dim 128, hence
-    // 8 x 1 x 32), the register path after it: the ring needs more than one key block.
+    // The copies first where they lead: a ring of two stages, or at head_dim 128, where two
+    // stages of 64 keys exceed 48 KiB, one stage of k and v apart; the register path after them.
     if (async_forward)
-      tries = {mma(8, 64, 1, true), mma(8, 32, 1, true), mma(4, 32, 2, true), mma(4, 32, 1, true), mma(2, 32, 1, true)};
+      tries = {mma(8, 64, 1, true, 2), mma(8, 64, 1, true, 1), mma(4, 32, 2, true, 2), mma(4, 32, 1, true, 2),
+               mma(2, 32, 1, true, 2)};
     for (const Config& c : {mma(8, 64, 1, false), mma(4, 32, 2, false), mma(4, 32, 1, false), mma(2, 32, 1, false)})
       tries.push_back(c);
   }
