@@ -5,6 +5,8 @@
 // device offers it.
 #include <algorithm>
 #include <map>
+#include <set>
+#include <utility>
 
 #include "support.hpp"
 
@@ -172,6 +174,47 @@ TEST_P(FlashAttentionOpenCL, TensorCoreVariantNeedsFragments) {
   }
 }
 
+// The cp.async copies (mma_async 1): the forward's ring of one to three stages, each of k and v
+// rows padded by 16 bytes, within NVIDIA's 48 KiB (plus the 16 bytes that align it), and the
+// backward's rows likewise; the forward's register path keeps one or two buffers.
+TEST_P(FlashAttentionOpenCL, TensorCoreAsyncRingFitsLocalMemory) {
+  DeviceInfo gpu = nvidia_like();
+  gpu.coopmat = {CoopMatShape{16, 8, 16, DType::f16, DType::f32}};
+  for (std::int64_t dim : {64, 128}) {
+    const Invocation inv = invocation(false, dim, DType::f16, nlohmann::json::object(), {{"seq_q", 4096}, {"seq_k", 4096}});
+    std::set<std::pair<std::int64_t, std::int64_t>> ring;  // (stages, block_k) with mma_async 1
+    for (const Config& c : fa::opencl_space(inv, gpu, false, false).enumerate()) {
+      if (c.text("variant") != "mma") continue;
+      const std::int64_t stages = c.get("mma_stages"), bk = c.get("mma_block_k");
+      if (c.get("mma_async") == 0) {
+        EXPECT_LE(stages, 2) << c.canonical();
+        continue;
+      }
+      EXPECT_LE(16 + stages * 2 * bk * (2 * dim + 16), 48 * 1024) << c.canonical();
+      ring.insert({stages, bk});
+    }
+    EXPECT_TRUE(ring.count({1, 64}) && ring.count({2, 32}) && ring.count({3, 16})) << dim;
+    EXPECT_EQ(ring.count({2, 64}), dim == 64 ? 1u : 0u) << dim << ": two 64-key stages need 68 KiB at head_dim 128";
+    EXPECT_EQ(ring.count({3, 32}), dim == 64 ? 1u : 0u) << dim;
+    // Whichever path the heuristic leads with, one key block (no ring) still gets tensor cores.
+    const Invocation one = invocation(false, dim, DType::f16, nlohmann::json::object(), {{"seq_q", 4096}, {"seq_k", 32}});
+    const Config h = fa::opencl_heuristic(one, gpu, false, false);
+    EXPECT_EQ(h.text("variant"), "mma") << h.canonical();
+    EXPECT_TRUE(fa::opencl_space(one, gpu, false, false).admits(h)) << h.canonical();
+    // Backward: dq's ring of two stages of k and v, dk/dv's q and dout rows.
+    const Invocation b = invocation(true, dim, DType::f16, nlohmann::json::object(), {{"seq_q", 4096}, {"seq_k", 4096}});
+    std::set<std::int64_t> keys;  // mma_block_k with mma_async 1
+    for (const Config& c : fa::opencl_space(b, gpu, true, false).enumerate()) {
+      if (c.text("variant") != "mma" || c.get("mma_async") == 0) continue;
+      const std::int64_t bk = c.get("mma_block_k"), bq = c.get("mma_block_q");
+      EXPECT_LE(16 + std::max(4 * bk * (2 * dim + 16), 2 * bq * (2 * dim + 16) + 8 * bq), 48 * 1024) << c.canonical();
+      keys.insert(bk);
+    }
+    EXPECT_EQ(keys, (dim == 64 ? std::set<std::int64_t>{32, 64} : std::set<std::int64_t>{32})) << dim;
+    EXPECT_EQ(fa::opencl_heuristic(b, gpu, true, false).text("variant"), "mma");
+  }
+}
+
 // Every program shape of the tensor-core variant, forward and backward, f16 and bf16, with the
 // options alone and together, against the double reference. Runs where the device offers the variant
 // (NVIDIA GPUs from sm_80); elsewhere it says why it skips.
@@ -195,8 +238,8 @@ TEST_P(FlashAttentionOpenCL, TensorCoreVariantMatchesTheReference) {
       {{"window_left", 40}, {"window_right", 8}, {"logits_soft_cap", 20.0}, {"dropout", 0.1}, {"segments", true}},
       {{"causal", true}, {"bias", "heads"}},
   };
-  // One config of each program shape that changes the code path (forward: stages x key block x
-  // tiles; backward: key block x query block), the warp count rotating from one dtype and
+  // One config of each program shape that changes the code path (forward: async x stages x key
+  // block x tiles; backward: async x key block x query block), the warp count rotating from one dtype and
   // head_dim to the next: every config is a program for NVIDIA's compiler, a few seconds each.
   auto covering = [](const std::vector<Config>& configs, std::vector<std::string> keys, std::size_t turn) {
     std::map<std::string, std::vector<Config>> groups;
@@ -212,8 +255,8 @@ TEST_P(FlashAttentionOpenCL, TensorCoreVariantMatchesTheReference) {
   std::size_t turn = 0;
   for (DType t : {DType::f16, DType::bf16})
     for (std::int64_t dim : {64, 128}) {
-      const auto fwd = covering(mma_configs(false, dim, t), {"mma_stages", "mma_block_k", "mma_tiles"}, turn);
-      const auto bwd = covering(mma_configs(true, dim, t), {"mma_block_k", "mma_block_q"}, turn++);
+      const auto fwd = covering(mma_configs(false, dim, t), {"mma_async", "mma_stages", "mma_block_k", "mma_tiles"}, turn);
+      const auto bwd = covering(mma_configs(true, dim, t), {"mma_async", "mma_block_k", "mma_block_q"}, turn++);
       ASSERT_FALSE(fwd.empty());
       ASSERT_FALSE(bwd.empty());
       for (std::size_t i = 0; i < std::max(fwd.size(), bwd.size()); ++i) {

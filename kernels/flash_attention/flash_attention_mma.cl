@@ -10,15 +10,22 @@
 // strides of 4 mod 32 words); the next block's k and v travel through registers while this one
 // is computed. With STAGES 2 there are two such buffers: the next block goes into the other one
 // right after this one's arithmetic, so a block costs one barrier instead of two, for twice the
-// local memory. Scores stay in registers in the accumulator layout of m16n8k16 (thread (g, t) =
-// (lane / 4, lane % 4) holds rows g and g + 8, columns 2t and 2t + 1 of each 8-column tile),
-// which is also the layout of P's A fragments, so the online softmax needs only shuffles within
-// a quad and P never leaves registers. Blocks the mask allows whole, with no bias, cap or
+// local memory. With MMA_ASYNC 1 the registers are skipped: cp.async copies k and v as they are
+// (rows padded by 16 bytes) into a ring of STAGES (2 or 3) buffers, STAGES - 1 blocks in flight
+// while one is computed, one barrier a block (STAGES 1: k and v apart, each copied under the
+// other's arithmetic, two barriers); both B fragments come from ldmatrix.x4 (v's with .trans,
+// so nothing is staged transposed), which also reads four fragments an instruction where the
+// 32-bit loads read one. Scores stay in registers in the accumulator layout of m16n8k16 (thread
+// (g, t) = (lane / 4, lane % 4) holds rows g and g + 8, columns 2t and 2t + 1 of each 8-column
+// tile), which is also the layout of P's A fragments, so the online softmax needs only shuffles
+// within a quad and P never leaves registers. Blocks the mask allows whole, with no bias, cap or
 // segments, take the scaled scores as they are; others go through logit() element by element.
 //
 // Defines: D, NW (warps a workgroup), RT (16-row tiles a warp, forward), BK (keys a block:
-// forward and dq), BQ (query rows a block: dk/dv), STAGES (1 or 2 local buffers of k and v,
-// forward), BF16 (0: f16 operands, 1: bf16).
+// forward and dq), BQ (query rows a block: dk/dv), STAGES (local buffers of k and v, forward: 1 or
+// 2, with MMA_ASYNC 1 to 3), MMA_ASYNC (forward: 0 k and v through registers, 1 by cp.async),
+// BWD_ASYNC (dq and dk/dv: 0 rows staged through registers, some transposed; 1 by cp.async, B
+// fragments by ldmatrix), BF16 (0: f16 operands, 1: bf16).
 #include "flash_attention_common.cl"
 #include "common/clc_mma.h"
 
@@ -36,6 +43,20 @@
 #define BUF_WORDS (BK * KSTR + D * VSTR)  // one local buffer of k and v^T
 #ifndef STAGES
 #define STAGES 1
+#endif
+#ifndef MMA_ASYNC
+#define MMA_ASYNC 0
+#endif
+#if MMA_ASYNC
+#if STAGES < 1 || STAGES > 3
+#error "MMA_ASYNC needs STAGES 1, 2 or 3"
+#endif
+// k and v rows as they are in memory, padded by 16 bytes: (2 D + 16) / 16 = D / 8 + 1 is odd, so
+// the 8 rows of an ldmatrix matrix fall on 8 distinct 16-byte bank groups.
+#define ROWB (2 * D + 16)
+#define TILE_BYTES (BK * ROWB)
+#define STAGE_BYTES (2 * TILE_BYTES)
+#define CPT ((KTASKS + 32 * NW - 1) / (32 * NW))  // 16-byte copies a thread, of k and of v
 #endif
 
 __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FWD_ARGS) {
@@ -84,6 +105,75 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
   const int jlo = max(0, key_lo(pc, c, i0)), jhi = min(c->k_len - 1, key_hi(pc, c, i0 + rows - 1));
   Walk tiles = KEY_TILES(head, i0, jlo / BK, jlo <= jhi ? jhi / BK : -1, BK);
   const bool plain_options = (pc->flags & (F_BIAS | F_SOFTCAP | F_SEGMENTS)) == 0u;
+#if MMA_ASYNC
+  // The ring: block walk index w in stage w % STAGES, STAGES - 1 blocks in flight ahead of the
+  // one computed. The argument's local memory is aligned only to its type; 16 more bytes than
+  // the ring are asked for, and the ring starts at the first 16-byte boundary. One stage holds k
+  // and v apart instead: v's copy runs under q k^T and the next block's k under the softmax and
+  // p v (FlashAttention-2's order), two barriers a block for half the local memory of two stages.
+  const uint ring = (EJK_SMEM(sh) + 15u) & ~15u;
+  // Block KB's rows of SRC (k4 or v4) at local address DST, rows past the sequence zero-filled
+  // (a masked key's v must be a zero, not whatever the memory holds, as its weight 0 times NaN
+  // is NaN). Not committed.
+#define COPY_TILE(KB, DST, SRC)                                                                              \
+  _Pragma("unroll") for (int x_ = 0; x_ < CPT; ++x_) {                                                       \
+    const int u_ = tid + x_ * 32 * NW, r_ = u_ / (D / 8), cc_ = u_ - r_ * (D / 8), j_ = (KB) * BK + r_;       \
+    if (u_ < KTASKS) {                                                                                       \
+      const bool in_ = j_ < c->k_len;                                                                        \
+      const size_t at_ = ((size_t)(c->k_start + (in_ ? j_ : 0)) * pc->kv_heads + hk) * (D / 8) + cc_;        \
+      cp16((DST) + (uint)(r_ * ROWB + 16 * cc_), (SRC) + at_, in_ ? 16u : 0u);                               \
+    }                                                                                                        \
+  }
+  // Block KB (none: -1) into stage B: one commit group a call, empty or not, so that CP_WAIT
+  // counts blocks.
+#define ISSUE(KB, B)                                                                                         \
+  {                                                                                                          \
+    if ((KB) >= 0) {                                                                                         \
+      const uint kd_ = ring + (uint)(B) * STAGE_BYTES;                                                       \
+      COPY_TILE(KB, kd_, k4)                                                                                 \
+      COPY_TILE(KB, kd_ + TILE_BYTES, v4)                                                                    \
+    }                                                                                                        \
+    cp_commit();                                                                                             \
+  }
+  // Lane offsets of the x4 loads (lanes 8i .. 8i + 7 address matrix i's rows). k, not
+  // transposed: matrices (keys +0, d +0), (+0, +8), (+8, +0), (+8, +8), the b0 and b1 of two
+  // score tiles. v, transposed: (keys +0, d +0), (+8, +0), (+0, +8), (+8, +8), the b0 and b1 of
+  // two output tiles.
+  const uint koff = (uint)((8 * (lane >> 4) + (lane & 7)) * ROWB + 16 * ((lane >> 3) & 1));
+  const uint voff = (uint)((8 * ((lane >> 3) & 1) + (lane & 7)) * ROWB + 16 * (lane >> 4));
+  int kb = walk_next(&tiles), ahead = -1;  // ahead: the block after kb (three stages)
+#if STAGES == 1
+  if (kb >= 0) {
+    COPY_TILE(kb, ring, k4)
+  }
+  cp_commit();
+#else
+  ISSUE(kb, 0)
+  if (STAGES == 3) {
+    ahead = walk_next(&tiles);
+    ISSUE(ahead, 1)
+  }
+#endif
+  for (int buf = 0; kb >= 0; buf = buf == STAGES - 1 ? 0 : buf + 1) {
+    const int j0 = kb * BK;
+#if STAGES == 1
+    // This block's k has landed everywhere, and every warp is done with the last block's v.
+    CP_WAIT(0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    COPY_TILE(kb, ring + TILE_BYTES, v4)
+    cp_commit();
+    const uint ks = ring, vs = ring + TILE_BYTES;
+#else
+    // This thread's copies of this block have landed; after the barrier everyone's have, and
+    // every warp is done with the stage the last block was computed from, which is refilled
+    // now: one barrier a block.
+    CP_WAIT(STAGES - 2);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int next = walk_next(&tiles);
+    ISSUE(next, buf == 0 ? STAGES - 1 : buf - 1)
+    const uint ks = ring + (uint)buf * STAGE_BYTES, vs = ks + TILE_BYTES;
+#endif
+#else
   uint4 pk[KPT], pv[VPT][2];
 #define FETCH(J0)                                                                                            \
   {                                                                                                          \
@@ -147,6 +237,7 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
       barrier(CLK_LOCAL_MEM_FENCE);
     }
     if (next >= 0) FETCH(next * BK)
+#endif
 
     // s = q k^T for this warp's rows and the block's keys.
     float s[RT][STILES][4];
@@ -154,6 +245,20 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
     for (int r = 0; r < RT; ++r)
 #pragma unroll
       for (int n = 0; n < STILES; ++n) s[r][n][0] = s[r][n][1] = s[r][n][2] = s[r][n][3] = 0.0f;
+#if MMA_ASYNC
+#pragma unroll
+    for (int st = 0; st < KSTEPS; ++st)
+#pragma unroll
+      for (int n = 0; n < STILES; n += 2) {
+        uint b[4];
+        ldsm_x4(b, ks + koff + (uint)(8 * n * ROWB + 32 * st));
+#pragma unroll
+        for (int r = 0; r < RT; ++r) {
+          mma(s[r][n], qf[r][st][0], qf[r][st][1], qf[r][st][2], qf[r][st][3], b[0], b[1]);
+          mma(s[r][n + 1], qf[r][st][0], qf[r][st][1], qf[r][st][2], qf[r][st][3], b[2], b[3]);
+        }
+      }
+#else
 #pragma unroll
     for (int st = 0; st < KSTEPS; ++st)
 #pragma unroll
@@ -163,6 +268,18 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
 #pragma unroll
         for (int r = 0; r < RT; ++r) mma(s[r][n], qf[r][st][0], qf[r][st][1], qf[r][st][2], qf[r][st][3], b0, b1);
       }
+#endif
+#if MMA_ASYNC && STAGES == 1
+    // This block's v has landed everywhere, and every warp is done with its k: the next block's
+    // k goes in under the softmax and p v.
+    CP_WAIT(0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int next = walk_next(&tiles);
+    if (next >= 0) {
+      COPY_TILE(next, ring, k4)
+    }
+    cp_commit();
+#endif
 
     // Online softmax in base 2; P replaces the scores (times the dropout mask, after the row
     // sums: lse does not see dropout). What the options add runs in loops of its own, so the
@@ -239,6 +356,18 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
         a[r][2] = pack2(s[r][2 * st + 1][0], s[r][2 * st + 1][1]);
         a[r][3] = pack2(s[r][2 * st + 1][2], s[r][2 * st + 1][3]);
       }
+#if MMA_ASYNC
+#pragma unroll
+      for (int n = 0; n < OTILES; n += 2) {
+        uint b[4];
+        ldsm_x4_t(b, vs + voff + (uint)(16 * st * ROWB + 16 * n));
+#pragma unroll
+        for (int r = 0; r < RT; ++r) {
+          mma(o[r][n], a[r][0], a[r][1], a[r][2], a[r][3], b[0], b[1]);
+          mma(o[r][n + 1], a[r][0], a[r][1], a[r][2], a[r][3], b[2], b[3]);
+        }
+      }
+#else
       __local const uint* vr = vt + g * VSTR + 8 * st + t;
 #pragma unroll
       for (int n = 0; n < OTILES; ++n) {
@@ -246,11 +375,24 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
 #pragma unroll
         for (int r = 0; r < RT; ++r) mma(o[r][n], a[r][0], a[r][1], a[r][2], a[r][3], b0, b1);
       }
+#endif
     }
+#if MMA_ASYNC
+    if (STAGES == 3) {
+      kb = ahead;
+      ahead = next;
+    } else {
+      kb = next;
+    }
+  }
+#undef ISSUE
+#undef COPY_TILE
+#else
     if (STAGES == 2 && next >= 0) DEPOSIT(buf ^ 1)
   }
 #undef FETCH
 #undef DEPOSIT
+#endif
 
   __global uint* ow = (__global uint*)out;
 #pragma unroll
@@ -339,6 +481,59 @@ void load_a(uint f[KSTEPS][4], int r0, int last, int tok0, uint nh, uint h, __gl
       mma(acc[n_], a0_, a1_, a2_, a3_, cr_[8 * n_ * (stride)], cr_[8 * n_ * (stride) + 4]);           \
   }
 
+#ifndef BWD_ASYNC
+#define BWD_ASYNC 0
+#endif
+#if BWD_ASYNC
+// BWD_ASYNC 1: rows as they are in memory, copied by cp.async, rows padded by 16 bytes (an odd
+// number of 16-byte units, so ldmatrix's 8 rows hit distinct banks), B fragments by ldmatrix.x4:
+// nothing staged transposed, half the local memory.
+#define BROWB (2 * D + 16)
+
+// The first 16-byte boundary of the local argument (aligned only to its type): ldmatrix and
+// cp.async fault on misaligned addresses, and the host asks for 16 bytes more.
+__local uchar* align16(__local float* sh) { return (__local uchar*)sh + ((16u - (EJK_SMEM(sh) & 15u)) & 15u); }
+
+// Rows [0, n) at local address dst = tokens tok0.. of head h of src (nh heads); those at or past
+// `valid` zero-filled by the copy's byte count. Not committed.
+void copy_rows(uint dst, int n, int tok0, int valid, uint nh, uint h, __global const uint4* src, int tid) {
+  for (int u = tid; u < n * (D / 8); u += 32 * NW) {
+    const int r = u / (D / 8), cc = u - r * (D / 8);
+    const bool in = r < valid;
+    cp16(dst + (uint)(r * BROWB + 16 * cc), src + ((size_t)(tok0 + (in ? r : 0)) * nh + h) * (D / 8) + cc, in ? 16u : 0u);
+  }
+}
+
+// Lane offsets of the x4 loads: rows (for b's rows: two 8-row tiles of a 16-wide k-step) and
+// cols (transposed: two 8-column tiles of a 16-row step). See the forward.
+#define LANE_OFFSETS                                                                                   \
+  const uint roff = (uint)((8 * (lane >> 4) + (lane & 7)) * BROWB + 16 * ((lane >> 3) & 1));          \
+  const uint coff = (uint)((8 * ((lane >> 3) & 1) + (lane & 7)) * BROWB + 16 * (lane >> 4));
+
+// GEMM_ROWS with b's rows at local address rows_at.
+#define GEMM_ROWS_LD(acc, a, rows_at, tiles)                                                          \
+  _Pragma("unroll") for (int st_ = 0; st_ < KSTEPS; ++st_) _Pragma("unroll") for (int n_ = 0; n_ < (tiles); n_ += 2) { \
+    uint b_[4];                                                                                       \
+    ldsm_x4(b_, (rows_at) + roff + (uint)(8 * n_ * BROWB + 32 * st_));                                \
+    mma(acc[n_], a[st_][0], a[st_][1], a[st_][2], a[st_][3], b_[0], b_[1]);                           \
+    mma(acc[n_ + 1], a[st_][0], a[st_][1], a[st_][2], a[st_][3], b_[2], b_[3]);                       \
+  }
+
+// GEMM_COLS with y's rows (the reduced index) at local address rows_at, transposed by ldmatrix.
+#define GEMM_COLS_LD(acc, xs, cols, rows_at)                                                          \
+  _Pragma("unroll") for (int st_ = 0; st_ < (cols) / 16; ++st_) {                                     \
+    const uint a0_ = pack2(xs[2 * st_][0], xs[2 * st_][1]), a1_ = pack2(xs[2 * st_][2], xs[2 * st_][3]); \
+    const uint a2_ = pack2(xs[2 * st_ + 1][0], xs[2 * st_ + 1][1]);                                   \
+    const uint a3_ = pack2(xs[2 * st_ + 1][2], xs[2 * st_ + 1][3]);                                   \
+    _Pragma("unroll") for (int n_ = 0; n_ < OTILES; n_ += 2) {                                        \
+      uint b_[4];                                                                                     \
+      ldsm_x4_t(b_, (rows_at) + coff + (uint)(16 * st_ * BROWB + 16 * n_));                           \
+      mma(acc[n_], a0_, a1_, a2_, a3_, b_[0], b_[1]);                                                 \
+      mma(acc[n_ + 1], a0_, a1_, a2_, a3_, b_[2], b_[3]);                                             \
+    }                                                                                                 \
+  }
+#endif
+
 // Stores rows r0 + g and r0 + g + 8 (those below `valid`) of a 16 x D accumulator times `scale`.
 void store_rows(float acc[OTILES][4], int r0, int valid, int tok0, uint nh, uint h, __global uint* dst, float scale,
                 int g, int t) {
@@ -394,10 +589,12 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dq_mma(BWD
   const int i0 = (int)get_group_id(0) * 16 * NW;
   if (i0 >= c->q_len) return;
   const int rows = min(16 * NW, c->q_len - i0), w0 = i0 + 16 * warp;
+#if !BWD_ASYNC
   const int KTS = BK / 2 + 4;
   __local uint* ks = (__local uint*)sh;
   __local uint* vs = ks + BK * KSTR;
   __local uint* kt = vs + BK * KSTR;
+#endif
 
   uint qf[KSTEPS][4], of[KSTEPS][4];
   load_a(qf, w0, c->q_len - 1, c->q_start, pc->heads, head, (__global const uint*)q, g, t);
@@ -416,6 +613,32 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dq_mma(BWD
 
   const int jlo = max(0, key_lo(pc, c, i0)), jhi = min(c->k_len - 1, key_hi(pc, c, i0 + rows - 1));
   Walk tiles = KEY_TILES(head, i0, jlo / BK, jlo <= jhi ? jhi / BK : -1, BK);
+#if BWD_ASYNC
+  // A ring of two stages of k and v rows: the next block's copy is in flight while this one is
+  // computed, one barrier a block (as the forward's).
+  const uint ring = EJK_SMEM(align16(sh));
+  LANE_OFFSETS
+#define DQ_ISSUE(KB, B)                                                                                \
+  {                                                                                                    \
+    if ((KB) >= 0) {                                                                                   \
+      const int j_ = (KB) * BK;                                                                        \
+      const uint at_ = ring + (uint)(B) * (2 * BK * BROWB);                                            \
+      copy_rows(at_, BK, c->k_start + j_, min(BK, c->k_len - j_), pc->kv_heads, hk, (__global const uint4*)k, tid); \
+      copy_rows(at_ + BK * BROWB, BK, c->k_start + j_, min(BK, c->k_len - j_), pc->kv_heads, hk,      \
+                (__global const uint4*)v, tid);                                                        \
+    }                                                                                                  \
+    cp_commit();                                                                                       \
+  }
+  int kb = walk_next(&tiles);
+  DQ_ISSUE(kb, 0)
+  for (int buf = 0; kb >= 0; buf ^= 1) {
+    const int j0 = kb * BK;
+    CP_WAIT(0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int next = walk_next(&tiles);
+    DQ_ISSUE(next, buf ^ 1)
+    const uint ks = ring + (uint)buf * (2 * BK * BROWB), vs = ks + BK * BROWB;
+#else
   for (int kb = walk_next(&tiles); kb >= 0; kb = walk_next(&tiles)) {
     const int j0 = kb * BK, n = min(BK, c->k_len - j0);
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -423,11 +646,17 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dq_mma(BWD
     stage_rows(vs, BK, c->k_start + j0, n, pc->kv_heads, hk, (__global const uint4*)v, tid);
     stage_cols(kt, KTS, BK, c->k_start + j0, n, pc->kv_heads, hk, (__global const uint4*)k, tid);
     barrier(CLK_LOCAL_MEM_FENCE);
+#endif
     float s[STILES][4], dp[STILES][4];
 #pragma unroll
     for (int x = 0; x < STILES; ++x) s[x][0] = s[x][1] = s[x][2] = s[x][3] = dp[x][0] = dp[x][1] = dp[x][2] = dp[x][3] = 0.0f;
+#if BWD_ASYNC
+    GEMM_ROWS_LD(s, qf, ks, STILES)
+    GEMM_ROWS_LD(dp, of, vs, STILES)
+#else
     GEMM_ROWS(s, qf, ks, STILES)
     GEMM_ROWS(dp, of, vs, STILES)
+#endif
     const bool whole = plain_options && i0 + 16 * NW <= c->q_len && j0 + BK <= c->k_len &&
                        j0 >= key_lo(pc, c, i0 + 16 * NW - 1) && j0 + BK - 1 <= key_hi(pc, c, i0);
     TO_LOGITS(s, STILES, whole, head, w0, j0, false)
@@ -444,8 +673,15 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dq_mma(BWD
         float p;
         s[x][e] = grad_logit(pc, s[x][e], dp[x][e], lse2[e >> 1], dlt[e >> 1], &p);
       }
+#if BWD_ASYNC
+    GEMM_COLS_LD(acc, s, BK, ks)
+    kb = next;
+  }
+#undef DQ_ISSUE
+#else
     GEMM_COLS(acc, s, BK, kt, KTS)
   }
+#endif
   store_rows(acc, w0, c->q_len, c->q_start, pc->heads, head, (__global uint*)dq, pc->softmax_scale, g, t);
 }
 
@@ -463,6 +699,14 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dkdv_mma(B
   const int j0 = (int)get_group_id(0) * 16 * NW;
   if (j0 >= c->k_len) return;
   const int n = min(16 * NW, c->k_len - j0), w0 = j0 + 16 * warp;
+#if BWD_ASYNC
+  // q and dout rows at local addresses qs and ds, then the rows' lse and delta.
+  __local uchar* const al = align16(sh);
+  const uint qs = EJK_SMEM(al), ds = qs + BQ * BROWB;
+  __local float* ls = (__local float*)(al + 2 * BQ * BROWB);
+  __local float* dl = ls + BQ;
+  LANE_OFFSETS
+#else
   const int QTS = BQ / 2 + 4;
   __local uint* qs = (__local uint*)sh;
   __local uint* ds = qs + BQ * KSTR;
@@ -470,6 +714,7 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dkdv_mma(B
   __local uint* dt = qt + D * QTS;
   __local float* ls = (__local float*)(dt + D * QTS);
   __local float* dl = ls + BQ;
+#endif
 
   uint kf[KSTEPS][4], vf[KSTEPS][4];
   load_a(kf, w0, c->k_len - 1, c->k_start, pc->kv_heads, hk, (__global const uint*)k, g, t);
@@ -499,22 +744,36 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dkdv_mma(B
         continue;
       }
       barrier(CLK_LOCAL_MEM_FENCE);
+#if BWD_ASYNC
+      copy_rows(qs, BQ, c->q_start + i0, rows, pc->heads, h, (__global const uint4*)q, tid);
+      copy_rows(ds, BQ, c->q_start + i0, rows, pc->heads, h, (__global const uint4*)dout, tid);
+      cp_commit();
+#else
       stage_rows(qs, BQ, c->q_start + i0, rows, pc->heads, h, (__global const uint4*)q, tid);
       stage_rows(ds, BQ, c->q_start + i0, rows, pc->heads, h, (__global const uint4*)dout, tid);
       stage_cols(qt, QTS, BQ, c->q_start + i0, rows, pc->heads, h, (__global const uint4*)q, tid);
       stage_cols(dt, QTS, BQ, c->q_start + i0, rows, pc->heads, h, (__global const uint4*)dout, tid);
+#endif
       for (int r = tid; r < BQ; r += 32 * NW) {
         const bool inr = r < rows;
         ls[r] = inr ? lse[lse_index(pc, c, h, i0 + r)] * LOG2E : 0.0f;
         dl[r] = inr ? delta[h * pc->total_q + (uint)(c->q_start + i0 + r)] : 0.0f;
       }
+#if BWD_ASYNC
+      CP_WAIT(0);
+#endif
       barrier(CLK_LOCAL_MEM_FENCE);
       // Transposed tiles: this thread holds keys w0 + g (+ 8) and queries i0 + 8 x + 2 t (+ 1).
       float s[BQ / 8][4], dp[BQ / 8][4];  // then dU^T and P^T (dropout applied) in their place
 #pragma unroll
       for (int x = 0; x < BQ / 8; ++x) s[x][0] = s[x][1] = s[x][2] = s[x][3] = dp[x][0] = dp[x][1] = dp[x][2] = dp[x][3] = 0.0f;
+#if BWD_ASYNC
+      GEMM_ROWS_LD(s, kf, qs, BQ / 8)
+      GEMM_ROWS_LD(dp, vf, ds, BQ / 8)
+#else
       GEMM_ROWS(s, kf, qs, BQ / 8)
       GEMM_ROWS(dp, vf, ds, BQ / 8)
+#endif
       const bool whole = plain_options && i0 + BQ <= c->q_len && j0 + 16 * NW <= c->k_len &&
                          j0 >= key_lo(pc, c, i0 + BQ - 1) && j0 + 16 * NW - 1 <= key_hi(pc, c, i0);
       TO_LOGITS(s, BQ / 8, whole, h, w0, i0, true)
@@ -555,8 +814,13 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dkdv_mma(B
             }
           }
       }
+#if BWD_ASYNC
+      GEMM_COLS_LD(dva, dp, BQ, ds)
+      GEMM_COLS_LD(dka, s, BQ, qs)
+#else
       GEMM_COLS(dva, dp, BQ, dt, QTS)
       GEMM_COLS(dka, s, BQ, qt, QTS)
+#endif
     }
   }
   store_rows(dka, w0, c->k_len, c->k_start, pc->kv_heads, hk, (__global uint*)dk, pc->qscale * pc->grad_scale, g, t);

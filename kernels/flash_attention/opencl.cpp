@@ -73,20 +73,33 @@ bool mma_offered(const Problem& p, const DeviceInfo& dev) {
 
 // An mma config's geometry and its passes' local memory in bytes (flash_attention_mma.cl's
 // layouts): warps per workgroup, 16-row tiles per warp (forward), keys per block (forward, dq),
-// query rows per block (dk/dv), local buffers of k and v (forward).
+// query rows per block (dk/dv), local buffers of k and v (forward), and whether the forward
+// copies them by cp.async into a ring of `stages` (k and v rows as they are, padded by 16 bytes,
+// plus 16 bytes to align the ring; one stage: k and v apart) rather than through registers; and whether the backward
+// copies its rows the same way (dq: a ring of two stages of k and v; dk/dv: q and dout), none
+// transposed.
 struct MmaGeometry {
-  std::int64_t warps, tiles, bk, bq, d, stages = 1;
+  std::int64_t warps, tiles, bk, bq, d, stages = 1, async = 0, bwd_async = 0;
   std::int64_t row_words() const { return d / 2 + 4; }
-  std::int64_t forward_local() const { return 4 * stages * (bk * row_words() + d * (bk / 2 + 4)); }
-  std::int64_t dq_local() const { return 4 * (2 * bk * row_words() + d * (bk / 2 + 4)); }
-  std::int64_t dkdv_local() const { return 4 * (2 * bq * row_words() + 2 * d * (bq / 2 + 4) + 2 * bq); }
+  std::int64_t row_bytes() const { return 2 * d + 16; }
+  std::int64_t forward_local() const {
+    return async ? 16 + stages * 2 * bk * row_bytes() : 4 * stages * (bk * row_words() + d * (bk / 2 + 4));
+  }
+  std::int64_t dq_local() const {
+    return bwd_async ? 16 + 2 * 2 * bk * row_bytes() : 4 * (2 * bk * row_words() + d * (bk / 2 + 4));
+  }
+  std::int64_t dkdv_local() const {
+    return bwd_async ? 16 + 2 * bq * row_bytes() + 8 * bq : 4 * (2 * bq * row_words() + 2 * d * (bq / 2 + 4) + 2 * bq);
+  }
 };
 
 MmaGeometry mma_geometry(const Config& c, const Problem& p, const DeviceInfo& info) {
-  // Configs from before pipeline stages existed have one.
+  // Configs from before pipeline stages (or the async copies) existed have one (none).
   MmaGeometry g{c.get("mma_warps"), p.backward ? 1 : c.get("mma_tiles"), c.get("mma_block_k"),
                 p.backward ? c.get("mma_block_q") : 16, p.head_dim,
-                !p.backward && c.has("mma_stages") ? c.get("mma_stages") : 1};
+                !p.backward && c.has("mma_stages") ? c.get("mma_stages") : 1,
+                !p.backward && c.has("mma_async") ? c.get("mma_async") : 0,
+                p.backward && c.has("mma_async") ? c.get("mma_async") : 0};
   const std::string text = std::string(p.backward ? "flash_attention_bwd" : "flash_attention") + " opencl: config " +
                            c.canonical() + " ";
   if (!mma_offered(p, info))
@@ -95,9 +108,10 @@ MmaGeometry mma_geometry(const Config& c, const Problem& p, const DeviceInfo& in
                           info.name + ")");
   if (g.warps <= 0 || 32 * g.warps > gpu_max_threads || (g.tiles != 1 && g.tiles != 2) ||
       (g.bk != 32 && g.bk != 64 && (p.backward || g.bk != 16)) || (g.bq != 16 && g.bq != 32) ||
-      (g.stages != 1 && g.stages != 2))
+      (g.async != 0 && g.async != 1) || (g.bwd_async != 0 && g.bwd_async != 1) || g.stages < 1 ||
+      g.stages > 2 + g.async)
     throw InvalidArgument(text + "needs 1 to 8 mma_warps, mma_tiles 1 or 2, mma_block_k 32 or 64 (or 16, forward), "
-                          "mma_block_q 16 or 32, mma_stages 1 or 2");
+                          "mma_block_q 16 or 32, mma_async 0 or 1, mma_stages 1 or 2 (mma_async 1: up to 3)");
   const std::int64_t local = p.backward ? std::max(g.dq_local(), g.dkdv_local()) : g.forward_local();
   if (local > static_cast<std::int64_t>(info.local_mem))
     throw InvalidArgument(text + "needs " + std::to_string(local) + " bytes of local memory for head_dim " +
@@ -117,6 +131,7 @@ std::shared_ptr<clc::Kernel> mma_kernel(clc::Device& dev, const MmaGeometry& g, 
   const std::string options = "-DD=" + std::to_string(g.d) + " -DNW=" + std::to_string(g.warps) +
                               " -DRT=" + std::to_string(g.tiles) + " -DBK=" + std::to_string(g.bk) +
                               " -DBQ=" + std::to_string(g.bq) + " -DSTAGES=" + std::to_string(g.stages) +
+                              " -DMMA_ASYNC=" + std::to_string(g.async) + " -DBWD_ASYNC=" + std::to_string(g.bwd_async) +
                               " -DBF16=" + (t == DType::bf16 ? "1" : "0") + list_options(lists);
   return dev.kernel(mma_key, options, name);
 }
@@ -350,20 +365,30 @@ void add_opencl_params(ParamSpace& s, std::vector<Value> variants, const Problem
         .constraint("mma_block_k <= 32 || mma_block_k < 2 * seq_k");
     if (backward) {
       s.param("mma_block_q", {16, 32}, mma_v)
+          .param("mma_async", {0, 1}, mma_v)
           // Two 16-row score tiles per warp on top of k, v, dk and dv fragments exceed the registers.
           .constraint("mma_block_q == 16 || head_dim <= 64")
           .constraint("16 * mma_warps <= 32 || 16 * mma_warps < 2 * seq_k")
-          .constraint("4 * max(2 * mma_block_k * (head_dim / 2 + 4) + head_dim * (mma_block_k / 2 + 4), "
-                      "2 * mma_block_q * (head_dim / 2 + 4) + 2 * head_dim * (mma_block_q / 2 + 4) + 2 * mma_block_q) <= local_mem");
+          .constraint("mma_async == 1 || 4 * max(2 * mma_block_k * (head_dim / 2 + 4) + head_dim * (mma_block_k / 2 + 4), "
+                      "2 * mma_block_q * (head_dim / 2 + 4) + 2 * head_dim * (mma_block_q / 2 + 4) + 2 * mma_block_q) <= local_mem")
+          .constraint("mma_async == 0 || 16 + max(4 * mma_block_k * (2 * head_dim + 16), "
+                      "2 * mma_block_q * (2 * head_dim + 16) + 8 * mma_block_q) <= local_mem");
     } else {
       s.param("mma_tiles", {1, 2}, mma_v)
-          .param("mma_stages", {1, 2}, mma_v)
+          .param("mma_async", {0, 1}, mma_v)
+          .param("mma_stages", {1, 2, 3}, mma_v)
           // Two tiles' q fragments and outputs exceed the registers at head_dim 128.
           .constraint("mma_tiles == 1 || head_dim <= 64")
           .constraint("16 * mma_warps * mma_tiles <= 32 || 16 * mma_warps * mma_tiles < 2 * seq_q")
-          // A second buffer pays only when there is a next block to fill it with.
+          // Through registers: one or two buffers. By cp.async: a ring of two or three, or one
+          // stage with k and v apart (each copied under the other's arithmetic).
+          .constraint("mma_async == 1 || mma_stages <= 2")
+          // Another buffer pays only when there is a block to fill it with.
           .constraint("mma_stages == 1 || mma_block_k < seq_k")
-          .constraint("4 * mma_stages * (mma_block_k * (head_dim / 2 + 4) + head_dim * (mma_block_k / 2 + 4)) <= local_mem");
+          .constraint("mma_stages <= 2 || 2 * mma_block_k < seq_k")
+          .constraint("mma_async == 1 || 4 * mma_stages * (mma_block_k * (head_dim / 2 + 4) + head_dim * "
+                      "(mma_block_k / 2 + 4)) <= local_mem")
+          .constraint("mma_async == 0 || 16 + 2 * mma_stages * mma_block_k * (2 * head_dim + 16) <= local_mem");
     }
   }
   s.bind({{"head_dim_class", head_dim_class(p.head_dim)},
@@ -383,9 +408,15 @@ std::vector<Config> opencl_candidates(bool backward, bool cpu_family, const Tile
   auto cfg = [&](std::int64_t bq, std::int64_t bk, std::int64_t rx, std::int64_t ry) {
     return Config{{"variant", std::string("scalar")}, {names.q, bq}, {names.k, bk}, {"threads_x", rx}, {"threads_y", ry}};
   };
-  auto mma = [&](std::int64_t warps, std::int64_t bk, std::int64_t x) {
+  // The forward's k and v through registers (mma_async 0) or by cp.async into a ring of two
+  // stages (1): which one leads is this one line, for the H100's measurement to decide.
+  constexpr bool async_forward = false;
+  // The backward's rows through registers (0) or by cp.async (1), likewise.
+  constexpr bool async_backward = false;
+  auto mma = [&](std::int64_t warps, std::int64_t bk, std::int64_t x, bool async, std::int64_t stages = 1) {
     Config c{{"variant", std::string("mma")}, {"mma_warps", warps}, {"mma_block_k", bk}, {backward ? "mma_block_q" : "mma_tiles", x}};
-    if (!backward) c.set("mma_stages", 1);
+    c.set("mma_async", async ? 1 : 0);
+    if (!backward) c.set("mma_stages", stages);
     return c;
   };
   if (cpu_family)
@@ -393,8 +424,18 @@ std::vector<Config> opencl_candidates(bool backward, bool cpu_family, const Tile
   // Tensor cores first where the space offers them: the H100's best of a sweep at B4 H16 S4096
   // f16 (head_dim 128: 8 warps of one tile over 64-key blocks; 64: 4 warps of two tiles over
   // 32-key blocks).
-  std::vector<Config> tries = backward ? std::vector<Config>{mma(4, 32, 16), mma(2, 32, 16)}
-                                       : std::vector<Config>{mma(8, 64, 1), mma(4, 32, 2), mma(4, 32, 1), mma(2, 32, 1)};
+  std::vector<Config> tries;
+  if (backward) {
+    tries = {mma(4, 32, 16, async_backward), mma(2, 32, 16, async_backward)};
+  } else {
+    // The copies first where they lead: a ring of two stages, or at head_dim 128, where two
+    // stages of 64 keys exceed 48 KiB, one stage of k and v apart; the register path after them.
+    if (async_forward)
+      tries = {mma(8, 64, 1, true, 2), mma(8, 64, 1, true, 1), mma(4, 32, 2, true, 2), mma(4, 32, 1, true, 2),
+               mma(2, 32, 1, true, 2)};
+    for (const Config& c : {mma(8, 64, 1, false), mma(4, 32, 2, false), mma(4, 32, 1, false), mma(2, 32, 1, false)})
+      tries.push_back(c);
+  }
   if (backward) {
     // With 48 KiB of local memory and head_dim 128 these are the largest that fit.
     tries.insert(tries.end(), {cfg(16, 32, 16, 8), cfg(16, 16, 16, 8), cfg(8, 16, 16, 8), cfg(8, 8, 8, 8), cfg(8, 8, 4, 8)});
