@@ -6,6 +6,7 @@
 
 #include "ejk/ops.hpp"
 #include "ejk/registry.hpp"
+#include "common/gemm_mma.hpp"
 #include "matmul/matmul.hpp"
 #include "support.hpp"
 
@@ -248,6 +249,55 @@ TEST_P(Matmul, OpenCLTensorCoreConfigsMatchTheReference) {
           }
         }
   EXPECT_GT(runs, 100u);
+}
+
+// Where the OpenCL tensor-core matmul is offered, on any machine: an NVIDIA device as its OpenCL
+// driver describes itself (m16n8k16 fragments, 48 KiB of local memory) takes it for 16-bit
+// operands whose rows are 16-byte multiples, with a heuristic inside the space; f32, odd rows and
+// a device without fragments keep the xgemm; a config past the local memory is refused by name.
+TEST(MatmulOpenCL, TensorCoreTileWhereTheDeviceHasFragments) {
+  DeviceInfo gpu;
+  gpu.backend = Backend::opencl;
+  gpu.vendor = "NVIDIA Corporation";
+  gpu.name = "NVIDIA H200";
+  gpu.discrete = true;
+  gpu.compute_units = 132;
+  gpu.local_mem = 48 * 1024;
+  gpu.max_workgroup_size = 1024;
+  gpu.max_workgroup_dims = {1024, 1024, 64};
+  for (DType t : {DType::f16, DType::bf16}) gpu.coopmat.push_back({16, 8, 16, t, DType::f32});
+  const Implementation* mma = nullptr;
+  for (const Implementation* impl : Registry::global().implementations("matmul"))
+    if (impl->backend() == Backend::opencl && !impl->sources().empty() && impl->sources().front() == "matmul/matmul_mma.cl")
+      mma = impl;
+  if (!mma) GTEST_SKIP() << "built without OpenCL";
+  auto inv = [](std::int64_t m, std::int64_t n, std::int64_t k, DType t, bool ta = false, bool tb = false) {
+    return kernels::matmul::invocation({ta ? Shape{k, m} : Shape{m, k}, t}, {tb ? Shape{n, k} : Shape{k, n}, t},
+                                       {{m, n}, t}, ta, tb, 1, 0);
+  };
+  for (DType t : {DType::f16, DType::bf16})
+    for (auto [m, n, k] : {std::tuple{4096, 4096, 4096}, {64, 64, 64}, {8, 264, 1000}, {4096, 14336, 4096}}) {
+      const Invocation i = inv(m, n, k, t);
+      ASSERT_TRUE(mma->supports(i, gpu)) << i.signature();
+      EXPECT_EQ(&Registry::global().implementation(i, gpu), mma) << i.signature();
+      const auto configs = mma->space(i, gpu).enumerate();
+      ASSERT_FALSE(configs.empty()) << i.signature();
+      const Config h = mma->heuristic(i, gpu);
+      EXPECT_EQ(mma->space(i, gpu).mismatch(h), "") << h.canonical();
+      for (const Config& c : configs)
+        EXPECT_LE(kernels::MmaTiles::of(c).local_bytes(false, false), 48 * 1024) << c.canonical();
+    }
+  EXPECT_EQ(mma->heuristic(inv(4096, 4096, 4096, DType::f16), gpu).canonical(),
+            R"({"bk":32,"bm":128,"bn":128,"group_m":8,"pipe":0,"stages":2,"swizzle":0,"wm":2,"wn":2})");
+  EXPECT_FALSE(mma->supports(inv(64, 64, 64, DType::f32), gpu));
+  EXPECT_FALSE(mma->supports(inv(64, 63, 64, DType::f16), gpu)) << "b's rows of 63 elements";
+  DeviceInfo plain = gpu;
+  plain.coopmat.clear();
+  EXPECT_FALSE(mma->supports(inv(64, 64, 64, DType::f16, true, false), plain)) << "no fragments";
+  const Config big{{"bm", 256}, {"bn", 256}, {"bk", 64}, {"wm", 2}, {"wn", 4}, {"stages", 4},
+                   {"swizzle", 0}, {"pipe", 0}, {"group_m", 8}};
+  EXPECT_NE(mma->space(inv(4096, 4096, 4096, DType::f16), gpu).mismatch(big), "");
+  test::expect_error([&] { kernels::MmaTiles::of(big).check("matmul", big, false, false, gpu); }, "bytes of local memory");
 }
 
 TEST_P(Matmul, HeuristicIsInTheSpace) {

@@ -37,9 +37,9 @@ struct MmaTiles {
     const bool ok = bm > 0 && bn > 0 && (bk == 16 || bk == 32 || bk == 64) && wm > 0 && wn > 0 && bm % wm == 0 &&
                     bn % wn == 0 && (bm / wm) % 16 == 0 && (bn / wn) % 16 == 0 && stages >= 2 && stages <= 8 &&
                     (swizzle == 0 || swizzle == 1) && (pipe == 0 || pipe == 1) &&
-                    threads() <= std::int64_t{dev.max_workgroup_size};
+                    threads() <= static_cast<std::int64_t>(dev.max_workgroup_size);
     if (!ok) throw InvalidArgument(std::string(where) + ": inconsistent config " + c.canonical());
-    if (local_bytes(trans_a, trans_b) > std::int64_t{dev.local_mem})
+    if (local_bytes(trans_a, trans_b) > static_cast<std::int64_t>(dev.local_mem))
       throw InvalidArgument(std::string(where) + ": config " + c.canonical() + " needs " +
                             std::to_string(local_bytes(trans_a, trans_b)) + " bytes of local memory, " + dev.id() +
                             " has " + std::to_string(dev.local_mem));
