@@ -124,7 +124,6 @@ void gemm_multiply(float acc[MI][NI][4], uint af[MI][4], uint bf[NI][2]) {
     for (int j = 0; j < NI; ++j) mma(acc[i][j], af[i][0], af[i][1], af[i][2], af[i][3], bf[j][0], bf[j][1]);
 }
 
-
 // The ushort elements of the local array a workgroup passes to gemm_tile (declared EJK_ALIGN16).
 #define GEMM_LOCAL (STAGES * (A_TILE + B_TILE))
 
