@@ -19,19 +19,6 @@ namespace {
 
 namespace fa = kernels::flash_attention;
 
-// What NVIDIA's OpenCL driver reports on an H100 or H200.
-DeviceInfo nvidia_like() {
-  DeviceInfo d;
-  d.backend = Backend::opencl;
-  d.vendor = "NVIDIA Corporation";
-  d.name = "NVIDIA H100";
-  d.compute_units = 132;
-  d.local_mem = 48 * 1024;
-  d.max_workgroup_size = 1024;
-  d.max_workgroup_dims = {1024, 1024, 64};
-  return d;
-}
-
 Invocation invocation(bool backward, std::int64_t dim, DType t, const nlohmann::json& options,
                       std::map<std::string, std::int64_t> sizes = {}) {
   sizes.merge(std::map<std::string, std::int64_t>{{"batch", 2}, {"seq_q", 21}, {"seq_k", 37}, {"heads", 4},
@@ -81,7 +68,7 @@ TEST_P(FlashAttentionOpenCL, GradientsAreBitwiseRepeatable) {
 // The GPU family's space on an NVIDIA-like device: never more than 256 work-items or 48 KiB of
 // local memory, something for every head_dim up to 256, and the heuristics inside it.
 TEST_P(FlashAttentionOpenCL, GpuSpaceFitsNvidia) {
-  const DeviceInfo gpu = nvidia_like();
+  const DeviceInfo gpu = test::nvidia_opencl_like();
   for (bool backward : {false, true})
     for (std::int64_t dim : {1, 64, 128, 256}) {
       const Invocation inv = invocation(backward, dim, DType::f16, {{"causal", true}}, {{"seq_q", 4096}, {"seq_k", 4096}});
@@ -112,7 +99,7 @@ TEST_P(FlashAttentionOpenCL, GpuSpaceFitsNvidia) {
 // numerics do not depend on the device.
 TEST_P(FlashAttentionOpenCL, GpuHeuristicConfigsMatchTheReference) {
   Context ctx(GetParam());
-  const DeviceInfo gpu = nvidia_like();
+  const DeviceInfo gpu = test::nvidia_opencl_like();
   const nlohmann::json opts = {{"causal", true}, {"window_left", 20}, {"bias", "full"}, {"sinks", true}, {"dropout", 0.1}};
   const Config fc = fa::opencl_heuristic(invocation(false, 128, DType::f16, opts, {{"seq_q", 4096}, {"seq_k", 4096}}),
                                          gpu, false, false);
@@ -154,7 +141,7 @@ TEST_P(FlashAttentionOpenCL, ConfigsOutsideTheSpaceAreRefused) {
 // The tensor-core variant is offered exactly where the device lists m16n8k16 fragments of the
 // storage type and head_dim fits its registers, and its heuristics come first there.
 TEST_P(FlashAttentionOpenCL, TensorCoreVariantNeedsFragments) {
-  DeviceInfo gpu = nvidia_like();
+  DeviceInfo gpu = test::nvidia_opencl_like();
   auto offered = [&](std::int64_t dim, DType t, bool backward) {
     const Invocation inv = invocation(backward, dim, t, nlohmann::json::object(), {{"seq_q", 4096}, {"seq_k", 4096}});
     const auto configs = fa::opencl_space(inv, gpu, backward, false).enumerate();
@@ -178,7 +165,7 @@ TEST_P(FlashAttentionOpenCL, TensorCoreVariantNeedsFragments) {
 // rows padded by 16 bytes, within NVIDIA's 48 KiB (plus the 16 bytes that align it), and the
 // backward's rows likewise; the forward's register path keeps one or two buffers.
 TEST_P(FlashAttentionOpenCL, TensorCoreAsyncRingFitsLocalMemory) {
-  DeviceInfo gpu = nvidia_like();
+  DeviceInfo gpu = test::nvidia_opencl_like();
   gpu.coopmat = {CoopMatShape{16, 8, 16, DType::f16, DType::f32}};
   for (std::int64_t dim : {64, 128}) {
     const Invocation inv = invocation(false, dim, DType::f16, nlohmann::json::object(), {{"seq_q", 4096}, {"seq_k", 4096}});

@@ -256,15 +256,7 @@ TEST_P(Matmul, OpenCLTensorCoreConfigsMatchTheReference) {
 // operands whose rows are 16-byte multiples, with a heuristic inside the space; f32, odd rows and
 // a device without fragments keep the xgemm; a config past the local memory is refused by name.
 TEST(MatmulOpenCL, TensorCoreTileWhereTheDeviceHasFragments) {
-  DeviceInfo gpu;
-  gpu.backend = Backend::opencl;
-  gpu.vendor = "NVIDIA Corporation";
-  gpu.name = "NVIDIA H200";
-  gpu.discrete = true;
-  gpu.compute_units = 132;
-  gpu.local_mem = 48 * 1024;
-  gpu.max_workgroup_size = 1024;
-  gpu.max_workgroup_dims = {1024, 1024, 64};
+  DeviceInfo gpu = test::nvidia_opencl_like();
   for (DType t : {DType::f16, DType::bf16}) gpu.coopmat.push_back({16, 8, 16, t, DType::f32});
   const Implementation* mma = nullptr;
   for (const Implementation* impl : Registry::global().implementations("matmul"))

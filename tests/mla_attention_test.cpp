@@ -414,15 +414,7 @@ TEST_P(MlaAttention, TensorCoreConfigOutsideTheSpaceIsRefused) {
 // The variant is offered exactly where the device lists m16n8k16 fragments of the storage type
 // and the widths make whole tiles, never to CPU drivers, and the heuristic takes it there.
 TEST(MlaDecodeOpenCL, TensorCoreVariantNeedsFragments) {
-  DeviceInfo gpu;
-  gpu.backend = Backend::opencl;
-  gpu.vendor = "NVIDIA Corporation";
-  gpu.name = "NVIDIA H100";
-  gpu.discrete = true;
-  gpu.compute_units = 132;
-  gpu.local_mem = 48 * 1024;
-  gpu.max_workgroup_size = 1024;
-  gpu.max_workgroup_dims = {1024, 1024, 64};
+  DeviceInfo gpu = test::nvidia_opencl_like();
   const Implementation* impl = opencl_c_decode(gpu);
   if (!impl) GTEST_SKIP() << "built without OpenCL";
   const mla::MlaDecodeKernel mk;

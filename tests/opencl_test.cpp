@@ -15,19 +15,6 @@
 namespace ejk {
 namespace {
 
-// An H100-like device description: what NVIDIA's OpenCL driver reports.
-DeviceInfo gpu_like(std::uint64_t local_mem = 48 * 1024, std::uint32_t max_wg = 1024) {
-  DeviceInfo d;
-  d.backend = Backend::opencl;
-  d.vendor = "NVIDIA Corporation";
-  d.name = "NVIDIA H100";
-  d.compute_units = 132;
-  d.local_mem = local_mem;
-  d.max_workgroup_size = max_wg;
-  d.max_workgroup_dims = {max_wg, max_wg, 64};
-  return d;
-}
-
 Invocation mm(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb, DType t,
               double alpha = 1, double beta = 0) {
   auto shape = [&](std::int64_t r, std::int64_t c) { return batch > 1 ? Shape{batch, r, c} : Shape{r, c}; };
@@ -183,7 +170,7 @@ TEST_P(OpenCL, ImpossibleWorkgroupIsResourceErrorOrOutsideTheSpace) {
   // The space never offers more than the device has.
   Invocation inv = mm(1, 512, 512, 512, false, false, DType::f32);
   for (auto [local_mem, max_wg] : {std::pair<std::uint64_t, std::uint32_t>{48 * 1024, 1024}, {16 * 1024, 256}, {4096, 64}}) {
-    DeviceInfo gpu = gpu_like(local_mem, max_wg);
+    DeviceInfo gpu = test::nvidia_opencl_like(local_mem, max_wg);
     ParamSpace space = kernels::matmul::opencl_space(inv, gpu, false);
     auto configs = space.enumerate();
     ASSERT_FALSE(configs.empty());
@@ -209,7 +196,7 @@ TEST_P(OpenCL, HeuristicsOfBothFamiliesAreInTheirSpaces) {
         for (bool tb : {false, true})
           for (DType t : {DType::f32, DType::f16, DType::bf16}) {
             Invocation inv = mm(1, m, n, k, ta, tb, t);
-            DeviceInfo d = cpu ? dev().info() : gpu_like();
+            DeviceInfo d = cpu ? dev().info() : test::nvidia_opencl_like();
             auto space = kernels::matmul::opencl_space(inv, d, cpu);
             Config h = kernels::matmul::opencl_heuristic(inv, d, cpu);
             EXPECT_EQ(space.mismatch(h), "") << (cpu ? "cpu " : "gpu ") << h.canonical();
@@ -281,7 +268,7 @@ TEST_P(OpenCL, GpuFamilyConfigsComputeTheProduct) {
   for (DType t : {DType::f32, DType::f16, DType::bf16})
     for (const auto& cs : cases) {
       Invocation inv = mm(cs.batch, cs.m, cs.n, cs.k, cs.ta, cs.tb, t, 0.5, 0.25);
-      DeviceInfo gpu = gpu_like(std::min<std::uint64_t>(48 * 1024, dev().info().local_mem),
+      DeviceInfo gpu = test::nvidia_opencl_like(std::min<std::uint64_t>(48 * 1024, dev().info().local_mem),
                                 std::min<std::uint32_t>(1024, dev().info().max_workgroup_size));
       auto configs = kernels::matmul::opencl_space(inv, gpu, false).enumerate();
       ASSERT_FALSE(configs.empty());

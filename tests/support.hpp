@@ -66,6 +66,22 @@ inline void expect_sample_matches(const SampledOutput& s, const std::vector<doub
   }
 }
 
+// An H100 as NVIDIA's OpenCL driver describes it (48 KiB of local memory, 1024 work-items a
+// group), without tensor-core fragments: tests of spaces and heuristics on any machine add
+// `coopmat` where they need it.
+inline DeviceInfo nvidia_opencl_like(std::uint64_t local_mem = 48 * 1024, std::uint32_t max_wg = 1024) {
+  DeviceInfo d;
+  d.backend = Backend::opencl;
+  d.vendor = "NVIDIA Corporation";
+  d.name = "NVIDIA H100";
+  d.discrete = true;
+  d.compute_units = 132;
+  d.local_mem = local_mem;
+  d.max_workgroup_size = max_wg;
+  d.max_workgroup_dims = {max_wg, max_wg, 64};
+  return d;
+}
+
 inline bool in_ci() {
   const char* ci = std::getenv("CI");
   return ci && std::string(ci) == "true";

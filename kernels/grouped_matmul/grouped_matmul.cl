@@ -14,6 +14,7 @@
 #define SB (TN + 1)
 
 #include "common/clc.h"
+#include "grouped_matmul_slots.h"
 #define ELEM EJK_ELEM(DTYPE)
 #define LD(p, i) EJK_LD(DTYPE, p, i)
 #define ST(p, i, x) EJK_ST(DTYPE, p, i, x)
@@ -65,14 +66,8 @@ __kernel __attribute__((reqd_work_group_size(RN, RM, 1))) void gmm(const __globa
                                                                     int n, int k, int groups) {
   __local float As[TK * SA];
   __local float Bs[TK * SB];
-  int slot = get_group_id(1), off = 0, g = 0, size = 0;
-  for (; g < groups; ++g) {
-    size = clamp(sizes[g], 0, m - off);
-    const int tiles = EJK_CEIL_DIV(size, TM);
-    if (slot < tiles) break;
-    slot -= tiles;
-    off += size;
-  }
+  int slot = get_group_id(1), off, size;
+  int g = slot_group(sizes, groups, m, TM, &slot, &off, &size);
   // A surplus group runs the tile with nothing to load or store: no return ahead of the barriers,
   // which PoCL's work-group compiler may get wrong (docs/testing.md).
   const bool live = g < groups;

@@ -7,6 +7,7 @@
 #include "common/clc.h"
 #include "common/clc_mma.h"
 #include "common/clc_gemm_mma.h"
+#include "grouped_matmul_slots.h"
 
 typedef EJK_ELEM(GEMM_ST) elem;
 
@@ -18,14 +19,8 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void gmm(const __g
                                                                         const __global int* sizes, __global elem* out,
                                                                         int m, int n, int k, int groups) {
   __local ushort smem[GEMM_LOCAL] EJK_ALIGN16;
-  int slot = get_group_id(1), off = 0, g = 0, size = 0;
-  for (; g < groups; ++g) {
-    size = clamp(sizes[g], 0, m - off);
-    const int tiles = EJK_CEIL_DIV(size, BM);
-    if (slot < tiles) break;
-    slot -= tiles;
-    off += size;
-  }
+  int slot = get_group_id(1), off, size;
+  const int g = slot_group(sizes, groups, m, BM, &slot, &off, &size);
   if (g == groups) return;  // the whole workgroup: no barrier is left waiting
   const int n0 = get_group_id(0) * BN;
   float acc[MI][NI][4];

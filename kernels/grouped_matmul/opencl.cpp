@@ -15,6 +15,7 @@
 namespace ejk::kernels::grouped_matmul {
 namespace {
 
+constexpr const char* slots_key = "grouped_matmul/grouped_matmul_slots.h";
 constexpr const char* source_key = "grouped_matmul/grouped_matmul.cl";
 
 class OpenCLGroupedMatmul final : public clc::Implementation {
@@ -22,7 +23,7 @@ class OpenCLGroupedMatmul final : public clc::Implementation {
   OpenCLGroupedMatmul(Backend backend, Mode mode) : clc::Implementation(backend), kernel_(mode) {}
   std::string_view kernel() const override { return kernel_.name(); }
   std::vector<ArgDef> args() const override { return kernel_.args(); }
-  std::vector<std::string> sources() const override { return {source_key, clc::prelude_source}; }
+  std::vector<std::string> sources() const override { return {source_key, slots_key, clc::prelude_source}; }
 
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override { return device_space(inv, dev); }
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {

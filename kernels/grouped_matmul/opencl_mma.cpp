@@ -19,6 +19,7 @@
 namespace ejk::kernels::grouped_matmul {
 namespace {
 
+constexpr const char* slots_key = "grouped_matmul/grouped_matmul_slots.h";
 constexpr const char* source_key = "grouped_matmul/grouped_matmul_mma.cl";
 constexpr const char* gemm_key = "common/clc_gemm_mma.h";
 constexpr const char* mma_helpers_key = "common/clc_mma.h";
@@ -29,7 +30,7 @@ class OpenCLGroupedMatmulMma final : public clc::Implementation {
   std::string_view kernel() const override { return kernel_.name(); }
   int priority() const override { return 1; }
   std::vector<ArgDef> args() const override { return kernel_.args(); }
-  std::vector<std::string> sources() const override { return {source_key, gemm_key, mma_helpers_key, clc::prelude_source}; }
+  std::vector<std::string> sources() const override { return {source_key, slots_key, gemm_key, mma_helpers_key, clc::prelude_source}; }
 
   bool supports(const Invocation& inv, const DeviceInfo& dev) const override {
     const Problem p = Problem::of(inv);
