@@ -39,6 +39,14 @@ double tolerance(DType t, const Case& c, bool tf32 = false) {
   return kernels::matmul::MatmulKernel().tolerance(inv);
 }
 
+// The OpenCL tensor-core matmul (matmul_mma.cl) registered on `backend`, if any.
+const Implementation* tensor_core_matmul(Backend backend) {
+  for (const Implementation* impl : Registry::global().implementations("matmul"))
+    if (impl->backend() == backend && !impl->sources().empty() && impl->sources().front() == "matmul/matmul_mma.cl")
+      return impl;
+  return nullptr;
+}
+
 class Matmul : public ::testing::TestWithParam<std::string> {};
 
 // The sampled reference is the full reference at the elements it samples: 8 rows (first and
@@ -212,10 +220,7 @@ TEST_P(Matmul, SampledConfigsOfTheSpace) {
 TEST_P(Matmul, OpenCLTensorCoreConfigsMatchTheReference) {
   Context ctx(GetParam());
   const DeviceInfo& info = ctx.device().info();
-  const Implementation* mma = nullptr;
-  for (const Implementation* impl : Registry::global().implementations("matmul"))
-    if (impl->backend() == info.backend && !impl->sources().empty() && impl->sources().front() == "matmul/matmul_mma.cl")
-      mma = impl;
+  const Implementation* mma = tensor_core_matmul(info.backend);
   const Invocation probe = kernels::matmul::invocation({{64, 64}, DType::f16}, {{64, 64}, DType::f16},
                                                        {{64, 64}, DType::f16}, false, false, 1, 0);
   if (!mma || !mma->supports(probe, info)) GTEST_SKIP() << GetParam() << " has no OpenCL tensor-core matmul";
@@ -258,10 +263,7 @@ TEST_P(Matmul, OpenCLTensorCoreConfigsMatchTheReference) {
 TEST(MatmulOpenCL, TensorCoreTileWhereTheDeviceHasFragments) {
   DeviceInfo gpu = test::nvidia_opencl_like();
   for (DType t : {DType::f16, DType::bf16}) gpu.coopmat.push_back({16, 8, 16, t, DType::f32});
-  const Implementation* mma = nullptr;
-  for (const Implementation* impl : Registry::global().implementations("matmul"))
-    if (impl->backend() == Backend::opencl && !impl->sources().empty() && impl->sources().front() == "matmul/matmul_mma.cl")
-      mma = impl;
+  const Implementation* mma = tensor_core_matmul(Backend::opencl);
   if (!mma) GTEST_SKIP() << "built without OpenCL";
   auto inv = [](std::int64_t m, std::int64_t n, std::int64_t k, DType t, bool ta = false, bool tb = false) {
     return kernels::matmul::invocation({ta ? Shape{k, m} : Shape{m, k}, t}, {tb ? Shape{n, k} : Shape{k, n}, t},

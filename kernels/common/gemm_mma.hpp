@@ -14,6 +14,9 @@
 
 namespace ejk::kernels {
 
+// The tile's OpenCL C, which an implementation that includes it lists among its sources().
+inline constexpr const char* mma_tile_source = "common/clc_gemm_mma.h";
+
 // BM x BN tiles of WM x WN warps, BK-deep slices in a ring of STAGES local buffers, rows padded
 // or (swizzle) permuted, fragments double-buffered (pipe).
 struct MmaTiles {

@@ -31,7 +31,6 @@ constexpr const char* source_key = "flash_attention/flash_attention.cl";
 constexpr const char* mma_key = "flash_attention/flash_attention_mma.cl";
 constexpr const char* common_key = "flash_attention/flash_attention_common.cl";
 constexpr const char* philox_key = "common/philox.h";
-constexpr const char* mma_helpers_key = "common/clc_mma.h";
 
 // Work-items of the prep and finish passes (the program's PREP_NT).
 constexpr std::int64_t prep_threads = 64;
@@ -184,7 +183,7 @@ class OpenCLForward final : public clc::Implementation {
   using clc::Implementation::Implementation;
   std::string_view kernel() const override { return "flash_attention"; }
   std::vector<ArgDef> args() const override { return forward_args(); }
-  std::vector<std::string> sources() const override { return {source_key, mma_key, mma_helpers_key, common_key, philox_key, clc::prelude_source}; }
+  std::vector<std::string> sources() const override { return {source_key, mma_key, clc::mma_source, common_key, philox_key, clc::prelude_source}; }
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
     return opencl_space(inv, dev, false, clc::is_cpu(dev));
   }
@@ -209,7 +208,7 @@ class OpenCLBackward final : public clc::Implementation {
   using clc::Implementation::Implementation;
   std::string_view kernel() const override { return "flash_attention_bwd"; }
   std::vector<ArgDef> args() const override { return backward_args(); }
-  std::vector<std::string> sources() const override { return {source_key, mma_key, mma_helpers_key, common_key, philox_key, clc::prelude_source}; }
+  std::vector<std::string> sources() const override { return {source_key, mma_key, clc::mma_source, common_key, philox_key, clc::prelude_source}; }
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
     return opencl_space(inv, dev, true, clc::is_cpu(dev));
   }

@@ -21,8 +21,6 @@ namespace {
 
 constexpr const char* slots_key = "grouped_matmul/grouped_matmul_slots.h";
 constexpr const char* source_key = "grouped_matmul/grouped_matmul_mma.cl";
-constexpr const char* gemm_key = "common/clc_gemm_mma.h";
-constexpr const char* mma_helpers_key = "common/clc_mma.h";
 
 class OpenCLGroupedMatmulMma final : public clc::Implementation {
  public:
@@ -30,7 +28,7 @@ class OpenCLGroupedMatmulMma final : public clc::Implementation {
   std::string_view kernel() const override { return kernel_.name(); }
   int priority() const override { return 1; }
   std::vector<ArgDef> args() const override { return kernel_.args(); }
-  std::vector<std::string> sources() const override { return {source_key, slots_key, gemm_key, mma_helpers_key, clc::prelude_source}; }
+  std::vector<std::string> sources() const override { return {source_key, slots_key, mma_tile_source, clc::mma_source, clc::prelude_source}; }
 
   bool supports(const Invocation& inv, const DeviceInfo& dev) const override {
     const Problem p = Problem::of(inv);
@@ -66,7 +64,7 @@ class OpenCLGroupedMatmulMma final : public clc::Implementation {
     const Problem p = Problem::of(inv);
     if (p.n == 0 || (p.mode == Mode::gmm ? p.m == 0 : p.k == 0)) return;
     auto& dev = clc::clc_device(device);
-    (void)program(p, config, dev);
+    (void)program(p, MmaTiles::of(config), config, dev);
   }
 
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
@@ -75,7 +73,7 @@ class OpenCLGroupedMatmulMma final : public clc::Implementation {
     if (p.n == 0 || (gmm ? p.m == 0 : p.k == 0)) return;
     auto& dev = clc::clc_device(device);
     const MmaTiles g = MmaTiles::of(config);
-    auto k = program(p, config, dev);
+    auto k = program(p, g, config, dev);
     const auto threads = static_cast<std::size_t>(g.threads());
     const auto col_tiles = static_cast<std::size_t>(ceil_div(p.n, g.bn));
     const int m = static_cast<int>(p.m), n = static_cast<int>(p.n), kk = static_cast<int>(p.k),
@@ -93,9 +91,8 @@ class OpenCLGroupedMatmulMma final : public clc::Implementation {
   }
 
  private:
-  std::shared_ptr<clc::Kernel> program(const Problem& p, const Config& config, clc::Device& dev) const {
+  std::shared_ptr<clc::Kernel> program(const Problem& p, const MmaTiles& g, const Config& config, clc::Device& dev) const {
     const bool gmm = p.mode == Mode::gmm, trans_a = !gmm, trans_b = gmm && p.trans_rhs;
-    const MmaTiles g = MmaTiles::of(config);
     g.check(std::string(kernel()) + " on OpenCL tensor cores", config, trans_a, trans_b, dev.info());
     return dev.kernel(source_key, g.build_options(trans_a, trans_b, p.dtype == DType::bf16), gmm ? "gmm" : "tgmm");
   }

@@ -24,9 +24,7 @@ constexpr const char* wgmma_source = "matmul/matmul_wgmma.cu";
 
 // Rows and batch strides of a and b in 16-byte multiples of `elems` elements, indices in int.
 bool sixteen_byte_rows(const Problem& p, std::int64_t elems) {
-  const std::int64_t lda = p.trans_a ? p.m : p.k, ldb = p.trans_b ? p.k : p.n;
-  return lda % elems == 0 && ldb % elems == 0 && p.batch_stride_a % elems == 0 && p.batch_stride_b % elems == 0 &&
-         std::max({p.m, p.n, p.k, p.m * p.n}) < INT_MAX;
+  return p.rows_in_multiples_of(elems) && std::max({p.m, p.n, p.k, p.m * p.n}) < INT_MAX;
 }
 
 bool tensor_core_operands(const Problem& p, const DeviceInfo& dev) {

@@ -21,6 +21,12 @@ struct Problem {
   DType dtype = DType::f32;  // of a, b and c
 
   static Problem of(const Invocation& inv);
+  // Whether the rows and batch strides of a and b are multiples of `elems` elements: what copies
+  // in 16-byte units (cp.async, TMA) need.
+  bool rows_in_multiples_of(std::int64_t elems) const {
+    const std::int64_t lda = trans_a ? m : k, ldb = trans_b ? k : n;
+    return lda % elems == 0 && ldb % elems == 0 && batch_stride_a % elems == 0 && batch_stride_b % elems == 0;
+  }
 };
 
 Invocation invocation(const TensorSpec& a, const TensorSpec& b, const TensorSpec& c, bool trans_a, bool trans_b,

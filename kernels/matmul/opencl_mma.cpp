@@ -19,16 +19,11 @@ namespace ejk::kernels::matmul {
 namespace {
 
 constexpr const char* source_key = "matmul/matmul_mma.cl";
-constexpr const char* gemm_key = "common/clc_gemm_mma.h";
-constexpr const char* mma_helpers_key = "common/clc_mma.h";
 constexpr const char* where = "matmul on OpenCL tensor cores";
 
 bool offered(const Problem& p, const DeviceInfo& dev) {
   if (p.dtype != DType::f16 && p.dtype != DType::bf16) return false;
-  // cp.async moves 16-byte units: rows and batch strides of a and b in multiples of 8 elements.
-  const std::int64_t lda = p.trans_a ? p.m : p.k, ldb = p.trans_b ? p.k : p.n;
-  return dev.offers({16, 8, 16, p.dtype, DType::f32}) && lda % 8 == 0 && ldb % 8 == 0 && p.batch_stride_a % 8 == 0 &&
-         p.batch_stride_b % 8 == 0 && std::max({p.m, p.n, p.k}) < INT_MAX;
+  return dev.offers({16, 8, 16, p.dtype, DType::f32}) && p.rows_in_multiples_of(8) && std::max({p.m, p.n, p.k}) < INT_MAX;
 }
 
 class OpenCLMatmulMma final : public clc::Implementation {
@@ -37,7 +32,7 @@ class OpenCLMatmulMma final : public clc::Implementation {
   std::string_view kernel() const override { return "matmul"; }
   int priority() const override { return 1; }
   std::vector<ArgDef> args() const override { return matmul_args(); }
-  std::vector<std::string> sources() const override { return {source_key, gemm_key, mma_helpers_key, clc::prelude_source}; }
+  std::vector<std::string> sources() const override { return {source_key, mma_tile_source, clc::mma_source, clc::prelude_source}; }
 
   bool supports(const Invocation& inv, const DeviceInfo& dev) const override {
     return backend() == Backend::opencl && offered(Problem::of(inv), dev);

@@ -30,7 +30,6 @@ namespace {
 
 constexpr const char* source_key = "mla_attention/mla_decode.cl";
 constexpr const char* mma_key = "mla_attention/mla_decode_mma.cl";
-constexpr const char* mma_helpers_key = "common/clc_mma.h";
 
 const char* const scalar_v = "variant == \"scalar\"";
 const char* const mma_v = "variant == \"mma\"";
@@ -67,7 +66,7 @@ class OpenCLMlaDecode final : public clc::Implementation {
   using clc::Implementation::Implementation;
   std::string_view kernel() const override { return "mla_decode"; }
   std::vector<ArgDef> args() const override { return decode_args(); }
-  std::vector<std::string> sources() const override { return {source_key, mma_key, mma_helpers_key, clc::prelude_source}; }
+  std::vector<std::string> sources() const override { return {source_key, mma_key, clc::mma_source, clc::prelude_source}; }
 
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
     const bool mma = mma_offered(Problem::of(inv), dev);

@@ -132,6 +132,9 @@ std::string with_includes(std::string_view key, std::string_view text);
 // that includes it lists it among its Implementation::sources(), so that an edit to it changes
 // the kernel's version.
 inline constexpr const char* prelude_source = "common/clc.h";
+// NVIDIA's tensor cores, ldmatrix and cp.async from OpenCL C (kernels/common/clc_mma.h), listed
+// the same way by the sources that include it.
+inline constexpr const char* mma_source = "common/clc_mma.h";
 
 // The backends compiled in whose devices are clc::Devices, in Backend order.
 std::vector<Backend> backends();
