@@ -33,6 +33,14 @@ float shfl_xor(float x, int m) {
   return y;
 }
 
+// Whether x holds in any thread of the warp.
+bool warp_any(bool x) {
+  uint r;
+  asm volatile("{ .reg .pred p, q; setp.ne.u32 p, %1, 0; vote.sync.any.pred q, p, 0xffffffff; selp.u32 %0, 1, 0, q; }"
+               : "=r"(r) : "r"((uint)x));
+  return r != 0u;
+}
+
 // Two floats as one operand word, lo in the low half, rounded to nearest even.
 uint pack2(float lo, float hi) {
   uint r;
@@ -89,6 +97,10 @@ void ldsm_x2_t(uint* r, uint addr) {
 // 16) of them read, the rest zero-filled. Bypasses L1 (.cg): tiles are read once per workgroup.
 void cp16(uint dst, __global const void* src, uint bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"((ulong)src), "r"(bytes) : "memory");
+}
+// Four bytes (zero-filled past `bytes`), through L1: scattered words such as per-row statistics.
+void cp4(uint dst, __global const void* src, uint bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"((ulong)src), "r"(bytes) : "memory");
 }
 void cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
 // Waits until at most N of this thread's committed groups are pending (N a constant expression).

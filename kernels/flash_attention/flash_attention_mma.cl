@@ -240,7 +240,7 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
 #endif
 
     // s = q k^T for this warp's rows and the block's keys.
-    float s[RT][STILES][4];
+    float s[RT][STILES][4], alpha[RT][2];
 #pragma unroll
     for (int r = 0; r < RT; ++r)
 #pragma unroll
@@ -284,14 +284,11 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
     // Online softmax in base 2; P replaces the scores (times the dropout mask, after the row
     // sums: lse does not see dropout). What the options add runs in loops of its own, so the
     // unrolled common path stays compact in the instruction cache.
-    const bool whole = plain_options && i0 + MMA_ROWS <= c->q_len && j0 + BK <= c->k_len &&
+    // A block the mask allows whole keeps its raw scores: the scale enters the maximum once and
+    // each exponent through one fma (a positive scale keeps the maximum where it is).
+    const bool whole = plain_options && pc->qscale > 0.0f && i0 + MMA_ROWS <= c->q_len && j0 + BK <= c->k_len &&
                        j0 >= key_lo(pc, c, i0 + MMA_ROWS - 1) && j0 + BK - 1 <= key_hi(pc, c, i0);
-#pragma unroll
-    for (int r = 0; r < RT; ++r)
-#pragma unroll
-      for (int n = 0; n < STILES; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[r][n][e] *= pc->qscale;
+    const float sc = whole ? pc->qscale : 1.0f;
     if (!whole) {
 #pragma unroll
       for (int r = 0; r < RT; ++r)
@@ -299,9 +296,10 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
         for (int n = 0; n < STILES; ++n)
 #pragma unroll
           for (int e = 0; e < 4; ++e)
-            s[r][n][e] = logit(pc, c, s[r][n][e], head, w0 + 16 * r + g + 8 * (e >> 1), j0 + 8 * n + 2 * t + (e & 1), bias,
-                               q_seg, k_seg);
+            s[r][n][e] = logit(pc, c, s[r][n][e] * pc->qscale, head, w0 + 16 * r + g + 8 * (e >> 1),
+                               j0 + 8 * n + 2 * t + (e & 1), bias, q_seg, k_seg);
     }
+    bool rescale = false;  // whether any row of the warp has a new maximum
 #pragma unroll
     for (int r = 0; r < RT; ++r) {
       float mx[2] = {NEG, NEG};
@@ -309,11 +307,12 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
       for (int n = 0; n < STILES; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) mx[e >> 1] = fmax(mx[e >> 1], s[r][n][e]);
-      float alpha[2], sum[2] = {0.0f, 0.0f};
+      float sum[2] = {0.0f, 0.0f};
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float top = fmax(m[r][h], max_quad(mx[h]));
-        alpha[h] = top == NEG ? 1.0f : ex2(m[r][h] - top);
+        const float top = fmax(m[r][h], max_quad(mx[h]) * sc);
+        alpha[r][h] = top == NEG ? 1.0f : ex2(m[r][h] - top);
+        rescale |= alpha[r][h] != 1.0f;
         m[r][h] = top;
       }
 #pragma unroll
@@ -321,18 +320,24 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_fwd_mma(FW
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const float top = m[r][e >> 1];
-          s[r][n][e] = top == NEG ? 0.0f : ex2(s[r][n][e] - top);
+          s[r][n][e] = top == NEG ? 0.0f : ex2(fma(s[r][n][e], sc, -top));
           sum[e >> 1] += s[r][n][e];
         }
 #pragma unroll
-      for (int h = 0; h < 2; ++h) l[r][h] = l[r][h] * alpha[h] + sum[h];
+      for (int h = 0; h < 2; ++h) l[r][h] = l[r][h] * alpha[r][h] + sum[h];
+    }
+    // Once the maxima settle most blocks leave every row's maximum where it was: the warp skips
+    // the rescaling of o then (one vote instead of 64 RT multiplies).
+    if (warp_any(rescale)) {
 #pragma unroll
-      for (int n = 0; n < OTILES; ++n) {
-        o[r][n][0] *= alpha[0];
-        o[r][n][1] *= alpha[0];
-        o[r][n][2] *= alpha[1];
-        o[r][n][3] *= alpha[1];
-      }
+      for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int n = 0; n < OTILES; ++n) {
+          o[r][n][0] *= alpha[r][0];
+          o[r][n][1] *= alpha[r][0];
+          o[r][n][2] *= alpha[r][1];
+          o[r][n][3] *= alpha[r][1];
+        }
     }
     if (HAS(F_DROPOUT)) {
 #pragma unroll
@@ -700,11 +705,11 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dkdv_mma(B
   if (j0 >= c->k_len) return;
   const int n = min(16 * NW, c->k_len - j0), w0 = j0 + 16 * warp;
 #if BWD_ASYNC
-  // q and dout rows at local addresses qs and ds, then the rows' lse and delta.
+  // Two stages of q and dout rows, then the rows' lse and delta: the next query block's copy is
+  // in flight while this one is computed, one barrier a block.
   __local uchar* const al = align16(sh);
-  const uint qs = EJK_SMEM(al), ds = qs + BQ * BROWB;
-  __local float* ls = (__local float*)(al + 2 * BQ * BROWB);
-  __local float* dl = ls + BQ;
+  const uint ring = EJK_SMEM(al);
+#define QSTAGE_BYTES (2 * BQ * BROWB + 8 * BQ)
   LANE_OFFSETS
 #else
   const int QTS = BQ / 2 + 4;
@@ -725,104 +730,146 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dkdv_mma(B
   const bool plain_options = (pc->flags & (F_BIAS | F_SOFTCAP | F_SEGMENTS)) == 0u;
   const bool scratch = HAS(F_DBIAS_SCRATCH);
 
-  for (uint h = hk * pc->group; h < (hk + 1u) * pc->group; ++h) {
-    Walk tiles = QUERY_TILES(h, j0, 0, c->q_len > 0 ? (c->q_len - 1) / BQ : -1, BQ);
-    for (int qtile = walk_next(&tiles); qtile >= 0; qtile = walk_next(&tiles)) {
-      const int i0 = qtile * BQ;
-      const int rows = min(BQ, c->q_len - i0);
-      if (key_hi(pc, c, i0 + rows - 1) < j0 || key_lo(pc, c, i0) > j0 + n - 1) {
-        // No query of the block sees these keys: their dbias entries are zero.
-        if (HAS(F_BIAS))
-          for (int e = tid; e < rows * n; e += 32 * NW) {
-            const int r = e / n, cc = e - r * n;
-            const uint at = ((c->seq * pc->heads + h) * pc->seq_q + (uint)(i0 + r)) * pc->seq_k + (uint)(j0 + cc);
-            if (scratch)
-              dbscr[at] = 0.0f;
-            else
-              ejk_store(dbias, at, BIAS_DT, 0.0f);
-          }
-        continue;
-      }
-      barrier(CLK_LOCAL_MEM_FENCE);
+  // The query blocks of every head of the group, walked one ahead of the one computed. Blocks no
+  // query of which sees these keys are passed over, their dbias entries written as zeros.
+  const uint hend = (hk + 1u) * pc->group;
+  uint wh = hk * pc->group;  // the head walked
+  Walk tiles = QUERY_TILES(wh, j0, 0, c->q_len > 0 ? (c->q_len - 1) / BQ : -1, BQ);
+#define NEXT_TILE(QH, QT)                                                                              \
+  for (;;) {                                                                                           \
+    QT = wh < hend ? walk_next(&tiles) : -1;                                                           \
+    if (QT < 0) {                                                                                      \
+      if (wh >= hend || ++wh >= hend) break;                                                           \
+      tiles = QUERY_TILES(wh, j0, 0, c->q_len > 0 ? (c->q_len - 1) / BQ : -1, BQ);                     \
+      continue;                                                                                        \
+    }                                                                                                  \
+    QH = wh;                                                                                           \
+    const int i_ = QT * BQ, r_ = min(BQ, c->q_len - i_);                                               \
+    if (key_hi(pc, c, i_ + r_ - 1) >= j0 && key_lo(pc, c, i_) <= j0 + n - 1) break;                   \
+    if (HAS(F_BIAS))                                                                                   \
+      for (int e_ = tid; e_ < r_ * n; e_ += 32 * NW) {                                                 \
+        const int rr_ = e_ / n, cc_ = e_ - rr_ * n;                                                    \
+        const uint at_ = ((c->seq * pc->heads + QH) * pc->seq_q + (uint)(i_ + rr_)) * pc->seq_k + (uint)(j0 + cc_); \
+        if (scratch)                                                                                   \
+          dbscr[at_] = 0.0f;                                                                           \
+        else                                                                                           \
+          ejk_store(dbias, at_, BIAS_DT, 0.0f);                                                        \
+      }                                                                                                \
+  }
+  uint nh = 0;
+  int nq;
+  NEXT_TILE(nh, nq)
 #if BWD_ASYNC
-      copy_rows(qs, BQ, c->q_start + i0, rows, pc->heads, h, (__global const uint4*)q, tid);
-      copy_rows(ds, BQ, c->q_start + i0, rows, pc->heads, h, (__global const uint4*)dout, tid);
-      cp_commit();
+  // Query block QT of head QH (none: -1) into stage B, lse and delta raw (zero past the
+  // sequence): one commit group a call, empty or not.
+#define QISSUE(QH, QT, B)                                                                              \
+  {                                                                                                    \
+    if ((QT) >= 0) {                                                                                   \
+      const int i_ = (QT) * BQ, r_ = min(BQ, c->q_len - i_);                                           \
+      const uint at_ = ring + (uint)(B) * QSTAGE_BYTES;                                                \
+      copy_rows(at_, BQ, c->q_start + i_, r_, pc->heads, QH, (__global const uint4*)q, tid);            \
+      copy_rows(at_ + BQ * BROWB, BQ, c->q_start + i_, r_, pc->heads, QH, (__global const uint4*)dout, tid); \
+      for (int r = tid; r < BQ; r += 32 * NW) {                                                        \
+        const bool in_ = r < r_;                                                                       \
+        cp4(at_ + 2 * BQ * BROWB + 4 * r, lse + lse_index(pc, c, QH, i_ + (in_ ? r : 0)), in_ ? 4u : 0u); \
+        cp4(at_ + 2 * BQ * BROWB + 4 * (BQ + r), delta + (QH) * pc->total_q + (uint)(c->q_start + i_ + (in_ ? r : 0)), \
+            in_ ? 4u : 0u);                                                                            \
+      }                                                                                                \
+    }                                                                                                  \
+    cp_commit();                                                                                       \
+  }
+  QISSUE(nh, nq, 0)
+#endif
+  for (int buf = 0; nq >= 0; buf ^= 1) {
+    const uint h = nh;
+    const int i0 = nq * BQ, rows = min(BQ, c->q_len - i0);
+#if BWD_ASYNC
+    // This block's copies have landed everywhere, and every warp is done with the other stage.
+    CP_WAIT(0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    NEXT_TILE(nh, nq)
+    QISSUE(nh, nq, buf ^ 1)
+    const uint qs = ring + (uint)buf * QSTAGE_BYTES, ds = qs + BQ * BROWB;
+    __local const float* ls = (__local const float*)(al + buf * QSTAGE_BYTES + 2 * BQ * BROWB);
+    __local const float* dl = ls + BQ;
 #else
-      stage_rows(qs, BQ, c->q_start + i0, rows, pc->heads, h, (__global const uint4*)q, tid);
-      stage_rows(ds, BQ, c->q_start + i0, rows, pc->heads, h, (__global const uint4*)dout, tid);
-      stage_cols(qt, QTS, BQ, c->q_start + i0, rows, pc->heads, h, (__global const uint4*)q, tid);
-      stage_cols(dt, QTS, BQ, c->q_start + i0, rows, pc->heads, h, (__global const uint4*)dout, tid);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    stage_rows(qs, BQ, c->q_start + i0, rows, pc->heads, h, (__global const uint4*)q, tid);
+    stage_rows(ds, BQ, c->q_start + i0, rows, pc->heads, h, (__global const uint4*)dout, tid);
+    stage_cols(qt, QTS, BQ, c->q_start + i0, rows, pc->heads, h, (__global const uint4*)q, tid);
+    stage_cols(dt, QTS, BQ, c->q_start + i0, rows, pc->heads, h, (__global const uint4*)dout, tid);
+    for (int r = tid; r < BQ; r += 32 * NW) {
+      const bool inr = r < rows;
+      ls[r] = inr ? lse[lse_index(pc, c, h, i0 + r)] : 0.0f;
+      dl[r] = inr ? delta[h * pc->total_q + (uint)(c->q_start + i0 + r)] : 0.0f;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    NEXT_TILE(nh, nq)
 #endif
-      for (int r = tid; r < BQ; r += 32 * NW) {
-        const bool inr = r < rows;
-        ls[r] = inr ? lse[lse_index(pc, c, h, i0 + r)] * LOG2E : 0.0f;
-        dl[r] = inr ? delta[h * pc->total_q + (uint)(c->q_start + i0 + r)] : 0.0f;
-      }
-#if BWD_ASYNC
-      CP_WAIT(0);
-#endif
-      barrier(CLK_LOCAL_MEM_FENCE);
-      // Transposed tiles: this thread holds keys w0 + g (+ 8) and queries i0 + 8 x + 2 t (+ 1).
-      float s[BQ / 8][4], dp[BQ / 8][4];  // then dU^T and P^T (dropout applied) in their place
+    // Transposed tiles: this thread holds keys w0 + g (+ 8) and queries i0 + 8 x + 2 t (+ 1).
+    float s[BQ / 8][4], dp[BQ / 8][4];  // then dU^T and P^T (dropout applied) in their place
 #pragma unroll
-      for (int x = 0; x < BQ / 8; ++x) s[x][0] = s[x][1] = s[x][2] = s[x][3] = dp[x][0] = dp[x][1] = dp[x][2] = dp[x][3] = 0.0f;
+    for (int x = 0; x < BQ / 8; ++x) s[x][0] = s[x][1] = s[x][2] = s[x][3] = dp[x][0] = dp[x][1] = dp[x][2] = dp[x][3] = 0.0f;
 #if BWD_ASYNC
-      GEMM_ROWS_LD(s, kf, qs, BQ / 8)
-      GEMM_ROWS_LD(dp, vf, ds, BQ / 8)
+    GEMM_ROWS_LD(s, kf, qs, BQ / 8)
+    GEMM_ROWS_LD(dp, vf, ds, BQ / 8)
 #else
-      GEMM_ROWS(s, kf, qs, BQ / 8)
-      GEMM_ROWS(dp, vf, ds, BQ / 8)
+    GEMM_ROWS(s, kf, qs, BQ / 8)
+    GEMM_ROWS(dp, vf, ds, BQ / 8)
 #endif
-      const bool whole = plain_options && i0 + BQ <= c->q_len && j0 + 16 * NW <= c->k_len &&
-                         j0 >= key_lo(pc, c, i0 + BQ - 1) && j0 + 16 * NW - 1 <= key_hi(pc, c, i0);
-      TO_LOGITS(s, BQ / 8, whole, h, w0, i0, true)
-      if (HAS(F_DROPOUT)) {
+    const bool whole = plain_options && i0 + BQ <= c->q_len && j0 + 16 * NW <= c->k_len &&
+                       j0 >= key_lo(pc, c, i0 + BQ - 1) && j0 + 16 * NW - 1 <= key_hi(pc, c, i0);
+    TO_LOGITS(s, BQ / 8, whole, h, w0, i0, true)
+    if (HAS(F_DROPOUT)) {
 #pragma unroll
-        for (int x = 0; x < BQ / 8; ++x)
+      for (int x = 0; x < BQ / 8; ++x)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) dp[x][e] *= keep(pc, c, h, i0 + 8 * x + 2 * t + (e & 1), w0 + g + 8 * (e >> 1));
+        for (int e = 0; e < 4; ++e) dp[x][e] *= keep(pc, c, h, i0 + 8 * x + 2 * t + (e & 1), w0 + g + 8 * (e >> 1));
+    }
+#pragma unroll
+    for (int x = 0; x < BQ / 8; ++x)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qr = 8 * x + 2 * t + (e & 1);
+        float p;
+        s[x][e] = grad_logit(pc, s[x][e], dp[x][e], ls[qr] * LOG2E, dl[qr], &p);
+        dp[x][e] = p;
       }
+    if (HAS(F_DROPOUT)) {
+#pragma unroll
+      for (int x = 0; x < BQ / 8; ++x)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (dp[x][e] != 0.0f) dp[x][e] *= keep(pc, c, h, i0 + 8 * x + 2 * t + (e & 1), w0 + g + 8 * (e >> 1));
+    }
+    if (HAS(F_BIAS)) {
 #pragma unroll
       for (int x = 0; x < BQ / 8; ++x)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int qr = 8 * x + 2 * t + (e & 1);
-          float p;
-          s[x][e] = grad_logit(pc, s[x][e], dp[x][e], ls[qr], dl[qr], &p);
-          dp[x][e] = p;
-        }
-      if (HAS(F_DROPOUT)) {
-#pragma unroll
-        for (int x = 0; x < BQ / 8; ++x)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (dp[x][e] != 0.0f) dp[x][e] *= keep(pc, c, h, i0 + 8 * x + 2 * t + (e & 1), w0 + g + 8 * (e >> 1));
-      }
-      if (HAS(F_BIAS)) {
-#pragma unroll
-        for (int x = 0; x < BQ / 8; ++x)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int qr = 8 * x + 2 * t + (e & 1), i = i0 + qr, j = w0 + g + 8 * (e >> 1);
-            if (qr < rows && j < c->k_len) {
-              const uint at = ((c->seq * pc->heads + h) * pc->seq_q + (uint)i) * pc->seq_k + (uint)j;
-              if (scratch)
-                dbscr[at] = s[x][e];
-              else
-                ejk_store(dbias, at, BIAS_DT, s[x][e]);
-            }
+          const int qr = 8 * x + 2 * t + (e & 1), i = i0 + qr, j = w0 + g + 8 * (e >> 1);
+          if (qr < rows && j < c->k_len) {
+            const uint at = ((c->seq * pc->heads + h) * pc->seq_q + (uint)i) * pc->seq_k + (uint)j;
+            if (scratch)
+              dbscr[at] = s[x][e];
+            else
+              ejk_store(dbias, at, BIAS_DT, s[x][e]);
           }
-      }
-#if BWD_ASYNC
-      GEMM_COLS_LD(dva, dp, BQ, ds)
-      GEMM_COLS_LD(dka, s, BQ, qs)
-#else
-      GEMM_COLS(dva, dp, BQ, dt, QTS)
-      GEMM_COLS(dka, s, BQ, qt, QTS)
-#endif
+        }
     }
+#if BWD_ASYNC
+    GEMM_COLS_LD(dva, dp, BQ, ds)
+    GEMM_COLS_LD(dka, s, BQ, qs)
+#else
+    GEMM_COLS(dva, dp, BQ, dt, QTS)
+    GEMM_COLS(dka, s, BQ, qt, QTS)
+#endif
   }
+#undef NEXT_TILE
+#if BWD_ASYNC
+#undef QISSUE
+#undef QSTAGE_BYTES
+#endif
   store_rows(dka, w0, c->k_len, c->k_start, pc->kv_heads, hk, (__global uint*)dk, pc->qscale * pc->grad_scale, g, t);
   store_rows(dva, w0, c->k_len, c->k_start, pc->kv_heads, hk, (__global uint*)dv, 1.0f, g, t);
 }

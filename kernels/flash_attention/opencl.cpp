@@ -75,7 +75,7 @@ bool mma_offered(const Problem& p, const DeviceInfo& dev) {
 // query rows per block (dk/dv), local buffers of k and v (forward), and whether the forward
 // copies them by cp.async into a ring of `stages` (k and v rows as they are, padded by 16 bytes,
 // plus 16 bytes to align the ring; one stage: k and v apart) rather than through registers; and whether the backward
-// copies its rows the same way (dq: a ring of two stages of k and v; dk/dv: q and dout), none
+// copies its rows the same way (dq: a ring of two stages of k and v; dk/dv: of q and dout), none
 // transposed.
 struct MmaGeometry {
   std::int64_t warps, tiles, bk, bq, d, stages = 1, async = 0, bwd_async = 0;
@@ -88,7 +88,7 @@ struct MmaGeometry {
     return bwd_async ? 16 + 2 * 2 * bk * row_bytes() : 4 * (2 * bk * row_words() + d * (bk / 2 + 4));
   }
   std::int64_t dkdv_local() const {
-    return bwd_async ? 16 + 2 * bq * row_bytes() + 8 * bq : 4 * (2 * bq * row_words() + 2 * d * (bq / 2 + 4) + 2 * bq);
+    return bwd_async ? 16 + 2 * (2 * bq * row_bytes() + 8 * bq) : 4 * (2 * bq * row_words() + 2 * d * (bq / 2 + 4) + 2 * bq);
   }
 };
 
@@ -371,13 +371,13 @@ void add_opencl_params(ParamSpace& s, std::vector<Value> variants, const Problem
           .constraint("mma_async == 1 || 4 * max(2 * mma_block_k * (head_dim / 2 + 4) + head_dim * (mma_block_k / 2 + 4), "
                       "2 * mma_block_q * (head_dim / 2 + 4) + 2 * head_dim * (mma_block_q / 2 + 4) + 2 * mma_block_q) <= local_mem")
           .constraint("mma_async == 0 || 16 + max(4 * mma_block_k * (2 * head_dim + 16), "
-                      "2 * mma_block_q * (2 * head_dim + 16) + 8 * mma_block_q) <= local_mem");
+                      "4 * mma_block_q * (2 * head_dim + 16) + 16 * mma_block_q) <= local_mem");
     } else {
       s.param("mma_tiles", {1, 2}, mma_v)
           .param("mma_async", {0, 1}, mma_v)
           .param("mma_stages", {1, 2, 3}, mma_v)
-          // Two tiles' q fragments and outputs exceed the registers at head_dim 128.
-          .constraint("mma_tiles == 1 || head_dim <= 64")
+          // Two tiles' q fragments, outputs and 64-key scores exceed the registers at head_dim 128.
+          .constraint("mma_tiles == 1 || head_dim <= 64 || mma_block_k <= 32")
           .constraint("16 * mma_warps * mma_tiles <= 32 || 16 * mma_warps * mma_tiles < 2 * seq_q")
           // Through registers: one or two buffers. By cp.async: a ring of two or three, or one
           // stage with k and v apart (each copied under the other's arithmetic).
@@ -415,19 +415,17 @@ std::vector<Config> opencl_candidates(bool backward, bool cpu_family, const Tile
   };
   if (cpu_family)
     return {cfg(32, 32, 8, 4), cfg(16, 32, 8, 4), cfg(16, 16, 8, 4), cfg(8, 16, 8, 4), cfg(8, 8, 8, 4), cfg(8, 8, 4, 8)};
-  // Tensor cores first where the space offers them: the H100's best of a sweep at B4 H16 S4096
-  // f16 (head_dim 128: 8 warps of one tile over 64-key blocks; 64: 4 warps of two tiles over
-  // 32-key blocks), k and v through registers. The cp.async paths (mma_async 1) after them: a
-  // tune on an H200 (bench/results/h200-2026-11-27/fa-async) measured them 1.6x (forward) and 1.9x
-  // (backward) faster at that shape, every candidate checked against the reference there, but the
-  // tensor-core test's masks, edges and block lists have not yet run on them on a GPU; they lead
-  // once it has. `ejk tune` reaches them meanwhile.
+  // Tensor cores first where the space offers them, k and v copied by cp.async (mma_async 1): an
+  // H200's best of a tune at B4 H16 S4096 f16 (bench/results/h200-2026-11-27/fa-rt2; forward,
+  // head_dim 128: 4 warps of two 16-row tiles over 32-key blocks, two stages; backward: 4 warps,
+  // 32-key blocks for dq, 16-row query blocks for dk/dv). Through registers after them, for
+  // devices whose compiler rejects the asynchronous copies.
   std::vector<Config> tries;
   if (backward)
-    tries = {mma(4, 32, 16, false), mma(2, 32, 16, false), mma(4, 32, 16, true), mma(2, 32, 16, true)};
+    tries = {mma(4, 32, 16, true), mma(2, 32, 16, true), mma(4, 32, 16, false), mma(2, 32, 16, false)};
   else
-    tries = {mma(8, 64, 1, false), mma(4, 32, 2, false), mma(4, 32, 1, false), mma(2, 32, 1, false),
-             mma(4, 32, 1, true, 1), mma(8, 64, 1, true, 1), mma(4, 32, 2, true, 2), mma(2, 32, 1, true, 2)};
+    tries = {mma(4, 32, 2, true, 2), mma(4, 32, 1, true, 1), mma(2, 32, 1, true, 2), mma(8, 64, 1, true, 1),
+             mma(8, 64, 1, false), mma(4, 32, 2, false), mma(4, 32, 1, false), mma(2, 32, 1, false)};
   if (backward) {
     // With 48 KiB of local memory and head_dim 128 these are the largest that fit.
     tries.insert(tries.end(), {cfg(16, 32, 16, 8), cfg(16, 16, 16, 8), cfg(8, 16, 16, 8), cfg(8, 8, 8, 8), cfg(8, 8, 4, 8)});
