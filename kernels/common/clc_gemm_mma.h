@@ -135,33 +135,38 @@ void gemm_loads_next(GemmLoads* l, int lda, int ldb) {
   l->b += TRANS_B ? BK : (long)BK * ldb;
 }
 
+// gemm_at for row r + r16, r16 a multiple of 16: swizzling repeats every 8 rows, so r16 only adds a
+// constant. Keeping the constant rows out of the swizzle leaves a warp as many lane offsets as
+// the reads have distinct columns (kept across the K walk), each read then a constant away.
+uint gemm_at16(uint base, int r16, int r, int col, const int COLS, const int ROW) {
+  return base + (uint)(r16 * ROW * 2) + gemm_at(0, r, col, COLS, ROW);
+}
+
 // A warp's A and B fragments for the 16-deep k step at kk of the tiles at `as` and `bs`.
 void gemm_frags(uint af[MI][4], uint bf[NI][2], uint as, uint bs, int kk, int wm, int wn, int lane) {
 #pragma unroll
   for (int i = 0; i < MI; ++i) {
-    const int m = wm * WTM + i * 16;
 #if TRANS_A
     // Stored [k][m]: matrices (m0-7,k0-7) (m8-15,k0-7) (m0-7,k8-15) (m8-15,k8-15), transposed.
-    const int r = kk + (lane & 7) + ((lane >> 4) << 3), c = m + (((lane >> 3) & 1) << 3);
-    ldsm_x4_t(af[i], gemm_at(as, r, c, A_COLS, A_ROW));
+    const int r = (lane & 7) + ((lane >> 4) << 3), c = wm * WTM + i * 16 + (((lane >> 3) & 1) << 3);
+    ldsm_x4_t(af[i], gemm_at16(as, kk, r, c, A_COLS, A_ROW));
 #else
     // Stored [m][k]: matrices (m0-7, k0-7) (m8-15, k0-7) (m0-7, k8-15) (m8-15, k8-15).
-    const int r = m + (lane & 15), c = kk + (lane >> 4) * 8;
-    ldsm_x4(af[i], gemm_at(as, r, c, A_COLS, A_ROW));
+    const int r = wm * WTM + (lane & 15), c = kk + (lane >> 4) * 8;
+    ldsm_x4(af[i], gemm_at16(as, i * 16, r, c, A_COLS, A_ROW));
 #endif
   }
 #pragma unroll
   for (int j = 0; j < NI; j += 2) {
-    const int n = wn * WTN + j * 8;
     uint r4[4];
 #if TRANS_B
     // Stored [n][k]: matrices (n0-7, k0-7) (n0-7, k8-15) (n8-15, k0-7) (n8-15, k8-15).
-    const int r = n + (lane & 7) + ((lane >> 4) << 3), c = kk + ((lane >> 3) & 1) * 8;
-    ldsm_x4(r4, gemm_at(bs, r, c, B_COLS, B_ROW));
+    const int r = wn * WTN + (lane & 7) + ((lane >> 4) << 3), c = kk + ((lane >> 3) & 1) * 8;
+    ldsm_x4(r4, gemm_at16(bs, j * 8, r, c, B_COLS, B_ROW));
 #else
     // Stored [k][n]: the same matrices read transposed.
-    const int r = kk + (lane & 7) + (((lane >> 3) & 1) << 3), c = n + ((lane >> 4) << 3);
-    ldsm_x4_t(r4, gemm_at(bs, r, c, B_COLS, B_ROW));
+    const int r = (lane & 7) + (((lane >> 3) & 1) << 3), c = wn * WTN + j * 8 + ((lane >> 4) << 3);
+    ldsm_x4_t(r4, gemm_at16(bs, kk, r, c, B_COLS, B_ROW));
 #endif
     bf[j][0] = r4[0];
     bf[j][1] = r4[1];
