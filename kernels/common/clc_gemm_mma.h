@@ -37,6 +37,9 @@
 #define B_ROW (B_COLS + 8 * (1 - SWIZZLE))
 #define A_TILE ((TRANS_A ? BK : BM) * A_ROW)
 #define B_TILE ((TRANS_B ? BN : BK) * B_ROW)
+#if THREADS % (A_COLS / 8) != 0 || THREADS % (B_COLS / 8) != 0
+#error "common/clc_gemm_mma.h: a tile row's 16-byte chunks must divide the work-items (MmaTiles::loads_fit)"
+#endif
 
 // The shared address of element (r, col) of a tile at `base` (col a multiple of 8). Swizzled, the
 // 16-byte chunk c of row r lies at chunk c ^ f(r), f taking 8 / rows-a-128-byte-line values over
@@ -51,64 +54,119 @@ uint gemm_at(uint base, int r, int col, const int COLS, const int ROW) {
   return base + (uint)(r * ROW + (c << 3)) * 2u;
 }
 
-// A ROWS x COLS tile (COLS contiguous) of a rows x cols matrix with leading dimension ld, from
-// (r0, c0), into local memory at `dst` in 16-byte chunks: zero past the matrix. The arguments in
-// capitals are constants once inlined.
-void gemm_load_tile(uint dst, __global const ushort* src, int ld, int rows, int cols, int r0, int c0, int tid,
-               const int ROWS, const int COLS, const int ROW) {
-  const int chunks = ROWS * COLS / 8;
+// A work-item's share of a ROWS x COLS tile (COLS contiguous) is one column of 16-byte chunks:
+// chunk tid % (COLS / 8) of rows tid / (COLS / 8) + i GEMM_RS (COLS / 8 divides THREADS). Its
+// chunks are then GEMM_RS rows apart in both memories, so one global pointer and one local
+// offset, kept across the K walk, address them all, where a 64-bit address and a bound a chunk
+// would take registers from the accumulators.
+#define GEMM_RS(COLS) (THREADS / ((COLS) / 8))
+// The local offset of chunk i, `first` that of chunk 0 at row r, column col. Swizzling repeats
+// every 8 rows, so the offsets differ by constants unless the chunks are fewer rows apart.
+uint gemm_chunk_at(uint first, int r, int col, int i, const int COLS, const int ROW) {
+  const int rs = GEMM_RS(COLS);
+  return SWIZZLE && rs % 8 != 0 ? gemm_at(0, r + i * rs, col, COLS, ROW) : first + (uint)(i * rs * ROW * 2);
+}
+
+// Zeros to the 16 bytes of local memory at `at`: a chunk past the matrix. A zero-length cp.async
+// would need an address inside the matrix, a register pair an operand held across the K walk.
+void gemm_zero16(uint at) { asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(at), "r"(0) : "memory"); }
+
+// The work-item's chunks of a ROWS x COLS tile of a matrix with leading dimension ld into local
+// memory at dst: `src` the global address of its first chunk, at row r, column col of the tile,
+// and `first` that chunk's local offset. Checked, what lies from row `rows` or column `cols` of the
+// tile on reads as zero; unchecked, the tile lies inside the matrix. The bounds count from the
+// tile's corner, the same for every work-item, so that they stay one value each rather than
+// becoming an induction variable a chunk.
+void gemm_load_tile(uint dst, uint first, __global const ushort* src, int ld, int r, int col, bool checked, int rows,
+                    int cols, const int ROWS, const int COLS, const int ROW) {
+  const int rs = GEMM_RS(COLS);
 #pragma unroll
-  for (int i = 0; i < (chunks + THREADS - 1) / THREADS; ++i) {
-    const int c = tid + i * THREADS;
-    if (chunks % THREADS != 0 && c >= chunks) break;
-    const int r = c / (COLS / 8), col = (c % (COLS / 8)) * 8;
-    const int gr = r0 + r, gc = c0 + col;
-    const int left = cols - gc;
-    const uint bytes = gr < rows && left > 0 ? (left >= 8 ? 16u : 2u * (uint)left) : 0u;
-    cp16(gemm_at(dst, r, col, COLS, ROW), bytes ? src + (long)gr * ld + gc : src, bytes);
+  for (int i = 0; i < EJK_CEIL_DIV(ROWS, rs); ++i) {
+    if (ROWS % rs != 0 && r + i * rs >= ROWS) continue;  // past a tile of fewer rows
+    const uint at = dst + gemm_chunk_at(first, r, col, i, COLS, ROW);
+    __global const ushort* p = src + (long)(i * rs) * ld;
+    if (!checked) cp16(at, p, 16u);
+    else if (r + i * rs < rows && col < cols) cp16(at, p, col + 8 <= cols ? 16u : 2u * (uint)(cols - col));
+    else gemm_zero16(at);
   }
 }
 
-// Slice `slice` of A and B into its stage buffers, each in the layout it is stored in.
-void gemm_load_slice(uint a_stages, uint b_stages, int slice, __global const ushort* A, __global const ushort* B, int M,
-                int N, int K, int lda, int ldb, int m0, int n0, int tid) {
+// A work-item's addresses for the next slice it loads (gemm_loads: slice 0; gemm_loads_next steps).
+typedef struct {
+  __global const ushort *a, *b;  // the global addresses of the work-item's first chunks
+  uint a_first, b_first;         // their local offsets within a stage
+} GemmLoads;
+
+GemmLoads gemm_loads(__global const ushort* A, int lda, __global const ushort* B, int ldb, int m0, int n0, int tid) {
+  const int ar = tid / (A_COLS / 8), ac = tid % (A_COLS / 8) * 8;
+  const int br = tid / (B_COLS / 8), bc = tid % (B_COLS / 8) * 8;
+  GemmLoads l;
+  l.a = A + (TRANS_A ? (long)ar * lda + m0 + ac : (long)(m0 + ar) * lda + ac);
+  l.b = B + (TRANS_B ? (long)(n0 + br) * ldb + bc : (long)br * ldb + n0 + bc);
+  l.a_first = gemm_at(0, ar, ac, A_COLS, A_ROW);
+  l.b_first = gemm_at(0, br, bc, B_COLS, B_ROW);
+  return l;
+}
+
+// Slice `slice` of A and B into its stage buffers, each in the layout it is stored in; `l` the
+// work-item's addresses for this slice. Only slices past K or tiles past M or N check bounds.
+void gemm_load_slice(uint a_stages, uint b_stages, int slice, GemmLoads l, __global const ushort* A,
+                     __global const ushort* B, int M, int N, int K, int lda, int ldb, int m0, int n0, int tid) {
   const int s = slice % STAGES, k0 = slice * BK;
   const uint as = a_stages + s * A_TILE * 2, bs = b_stages + s * B_TILE * 2;
-  // A: TRANS_A ? BK rows of BM (rows k, contiguous m) : BM rows of BK (rows m, contiguous k)
-  if (TRANS_A) gemm_load_tile(as, A, lda, K, M, k0, m0, tid, BK, A_COLS, A_ROW);
-  else gemm_load_tile(as, A, lda, M, K, m0, k0, tid, BM, A_COLS, A_ROW);
-  // B: TRANS_B ? BN rows of BK (rows n, contiguous k) : BK rows of BN (rows k, contiguous n)
-  if (TRANS_B) gemm_load_tile(bs, B, ldb, N, K, n0, k0, tid, BN, B_COLS, B_ROW);
-  else gemm_load_tile(bs, B, ldb, K, N, k0, n0, tid, BK, B_COLS, B_ROW);
+  const int ar = tid / (A_COLS / 8), ac = tid % (A_COLS / 8) * 8;
+  const int br = tid / (B_COLS / 8), bc = tid % (B_COLS / 8) * 8;
+  if (m0 + BM <= M && n0 + BN <= N && k0 + BK <= K) {
+    gemm_load_tile(as, l.a_first, l.a, lda, ar, ac, false, 0, 0, TRANS_A ? BK : BM, A_COLS, A_ROW);
+    gemm_load_tile(bs, l.b_first, l.b, ldb, br, bc, false, 0, 0, TRANS_B ? BN : BK, B_COLS, B_ROW);
+  } else {
+    // A: TRANS_A ? BK rows of BM (rows k, contiguous m) : BM rows of BK (rows m, contiguous k)
+    if (TRANS_A) gemm_load_tile(as, l.a_first, l.a, lda, ar, ac, true, K - k0, M - m0, BK, A_COLS, A_ROW);
+    else gemm_load_tile(as, l.a_first, l.a, lda, ar, ac, true, M - m0, K - k0, BM, A_COLS, A_ROW);
+    // B: TRANS_B ? BN rows of BK (rows n, contiguous k) : BK rows of BN (rows k, contiguous n)
+    if (TRANS_B) gemm_load_tile(bs, l.b_first, l.b, ldb, br, bc, true, N - n0, K - k0, BN, B_COLS, B_ROW);
+    else gemm_load_tile(bs, l.b_first, l.b, ldb, br, bc, true, K - k0, N - n0, BK, B_COLS, B_ROW);
+  }
+}
+
+// The addresses of the next slice.
+void gemm_loads_next(GemmLoads* l, int lda, int ldb) {
+  l->a += TRANS_A ? (long)BK * lda : BK;
+  l->b += TRANS_B ? BK : (long)BK * ldb;
+}
+
+// gemm_at for row r + r16, r16 a multiple of 16: swizzling repeats every 8 rows, so r16 only adds a
+// constant. Keeping the constant rows out of the swizzle leaves a warp as many lane offsets as
+// the reads have distinct columns (kept across the K walk), each read then a constant away.
+uint gemm_at16(uint base, int r16, int r, int col, const int COLS, const int ROW) {
+  return base + (uint)(r16 * ROW * 2) + gemm_at(0, r, col, COLS, ROW);
 }
 
 // A warp's A and B fragments for the 16-deep k step at kk of the tiles at `as` and `bs`.
 void gemm_frags(uint af[MI][4], uint bf[NI][2], uint as, uint bs, int kk, int wm, int wn, int lane) {
 #pragma unroll
   for (int i = 0; i < MI; ++i) {
-    const int m = wm * WTM + i * 16;
 #if TRANS_A
     // Stored [k][m]: matrices (m0-7,k0-7) (m8-15,k0-7) (m0-7,k8-15) (m8-15,k8-15), transposed.
-    const int r = kk + (lane & 7) + ((lane >> 4) << 3), c = m + (((lane >> 3) & 1) << 3);
-    ldsm_x4_t(af[i], gemm_at(as, r, c, A_COLS, A_ROW));
+    const int r = (lane & 7) + ((lane >> 4) << 3), c = wm * WTM + i * 16 + (((lane >> 3) & 1) << 3);
+    ldsm_x4_t(af[i], gemm_at16(as, kk, r, c, A_COLS, A_ROW));
 #else
     // Stored [m][k]: matrices (m0-7, k0-7) (m8-15, k0-7) (m0-7, k8-15) (m8-15, k8-15).
-    const int r = m + (lane & 15), c = kk + (lane >> 4) * 8;
-    ldsm_x4(af[i], gemm_at(as, r, c, A_COLS, A_ROW));
+    const int r = wm * WTM + (lane & 15), c = kk + (lane >> 4) * 8;
+    ldsm_x4(af[i], gemm_at16(as, i * 16, r, c, A_COLS, A_ROW));
 #endif
   }
 #pragma unroll
   for (int j = 0; j < NI; j += 2) {
-    const int n = wn * WTN + j * 8;
     uint r4[4];
 #if TRANS_B
     // Stored [n][k]: matrices (n0-7, k0-7) (n0-7, k8-15) (n8-15, k0-7) (n8-15, k8-15).
-    const int r = n + (lane & 7) + ((lane >> 4) << 3), c = kk + ((lane >> 3) & 1) * 8;
-    ldsm_x4(r4, gemm_at(bs, r, c, B_COLS, B_ROW));
+    const int r = wn * WTN + (lane & 7) + ((lane >> 4) << 3), c = kk + ((lane >> 3) & 1) * 8;
+    ldsm_x4(r4, gemm_at16(bs, j * 8, r, c, B_COLS, B_ROW));
 #else
     // Stored [k][n]: the same matrices read transposed.
-    const int r = kk + (lane & 7) + (((lane >> 3) & 1) << 3), c = n + ((lane >> 4) << 3);
-    ldsm_x4_t(r4, gemm_at(bs, r, c, B_COLS, B_ROW));
+    const int r = (lane & 7) + (((lane >> 3) & 1) << 3), c = wn * WTN + j * 8 + ((lane >> 4) << 3);
+    ldsm_x4_t(r4, gemm_at16(bs, kk, r, c, B_COLS, B_ROW));
 #endif
     bf[j][0] = r4[0];
     bf[j][1] = r4[1];
@@ -143,9 +201,13 @@ void gemm_tile(float acc[MI][NI][4], uint smem, __global const ushort* A, int ld
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
   const int slices = EJK_CEIL_DIV(K, BK);
+  GemmLoads loads = gemm_loads(A, lda, B, ldb, m0, n0, tid);
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < slices) gemm_load_slice(a_stages, b_stages, s, A, B, M, N, K, lda, ldb, m0, n0, tid);
+    if (s < slices) {
+      gemm_load_slice(a_stages, b_stages, s, loads, A, B, M, N, K, lda, ldb, m0, n0, tid);
+      gemm_loads_next(&loads, lda, ldb);
+    }
     cp_commit();
   }
 
@@ -173,7 +235,10 @@ void gemm_tile(float acc[MI][NI][4], uint smem, __global const ushort* A, int ld
             // Into the buffer of slice kt - 1, whose fragments every warp read before the last
             // barrier; issued ahead of this slice's barrier, so that the wait there counts it.
             const int next = kt + STAGES - 1;
-            if (next < slices) gemm_load_slice(a_stages, b_stages, next, A, B, M, N, K, lda, ldb, m0, n0, tid);
+            if (next < slices) {
+              gemm_load_slice(a_stages, b_stages, next, loads, A, B, M, N, K, lda, ldb, m0, n0, tid);
+              gemm_loads_next(&loads, lda, ldb);
+            }
             cp_commit();
           }
           if (step == KSTEPS - 1) {
@@ -200,7 +265,10 @@ void gemm_tile(float acc[MI][NI][4], uint smem, __global const ushort* A, int ld
     barrier(CLK_LOCAL_MEM_FENCE);
     // The slice STAGES - 1 ahead goes into the buffer every warp finished with last iteration.
     const int next = kt + STAGES - 1;
-    if (next < slices) gemm_load_slice(a_stages, b_stages, next, A, B, M, N, K, lda, ldb, m0, n0, tid);
+    if (next < slices) {
+      gemm_load_slice(a_stages, b_stages, next, loads, A, B, M, N, K, lda, ldb, m0, n0, tid);
+      gemm_loads_next(&loads, lda, ldb);
+    }
     cp_commit();
     const uint as = a_stages + (kt % STAGES) * A_TILE * 2, bs = b_stages + (kt % STAGES) * B_TILE * 2;
 #pragma unroll

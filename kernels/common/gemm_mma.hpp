@@ -34,13 +34,22 @@ struct MmaTiles {
     const std::int64_t b = trans_b ? bn * (bk + pad) : bk * (bn + pad);
     return stages * (a + b) * 2;
   }
+  // A work-item loads one column of 16-byte chunks of each local tile, so a tile row's chunks
+  // divide the work-items; swizzling permutes a row's chunks within aligned groups of up to 8,
+  // so a swizzled row holds a power of two of them.
+  bool loads_fit(bool trans_a, bool trans_b) const {
+    auto pow2 = [](std::int64_t v) { return v > 0 && (v & (v - 1)) == 0; };
+    const std::int64_t a_chunks = (trans_a ? bm : bk) / 8, b_chunks = (trans_b ? bk : bn) / 8;
+    return a_chunks > 0 && b_chunks > 0 && threads() % a_chunks == 0 && threads() % b_chunks == 0 &&
+           (swizzle == 0 || (pow2(a_chunks) && pow2(b_chunks)));
+  }
   // Throws InvalidArgument naming `where` for a config clc_gemm_mma.h cannot run on `dev` (one
   // that did not come from mma_tile_space).
   void check(std::string_view where, const Config& c, bool trans_a, bool trans_b, const DeviceInfo& dev) const {
     const bool ok = bm > 0 && bn > 0 && (bk == 16 || bk == 32 || bk == 64) && wm > 0 && wn > 0 && bm % wm == 0 &&
                     bn % wn == 0 && (bm / wm) % 16 == 0 && (bn / wn) % 16 == 0 && stages >= 2 && stages <= 8 &&
                     (swizzle == 0 || swizzle == 1) && (pipe == 0 || pipe == 1) &&
-                    threads() <= static_cast<std::int64_t>(dev.max_workgroup_size);
+                    threads() <= static_cast<std::int64_t>(dev.max_workgroup_size) && loads_fit(trans_a, trans_b);
     if (!ok) throw InvalidArgument(std::string(where) + ": inconsistent config " + c.canonical());
     if (local_bytes(trans_a, trans_b) > static_cast<std::int64_t>(dev.local_mem))
       throw InvalidArgument(std::string(where) + ": config " + c.canonical() + " needs " +
