@@ -283,6 +283,17 @@ TEST(MatmulOpenCL, TensorCoreTileWhereTheDeviceHasFragments) {
     }
   EXPECT_EQ(mma->heuristic(inv(4096, 4096, 4096, DType::f16), gpu).canonical(),
             R"({"bk":32,"bm":128,"bn":128,"group_m":8,"pipe":0,"stages":2,"swizzle":0,"wm":2,"wn":2})");
+  // Where the driver gives fixed-size local arrays more (NVIDIA's OpenCL on sm_90), the ring
+  // grows to four stages, and the space to rings of up to that size.
+  DeviceInfo hopper = gpu;
+  hopper.static_local_mem = 227 * 1024;
+  EXPECT_EQ(mma->heuristic(inv(4096, 4096, 4096, DType::f16), hopper).canonical(),
+            R"({"bk":32,"bm":128,"bn":128,"group_m":8,"pipe":0,"stages":4,"swizzle":0,"wm":2,"wn":2})");
+  std::int64_t largest = 0;
+  for (const Config& c : mma->space(inv(4096, 4096, 4096, DType::f16), hopper).enumerate())
+    largest = std::max(largest, kernels::MmaTiles::of(c).local_bytes(false, false));
+  EXPECT_GT(largest, 48 * 1024);
+  EXPECT_LE(largest, 227 * 1024);
   EXPECT_FALSE(mma->supports(inv(64, 64, 64, DType::f32), gpu));
   EXPECT_FALSE(mma->supports(inv(64, 63, 64, DType::f16), gpu)) << "b's rows of 63 elements";
   DeviceInfo plain = gpu;

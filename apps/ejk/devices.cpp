@@ -87,8 +87,9 @@ void add_devices(CLI::App& app, Globals& g) {
       }
       fmt::print("{:<10} {} ({})\n", d.id(), d.name, d.vendor);
       fmt::print("  driver {}, {}, arch {}{}\n", d.driver, d.api_version, d.architecture, d.discrete ? ", discrete GPU" : "");
-      fmt::print("  {} compute units, local memory {}, max workgroup {} ({}x{}x{}), global {}, max buffer {}\n",
-                 d.compute_units, mib(d.local_mem), d.max_workgroup_size, d.max_workgroup_dims[0],
+      const std::string fixed = d.static_local() != d.local_mem ? fmt::format(" ({} in fixed-size arrays)", mib(d.static_local())) : "";
+      fmt::print("  {} compute units, local memory {}{}, max workgroup {} ({}x{}x{}), global {}, max buffer {}\n",
+                 d.compute_units, mib(d.local_mem), fixed, d.max_workgroup_size, d.max_workgroup_dims[0],
                  d.max_workgroup_dims[1], d.max_workgroup_dims[2], mib(d.global_mem), mib(d.max_buffer));
       std::string coop;
       for (const auto& c : d.coopmat)

@@ -51,10 +51,10 @@ struct MmaTiles {
                     (swizzle == 0 || swizzle == 1) && (pipe == 0 || pipe == 1) &&
                     threads() <= static_cast<std::int64_t>(dev.max_workgroup_size) && loads_fit(trans_a, trans_b);
     if (!ok) throw InvalidArgument(std::string(where) + ": inconsistent config " + c.canonical());
-    if (local_bytes(trans_a, trans_b) > static_cast<std::int64_t>(dev.local_mem))
+    if (local_bytes(trans_a, trans_b) > static_cast<std::int64_t>(dev.static_local()))
       throw InvalidArgument(std::string(where) + ": config " + c.canonical() + " needs " +
                             std::to_string(local_bytes(trans_a, trans_b)) + " bytes of local memory, " + dev.id() +
-                            " has " + std::to_string(dev.local_mem));
+                            " has " + std::to_string(dev.static_local()));
   }
   std::string build_options(bool trans_a, bool trans_b, bool bf16) const {
     std::string o;
@@ -92,21 +92,22 @@ inline ParamSpace mma_tile_space(std::string_view rows, std::string_view cols) {
       .constraint("(bm / wm) % 16 == 0 && (bn / wn) % 16 == 0")
       .constraint("(bm / wm) * (bn / wn) <= 4096")
       .constraint("wm * wn * 32 <= max_workgroup_size")
-      // MmaTiles::local_bytes within the device's local memory.
+      // MmaTiles::local_bytes within what the device gives a program's fixed-size local arrays
+      // (the ring is one).
       .constraint("stages * (bm * bk + bn * bk + (1 - swizzle) * 8 * (trans_a * bk + (1 - trans_a) * bm + trans_b * bn + "
-                  "(1 - trans_b) * bk)) * 2 <= local_mem")
+                  "(1 - trans_b) * bk)) * 2 <= static_local_mem")
       // Tiles no larger than the product needs.
       .constraint("bm <= 64 || " + std::string(rows) + " > 64")
       .constraint("bn <= 64 || " + std::string(cols) + " > 64");
   return s;
 }
 
-// The largest of these tiles (with the caller's other parameters, `extra`) that `s` admits and
-// that gives every compute unit a workgroup (`tiles(bm, bn)` counts a config's workgroups), else
-// the smallest admitted. On an H200 at 4096^3 f16 (bench/results/h200-2026-11-27/opencl-mma-gemm):
-// 128 x 128 x 32 tiles of 2 x 2 warps in 2 padded stages, 282 TFLOP/s, the best of an exhaustive
-// tune of the space (282 candidates); more stages, swizzled rows or double-buffered fragments
-// cost registers (240 a work-item already) and ran at 243-270.
+// The first of these tiles (with the caller's other parameters, `extra`) that `s` admits and that
+// gives every compute unit a workgroup (`tiles(bm, bn)` counts a config's workgroups), else the
+// last admitted. On an H200 at 4096^3 f16 (bench/results/h200-2026-11-27/opencl-mma-gemm-lean):
+// 128 x 128 x 32 tiles of 2 x 2 warps in 4 padded stages, 325.5 TFLOP/s, where the device gives
+// the 74 KiB ring (NVIDIA's OpenCL does from sm_80); in 48 KiB 2 stages, 285-287 (the best of an
+// exhaustive tune of that space). Swizzled rows ran slower than padded ones in every pairing.
 inline Config mma_tile_heuristic(const ParamSpace& s, const Config& extra, std::int64_t compute_units,
                                  const std::function<std::int64_t(std::int64_t, std::int64_t)>& tiles) {
   auto make = [&](std::int64_t bm, std::int64_t bn, std::int64_t bk, std::int64_t wm, std::int64_t wn,
@@ -118,8 +119,8 @@ inline Config mma_tile_heuristic(const ParamSpace& s, const Config& extra, std::
       c.set(name, v);
     return c;
   };
-  const Config tries[] = {make(128, 128, 32, 2, 2, 2, 0, 0), make(64, 128, 32, 2, 2, 4, 1, 0),
-                          make(64, 64, 32, 2, 2, 4, 1, 0)};
+  const Config tries[] = {make(128, 128, 32, 2, 2, 4, 0, 0), make(128, 128, 32, 2, 2, 2, 0, 0),
+                          make(64, 128, 32, 2, 2, 4, 1, 0), make(64, 64, 32, 2, 2, 4, 1, 0)};
   const Config* last = nullptr;
   for (const Config& c : tries) {
     if (!s.admits(c)) continue;

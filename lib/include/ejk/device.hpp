@@ -44,6 +44,9 @@ struct EJK_API DeviceInfo {
   std::uint64_t global_mem = 0;
   std::uint64_t max_buffer = 0;
   std::uint64_t local_mem = 0;  // per workgroup
+  // Per workgroup for __local arrays a program declares at a fixed size, where a driver grants
+  // them more than `local_mem` (NVIDIA's OpenCL: the opt-in shared memory); 0: `local_mem`.
+  std::uint64_t static_local_mem = 0;
   std::uint32_t max_workgroup_size = 0;
   std::array<std::uint32_t, 3> max_workgroup_dims{};
   std::uint32_t subgroup_size = 0;  // 0: no subgroups
@@ -51,6 +54,7 @@ struct EJK_API DeviceInfo {
   bool bf16 = false;
   bool subgroups = false;
   std::vector<CoopMatShape> coopmat;
+  std::uint64_t static_local() const { return static_local_mem ? static_local_mem : local_mem; }
   // Whether `coopmat` lists fragments of exactly this shape and these types.
   bool offers(const CoopMatShape& shape) const;
 

@@ -181,7 +181,8 @@ class EJK_API Implementation {
 EJK_API void run_on(std::string_view kernel, const Invocation& inv, std::span<const Tensor> args,
                     std::span<const std::size_t> from, std::span<const TensorSpec> temporaries = {});
 
-// Variables every space may read about the device: local_mem, max_workgroup_size,
+// Variables every space may read about the device: local_mem, static_local_mem (for fixed-size
+// local arrays: DeviceInfo::static_local()), max_workgroup_size,
 // subgroup_size, compute_units, fp16, coopmat (1 when f16 cooperative matrices exist).
 EJK_API Vars device_vars(const DeviceInfo& dev);
 

@@ -131,6 +131,7 @@ nlohmann::json DeviceInfo::to_json() const {
           {"global_mem", global_mem},
           {"max_buffer", max_buffer},
           {"local_mem", local_mem},
+          {"static_local_mem", static_local()},
           {"max_workgroup_size", max_workgroup_size},
           {"max_workgroup_dims", max_workgroup_dims},
           {"subgroup_size", subgroup_size},

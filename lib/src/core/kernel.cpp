@@ -167,6 +167,7 @@ Vars device_vars(const DeviceInfo& dev) {
                               [](const CoopMatShape& s) { return s.a == DType::f16; });
   return {
       {"local_mem", static_cast<std::int64_t>(dev.local_mem)},
+      {"static_local_mem", static_cast<std::int64_t>(dev.static_local())},
       {"max_workgroup_size", std::int64_t{dev.max_workgroup_size}},
       {"subgroup_size", std::int64_t{dev.subgroup_size}},
       {"compute_units", std::int64_t{dev.compute_units}},

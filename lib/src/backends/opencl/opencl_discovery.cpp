@@ -95,6 +95,17 @@ std::string architecture(cl_device_id dev, const std::string& vendor, const std:
   return arch;
 }
 
+// NVIDIA's OpenCL gives fixed-size __local arrays beyond CL_DEVICE_LOCAL_MEM_SIZE's 48 KiB the
+// shared memory a CUDA kernel can opt into (measured on an H200: 144 KiB programs built and ran
+// right, bench/results/h200-2026-11-27/opencl-mma-gemm-lean). By compute capability, as CUDA's
+// MAX_SHARED_MEMORY_PER_BLOCK_OPTIN; 0 (local_mem) before sm_80 and for what is not listed.
+std::uint64_t nvidia_static_local(cl_uint major, cl_uint minor) {
+  if (major == 9 || major == 10) return 227u * 1024;
+  if (major == 8 && (minor == 0 || minor == 7)) return 163u * 1024;
+  if (major == 8 || major == 12) return 99u * 1024;
+  return 0;
+}
+
 DeviceInfo describe(cl_device_id dev, int index) {
   DeviceInfo info;
   info.backend = Backend::opencl;
@@ -126,8 +137,11 @@ DeviceInfo describe(cl_device_id dev, int index) {
   // NVIDIA from sm_80 on runs mma.sync.m16n8k16 with f16 or bf16 operands and f32 accumulation,
   // which OpenCL C reaches through inline PTX even without cl_khr_fp16.
   if (has_extension(extensions, "cl_nv_device_attribute_query")) {
-    if (optional_value<cl_uint>(dev, compute_capability_major_nv) >= 8)
+    const cl_uint major = optional_value<cl_uint>(dev, compute_capability_major_nv);
+    const cl_uint minor = optional_value<cl_uint>(dev, compute_capability_minor_nv);
+    if (major >= 8)
       for (DType t : {DType::f16, DType::bf16}) info.coopmat.push_back(CoopMatShape{16, 8, 16, t, DType::f32});
+    info.static_local_mem = nvidia_static_local(major, minor);
   }
   info.fp16 = has_extension(extensions, "cl_khr_fp16");
   info.bf16 = false;  // no OpenCL extension offers bf16 arithmetic; kernels convert through f32

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 #include <algorithm>
+#include <cmath>
 #define CK(x) do { cl_int e_ = (x); if (e_) { std::printf("%s -> %d\n", #x, e_); std::exit(1); } } while (0)
 static std::string slurp(const char* p) { std::ifstream f(p); std::stringstream ss; ss << f.rdbuf(); return ss.str(); }
 // probe2 FILE "OPTIONS" [peak]
@@ -50,6 +51,19 @@ int main(int argc, char** argv) {
         cl_event ev; CK(clEnqueueNDRangeKernel(q, k, 2, nullptr, global, local, 0, nullptr, &ev)); CK(clWaitForEvents(1, &ev));
         cl_ulong t0, t1; clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, 8, &t0, nullptr); clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, 8, &t1, nullptr);
         ms.push_back((t1 - t0) * 1e-6);
+      }
+      {  // sampled check of C = A B (A and B the same buffer h, row-major, f16 out)
+        std::vector<unsigned short> hc(bytes / 2);
+        CK(clEnqueueReadBuffer(q, c, CL_TRUE, 0, bytes, hc.data(), 0, nullptr, nullptr));
+        auto f = [](unsigned short x) { int e = (x >> 10) & 31, m = x & 1023; double v = e ? std::ldexp(1.0 + m / 1024.0, e - 15) : std::ldexp(m / 1024.0, -14); return (x & 0x8000) ? -v : v; };
+        double worst = 0;
+        for (int s = 0; s < 64; ++s) {
+          const int i = (s * 977) % M, j = (s * 1543 + 7) % N;
+          double ref = 0;
+          for (int kk = 0; kk < K; ++kk) ref += f(h[(size_t)i * K + kk]) * f(h[(size_t)kk * N + j]);
+          worst = std::max(worst, std::fabs(f(hc[(size_t)i * N + j]) - ref) / std::fabs(ref));
+        }
+        std::printf("check: max relative error of 64 sampled entries %.2e\n", worst);
       }
       std::sort(ms.begin(), ms.end());
       std::printf("GEMM %s: %.1f TFLOP/s (%.3f ms)\n", argv[2], 2.0 * M * N * K / (ms[7] * 1e-3) / 1e12, ms[7]);
