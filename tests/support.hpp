@@ -69,9 +69,7 @@ inline void expect_sample_matches(const SampledOutput& s, const std::vector<doub
 // An H100 as NVIDIA's OpenCL driver describes it (48 KiB of local memory, 1024 work-items a
 // group), without tensor-core fragments: tests of spaces and heuristics on any machine add
 // `coopmat` where they need it.
-// static_local_mem: what the driver gives fixed-size local arrays (NVIDIA's OpenCL on sm_90: 227 KiB).
-inline DeviceInfo nvidia_opencl_like(std::uint64_t local_mem = 48 * 1024, std::uint32_t max_wg = 1024,
-                                     std::uint64_t static_local_mem = 0) {
+inline DeviceInfo nvidia_opencl_like(std::uint64_t local_mem = 48 * 1024, std::uint32_t max_wg = 1024) {
   DeviceInfo d;
   d.backend = Backend::opencl;
   d.vendor = "NVIDIA Corporation";
@@ -79,7 +77,6 @@ inline DeviceInfo nvidia_opencl_like(std::uint64_t local_mem = 48 * 1024, std::u
   d.discrete = true;
   d.compute_units = 132;
   d.local_mem = local_mem;
-  d.static_local_mem = static_local_mem;
   d.max_workgroup_size = max_wg;
   d.max_workgroup_dims = {max_wg, max_wg, 64};
   return d;

@@ -75,7 +75,7 @@ bool mma_offered(const Problem& p, const DeviceInfo& dev) {
 // query rows per block (dk/dv), local buffers of k and v (forward), and whether the forward
 // copies them by cp.async into a ring of `stages` (k and v rows as they are, padded by 16 bytes,
 // plus 16 bytes to align the ring; one stage: k and v apart) rather than through registers; and whether the backward
-// copies its rows the same way (dq: a ring of two stages of k and v; dk/dv: of q and dout), none
+// copies its rows the same way (dq: a ring of two stages of k and v; dk/dv: of q and dout rows), none
 // transposed.
 struct MmaGeometry {
   std::int64_t warps, tiles, bk, bq, d, stages = 1, async = 0, bwd_async = 0;
