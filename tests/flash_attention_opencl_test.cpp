@@ -188,16 +188,31 @@ TEST_P(FlashAttentionOpenCL, TensorCoreAsyncRingFitsLocalMemory) {
     const Config h = fa::opencl_heuristic(one, gpu, false, false);
     EXPECT_EQ(h.text("variant"), "mma") << h.canonical();
     EXPECT_TRUE(fa::opencl_space(one, gpu, false, false).admits(h)) << h.canonical();
-    // Backward: dq's ring of two stages of k and v, dk/dv's q and dout rows.
+    // Backward: dq's ring of two stages of k and v, dk/dv's two stages of q and dout rows (fused:
+    // no dq pass, and dk/dv also holds the workgroup's k rows and a block's dS^T).
     const Invocation b = invocation(true, dim, DType::f16, nlohmann::json::object(), {{"seq_q", 4096}, {"seq_k", 4096}});
-    std::set<std::int64_t> keys;  // mma_block_k with mma_async 1
+    std::set<std::int64_t> keys;         // mma_block_k with mma_async 1, not fused
+    std::set<std::int64_t> fused_warps;  // mma_warps of fused configs
     for (const Config& c : fa::opencl_space(b, gpu, true, false).enumerate()) {
-      if (c.text("variant") != "mma" || c.get("mma_async") == 0) continue;
-      const std::int64_t bk = c.get("mma_block_k"), bq = c.get("mma_block_q");
-      EXPECT_LE(16 + std::max(4 * bk * (2 * dim + 16), 4 * bq * (2 * dim + 16) + 16 * bq), 48 * 1024) << c.canonical();
-      keys.insert(bk);
+      if (c.text("variant") != "mma" || c.get("mma_async") == 0) {
+        if (c.text("variant") == "mma") EXPECT_EQ(c.get("mma_fused"), 0) << c.canonical();
+        continue;
+      }
+      const std::int64_t bk = c.get("mma_block_k"), bq = c.get("mma_block_q"), w = c.get("mma_warps");
+      const std::int64_t fused = c.get("mma_fused");
+      const std::int64_t dq = fused ? 0 : 4 * bk * (2 * dim + 16);
+      const std::int64_t dkdv = 4 * bq * (2 * dim + 16) + 16 * bq + fused * 16 * w * (2 * dim + 2 * bq + 32);
+      EXPECT_LE(16 + std::max(dq, dkdv), 48 * 1024) << c.canonical();
+      if (fused) {
+        EXPECT_EQ(dim % (16 * w), 0) << c.canonical();
+        fused_warps.insert(w);
+      } else {
+        keys.insert(bk);
+      }
     }
     EXPECT_EQ(keys, (dim == 64 ? std::set<std::int64_t>{32, 64} : std::set<std::int64_t>{32})) << dim;
+    // 8 warps divide head_dim 128 but their k rows and dS^T pass 48 KiB.
+    EXPECT_EQ(fused_warps, (std::set<std::int64_t>{2, 4})) << dim;
     EXPECT_EQ(fa::opencl_heuristic(b, gpu, true, false).text("variant"), "mma");
   }
 }
@@ -226,7 +241,7 @@ TEST_P(FlashAttentionOpenCL, TensorCoreVariantMatchesTheReference) {
       {{"causal", true}, {"bias", "heads"}},
   };
   // One config of each program shape that changes the code path (forward: async x stages x key
-  // block x tiles; backward: async x key block x query block), the warp count rotating from one dtype and
+  // block x tiles; backward: async x fused x key block x query block), the warp count rotating from one dtype and
   // head_dim to the next: every config is a program for NVIDIA's compiler, a few seconds each.
   auto covering = [](const std::vector<Config>& configs, std::vector<std::string> keys, std::size_t turn) {
     std::map<std::string, std::vector<Config>> groups;
@@ -243,7 +258,7 @@ TEST_P(FlashAttentionOpenCL, TensorCoreVariantMatchesTheReference) {
   for (DType t : {DType::f16, DType::bf16})
     for (std::int64_t dim : {64, 128}) {
       const auto fwd = covering(mma_configs(false, dim, t), {"mma_async", "mma_stages", "mma_block_k", "mma_tiles"}, turn);
-      const auto bwd = covering(mma_configs(true, dim, t), {"mma_async", "mma_block_k", "mma_block_q"}, turn++);
+      const auto bwd = covering(mma_configs(true, dim, t), {"mma_async", "mma_fused", "mma_block_k", "mma_block_q"}, turn++);
       ASSERT_FALSE(fwd.empty());
       ASSERT_FALSE(bwd.empty());
       for (std::size_t i = 0; i < std::max(fwd.size(), bwd.size()); ++i) {

@@ -98,6 +98,11 @@ void ldsm_x2_t(uint* r, uint addr) {
 void cp16(uint dst, __global const void* src, uint bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"((ulong)src), "r"(bytes) : "memory");
 }
+// *p += x in global memory, atomically, without a result (red): sums that many threads meet in.
+void red_add(__global float* p, float x) {
+  asm volatile("red.global.add.f32 [%0], %1;" ::"l"((ulong)p), "f"(x) : "memory");
+}
+
 // Four bytes (zero-filled past `bytes`), through L1: scattered words such as per-row statistics.
 void cp4(uint dst, __global const void* src, uint bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"((ulong)src), "r"(bytes) : "memory");

@@ -216,4 +216,4 @@ Walk walk_list(int first, int last, int size, int block, __global const int* cou
       __global const float *bias, __global const float *sinks, __global const int *cu_q,                      \
       __global const int *cu_k, __global const int *q_seg, __global const int *k_seg, __global float *dq,     \
       __global float *dk, __global float *dv, __global float *dbias, __global float *dsinks,                  \
-      __global float *delta, __global float *part, __global float *dbscr BWD_LISTS
+      __global float *delta, __global float *part, __global float *dbscr, __global float *dqsum BWD_LISTS

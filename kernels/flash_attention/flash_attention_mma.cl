@@ -489,6 +489,12 @@ void load_a(uint f[KSTEPS][4], int r0, int last, int tok0, uint nh, uint h, __gl
 #ifndef BWD_ASYNC
 #define BWD_ASYNC 0
 #endif
+#ifndef BWD_FUSED
+#define BWD_FUSED 0
+#endif
+#if BWD_FUSED && !BWD_ASYNC
+#error "BWD_FUSED needs BWD_ASYNC"
+#endif
 #if BWD_ASYNC
 // BWD_ASYNC 1: rows as they are in memory, copied by cp.async, rows padded by 16 bytes (an odd
 // number of 16-byte units, so ldmatrix's 8 rows hit distinct banks), B fragments by ldmatrix.x4:
@@ -711,6 +717,17 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dkdv_mma(B
   const uint ring = EJK_SMEM(al);
 #define QSTAGE_BYTES (2 * BQ * BROWB + 8 * BQ)
   LANE_OFFSETS
+#if BWD_FUSED
+  // After the ring: this workgroup's k rows (dq's B operand) and a block's dS^T (keys as rows, in
+  // the operand type; rows padded by 16 bytes, an odd number of 16-byte units, for ldmatrix).
+#define DSB (2 * BQ + 16)
+  const uint kts = ring + 2 * QSTAGE_BYTES, dss = kts + 16 * NW * BROWB;
+  __local uchar* const ds_at = al + 2 * QSTAGE_BYTES + 16 * NW * BROWB;
+  // ldmatrix lane offsets of dS^T read transposed as A fragments (16 queries x 16 keys).
+  const uint aoff = (uint)((8 * (lane >> 4) + (lane & 7)) * DSB + 16 * ((lane >> 3) & 1));
+  // Committed with the first query block's copies.
+  copy_rows(kts, 16 * NW, c->k_start + j0, n, pc->kv_heads, hk, (__global const uint4*)k, tid);
+#endif
 #else
   const int QTS = BQ / 2 + 4;
   __local uint* qs = (__local uint*)sh;
@@ -857,6 +874,14 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dkdv_mma(B
           }
         }
     }
+#if BWD_FUSED
+    // This warp's rows of dS^T (keys w0 + g, + 8; queries 8 x + 2 t, + 1) into local memory.
+#pragma unroll
+    for (int x = 0; x < BQ / 8; ++x) {
+      *(__local uint*)(ds_at + (16 * warp + g) * DSB + 16 * x + 4 * t) = pack2(s[x][0], s[x][1]);
+      *(__local uint*)(ds_at + (16 * warp + g + 8) * DSB + 16 * x + 4 * t) = pack2(s[x][2], s[x][3]);
+    }
+#endif
 #if BWD_ASYNC
     GEMM_COLS_LD(dva, dp, BQ, ds)
     GEMM_COLS_LD(dka, s, BQ, qs)
@@ -864,12 +889,72 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dkdv_mma(B
     GEMM_COLS(dva, dp, BQ, dt, QTS)
     GEMM_COLS(dka, s, BQ, qt, QTS)
 #endif
+#if BWD_FUSED
+    // dq of the block's queries += dS k over this workgroup's keys: warp w takes columns
+    // [w D / NW, (w + 1) D / NW), every key, so no two warps add to the same element; the sums
+    // of the workgroups meet in f32 by red.add.
+    barrier(CLK_LOCAL_MEM_FENCE);
+    {
+      const int c0 = warp * (D / NW);
+      float acc[BQ / 16][D / NW / 8][4];
+#pragma unroll
+      for (int m = 0; m < BQ / 16; ++m)
+#pragma unroll
+        for (int x = 0; x < D / NW / 8; ++x) acc[m][x][0] = acc[m][x][1] = acc[m][x][2] = acc[m][x][3] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < NW; ++ks)
+#pragma unroll
+        for (int m = 0; m < BQ / 16; ++m) {
+          uint a[4];
+          ldsm_x4_t(a, dss + aoff + (uint)(16 * ks * DSB + 32 * m));
+#pragma unroll
+          for (int x = 0; x < D / NW / 8; x += 2) {
+            uint b[4];
+            ldsm_x4_t(b, kts + coff + (uint)(16 * ks * BROWB + 2 * c0 + 16 * x));
+            mma(acc[m][x], a[0], a[1], a[2], a[3], b[0], b[1]);
+            mma(acc[m][x + 1], a[0], a[1], a[2], a[3], b[2], b[3]);
+          }
+        }
+#pragma unroll
+      for (int m = 0; m < BQ / 16; ++m)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int r = 16 * m + g + 8 * hh;
+          if (r < rows) {
+            __global float* p = dqsum + ((size_t)(c->q_start + i0 + r) * pc->heads + h) * D + c0 + 2 * t;
+#pragma unroll
+            for (int x = 0; x < D / NW / 8; ++x) {
+              red_add(p + 8 * x, acc[m][x][2 * hh]);
+              red_add(p + 8 * x + 1, acc[m][x][2 * hh + 1]);
+            }
+          }
+        }
+    }
+#endif
   }
 #undef NEXT_TILE
 #if BWD_ASYNC
 #undef QISSUE
 #undef QSTAGE_BYTES
 #endif
+#if BWD_FUSED
+#undef DSB
+#endif
   store_rows(dka, w0, c->k_len, c->k_start, pc->kv_heads, hk, (__global uint*)dk, pc->qscale * pc->grad_scale, g, t);
   store_rows(dva, w0, c->k_len, c->k_start, pc->kv_heads, hk, (__global uint*)dv, 1.0f, g, t);
+}
+
+// The fused backward's f32 dq sums: zeroed before its dk/dv pass, then dq = softmax_scale times
+// them in the operand type, two elements a word.
+__kernel void fa_dq_zero_mma(BWD_ARGS) {
+  const size_t words = (size_t)P.total_q * P.heads * DW;
+  for (size_t u = get_global_id(0); u < words; u += get_global_size(0)) vstore2((float2)(0.0f), u, dqsum);
+}
+
+__kernel void fa_dq_convert_mma(BWD_ARGS) {
+  const size_t words = (size_t)P.total_q * P.heads * DW;
+  for (size_t u = get_global_id(0); u < words; u += get_global_size(0)) {
+    const float2 x = vload2(u, dqsum) * P.softmax_scale;
+    ((__global uint*)dq)[u] = pack2(x.s0, x.s1);
+  }
 }

@@ -78,7 +78,7 @@ bool mma_offered(const Problem& p, const DeviceInfo& dev) {
 // copies its rows the same way (dq: a ring of two stages of k and v; dk/dv: of q and dout rows), none
 // transposed.
 struct MmaGeometry {
-  std::int64_t warps, tiles, bk, bq, d, stages = 1, async = 0, bwd_async = 0;
+  std::int64_t warps, tiles, bk, bq, d, stages = 1, async = 0, bwd_async = 0, fused = 0;
   std::int64_t row_words() const { return d / 2 + 4; }
   std::int64_t row_bytes() const { return 2 * d + 16; }
   std::int64_t forward_local() const {
@@ -88,7 +88,9 @@ struct MmaGeometry {
     return bwd_async ? 16 + 2 * 2 * bk * row_bytes() : 4 * (2 * bk * row_words() + d * (bk / 2 + 4));
   }
   std::int64_t dkdv_local() const {
-    return bwd_async ? 16 + 2 * (2 * bq * row_bytes() + 8 * bq) : 4 * (2 * bq * row_words() + 2 * d * (bq / 2 + 4) + 2 * bq);
+    // Fused (dq added from dk/dv's pass): the workgroup's k rows and its dS^T block as well.
+    return bwd_async ? 16 + 2 * (2 * bq * row_bytes() + 8 * bq) + fused * 16 * warps * (row_bytes() + 2 * bq + 16)
+                     : 4 * (2 * bq * row_words() + 2 * d * (bq / 2 + 4) + 2 * bq);
   }
 };
 
@@ -98,7 +100,8 @@ MmaGeometry mma_geometry(const Config& c, const Problem& p, const DeviceInfo& in
                 p.backward ? c.get("mma_block_q") : 16, p.head_dim,
                 !p.backward && c.has("mma_stages") ? c.get("mma_stages") : 1,
                 !p.backward && c.has("mma_async") ? c.get("mma_async") : 0,
-                p.backward && c.has("mma_async") ? c.get("mma_async") : 0};
+                p.backward && c.has("mma_async") ? c.get("mma_async") : 0,
+                p.backward && c.has("mma_fused") ? c.get("mma_fused") : 0};
   const std::string text = std::string(p.backward ? "flash_attention_bwd" : "flash_attention") + " opencl: config " +
                            c.canonical() + " ";
   if (!mma_offered(p, info))
@@ -108,10 +111,12 @@ MmaGeometry mma_geometry(const Config& c, const Problem& p, const DeviceInfo& in
   if (g.warps <= 0 || 32 * g.warps > gpu_max_threads || (g.tiles != 1 && g.tiles != 2) ||
       (g.bk != 32 && g.bk != 64 && (p.backward || g.bk != 16)) || (g.bq != 16 && g.bq != 32) ||
       (g.async != 0 && g.async != 1) || (g.bwd_async != 0 && g.bwd_async != 1) || g.stages < 1 ||
-      g.stages > 2 + g.async)
+      g.stages > 2 + g.async || (g.fused != 0 && (g.fused != 1 || g.bwd_async != 1 || g.d % (16 * g.warps) != 0)))
     throw InvalidArgument(text + "needs 1 to 8 mma_warps, mma_tiles 1 or 2, mma_block_k 32 or 64 (or 16, forward), "
-                          "mma_block_q 16 or 32, mma_async 0 or 1, mma_stages 1 or 2 (mma_async 1: up to 3)");
-  const std::int64_t local = p.backward ? std::max(g.dq_local(), g.dkdv_local()) : g.forward_local();
+                          "mma_block_q 16 or 32, mma_async 0 or 1, mma_stages 1 or 2 (mma_async 1: up to 3), "
+                          "mma_fused 0 or 1 (1: with mma_async 1 and head_dim a multiple of 16 mma_warps)");
+  const std::int64_t local =
+      p.backward ? std::max(g.fused ? 0 : g.dq_local(), g.dkdv_local()) : g.forward_local();
   if (local > static_cast<std::int64_t>(info.local_mem))
     throw InvalidArgument(text + "needs " + std::to_string(local) + " bytes of local memory for head_dim " +
                           std::to_string(p.head_dim) + ", the device has " + std::to_string(info.local_mem));
@@ -131,7 +136,7 @@ std::shared_ptr<clc::Kernel> mma_kernel(clc::Device& dev, const MmaGeometry& g, 
                               " -DRT=" + std::to_string(g.tiles) + " -DBK=" + std::to_string(g.bk) +
                               " -DBQ=" + std::to_string(g.bq) + " -DSTAGES=" + std::to_string(g.stages) +
                               " -DMMA_ASYNC=" + std::to_string(g.async) + " -DBWD_ASYNC=" + std::to_string(g.bwd_async) +
-                              " -DBF16=" + (t == DType::bf16 ? "1" : "0") + list_options(lists);
+                              " -DBWD_FUSED=" + std::to_string(g.fused) + " -DBF16=" + (t == DType::bf16 ? "1" : "0") + list_options(lists);
   return dev.kernel(mma_key, options, name);
 }
 
@@ -274,6 +279,9 @@ void opencl_backward(const Problem& p, const Config& config, std::span<const Ten
   auto delta = dev.scratch(static_cast<std::size_t>(std::max<std::int64_t>(1, p.heads * p.total_q)) * 4);
   auto parts = dev.scratch(static_cast<std::size_t>(std::max<std::int64_t>(1, p.batch * p.heads * prep_blocks)) * 4);
   auto scratch = dev.scratch(static_cast<std::size_t>(broadcast ? p.batch * p.heads * p.seq_q * p.seq_k : 1) * 4);
+  // The fused dk/dv pass adds each block's dq into f32 (atomically), converted once at the end.
+  const bool fused = mma && mg.fused;
+  auto dq_sum = dev.scratch(static_cast<std::size_t>(fused ? p.total_q * p.heads * p.head_dim : 1) * 4);
 
   ProgramOptions params = program_options(p, "flash_attention_bwd opencl");
   params.flags |= (broadcast ? program_flag::dbias_scratch : 0u) | (lists ? lists->flags() : 0u);
@@ -291,13 +299,18 @@ void opencl_backward(const Problem& p, const Config& config, std::span<const Ten
              args[bwd::q], args[bwd::k], args[bwd::v], args[bwd::out], args[bwd::dout], args[bwd::lse],
              args[bwd::bias], args[bwd::softmax_aux], args[bwd::cu_seqlens_q], args[bwd::cu_seqlens_k],
              args[bwd::q_segment_ids], args[bwd::kv_segment_ids], args[bwd::dq], args[bwd::dk], args[bwd::dv],
-             args[bwd::dbias], args[bwd::dsoftmax_aux], *delta, *parts, *scratch, extra...);
+             args[bwd::dbias], args[bwd::dsoftmax_aux], *delta, *parts, *scratch, *dq_sum, extra...);
     };
     if (l) with(*l->kv_counts, *l->kv_indices, *l->q_counts, *l->q_indices);
     else with();
   };
   pass("fa_prep", prep_blocks, p.heads, p.batch, prep_threads, 1, prep_threads * 4);
-  if (mma) {
+  if (fused) {
+    const std::int64_t words = p.total_q * p.heads * p.head_dim / 2, groups = std::min<std::int64_t>(ceil_div(words, 256), 8192);
+    pass("fa_dq_zero_mma", groups, 1, 1, 256, 1, 16);
+    pass("fa_dkdv_mma", ceil_div(p.seq_k, 16 * mg.warps), p.kv_heads, p.batch, 32 * mg.warps, 1, mg.dkdv_local());
+    pass("fa_dq_convert_mma", groups, 1, 1, 256, 1, 16);
+  } else if (mma) {
     pass("fa_dkdv_mma", ceil_div(p.seq_k, 16 * mg.warps), p.kv_heads, p.batch, 32 * mg.warps, 1, mg.dkdv_local());
     pass("fa_dq_mma", ceil_div(p.seq_q, 16 * mg.warps), p.heads, p.batch, 32 * mg.warps, 1, mg.dq_local());
   } else {
@@ -365,13 +378,18 @@ void add_opencl_params(ParamSpace& s, std::vector<Value> variants, const Problem
     if (backward) {
       s.param("mma_block_q", {16, 32}, mma_v)
           .param("mma_async", {0, 1}, mma_v)
+          // dq added by the dk/dv pass (atomically, in f32) instead of a pass of its own; each warp
+          // adds a slice of head_dim in 16-column steps.
+          .param("mma_fused", {0, 1}, mma_v)
+          .constraint("mma_fused == 0 || (mma_async == 1 && head_dim % (16 * mma_warps) == 0)")
           // Two 16-row score tiles per warp on top of k, v, dk and dv fragments exceed the registers.
           .constraint("mma_block_q == 16 || head_dim <= 64")
           .constraint("16 * mma_warps <= 32 || 16 * mma_warps < 2 * seq_k")
           .constraint("mma_async == 1 || 4 * max(2 * mma_block_k * (head_dim / 2 + 4) + head_dim * (mma_block_k / 2 + 4), "
                       "2 * mma_block_q * (head_dim / 2 + 4) + 2 * head_dim * (mma_block_q / 2 + 4) + 2 * mma_block_q) <= local_mem")
-          .constraint("mma_async == 0 || 16 + max(4 * mma_block_k * (2 * head_dim + 16), "
-                      "4 * mma_block_q * (2 * head_dim + 16) + 16 * mma_block_q) <= local_mem");
+          .constraint("mma_async == 0 || 16 + max((1 - mma_fused) * 4 * mma_block_k * (2 * head_dim + 16), "
+                      "4 * mma_block_q * (2 * head_dim + 16) + 16 * mma_block_q + "
+                      "mma_fused * 16 * mma_warps * (2 * head_dim + 2 * mma_block_q + 32)) <= local_mem");
     } else {
       s.param("mma_tiles", {1, 2}, mma_v)
           .param("mma_async", {0, 1}, mma_v)
@@ -411,6 +429,7 @@ std::vector<Config> opencl_candidates(bool backward, bool cpu_family, const Tile
     Config c{{"variant", std::string("mma")}, {"mma_warps", warps}, {"mma_block_k", bk}, {backward ? "mma_block_q" : "mma_tiles", x}};
     c.set("mma_async", async ? 1 : 0);
     if (!backward) c.set("mma_stages", stages);
+    if (backward) c.set("mma_fused", 0);
     return c;
   };
   if (cpu_family)
