@@ -315,13 +315,14 @@ TEST_P(CudaCompile, FlashTensorCorePassesCompileWithAndWithoutLists) {
       std::vector<Tensor> args;
       for (const auto& a : inv.args) args.emplace_back(dev, a.shape, a.dtype);
       EXPECT_NO_THROW(impl->run(inv, c, args, *dev)) << inv.kernel << " " << c.canonical();
-      // The backward with dq added by the dk/dv pass (its zero and convert passes too).
-      if (std::string_view(name).ends_with("_bwd")) {
-        Config f = c;
-        f.set("mma_fused", 1);
-        EXPECT_EQ(impl->space(inv, info).mismatch(f), "") << f.canonical();
-        EXPECT_NO_THROW(impl->run(inv, f, args, *dev)) << inv.kernel << " " << f.canonical();
-      }
+      // The backward with dq added by the dk/dv pass and without (its zero and convert passes too).
+      if (std::string_view(name).ends_with("_bwd"))
+        for (std::int64_t fused : {0, 1}) {
+          Config f = c;
+          f.set("mma_fused", fused);
+          EXPECT_EQ(impl->space(inv, info).mismatch(f), "") << f.canonical();
+          EXPECT_NO_THROW(impl->run(inv, f, args, *dev)) << inv.kernel << " " << f.canonical();
+        }
       // And the scalar passes with the lists, which the test above reaches only by chance.
       if (sparse)
         for (const Config& s : impl->space(inv, info).enumerate())

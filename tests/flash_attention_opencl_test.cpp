@@ -214,6 +214,15 @@ TEST_P(FlashAttentionOpenCL, TensorCoreAsyncRingFitsLocalMemory) {
     // 8 warps divide head_dim 128 but their k rows and dS^T pass 48 KiB.
     EXPECT_EQ(fused_warps, (std::set<std::int64_t>{2, 4})) << dim;
     EXPECT_EQ(fa::opencl_heuristic(b, gpu, true, false).text("variant"), "mma");
+    // The fused dq leads where one red adds four floats (sm_90 on), not before.
+    for (const auto& [arch, fused] : {std::pair{"sm_80", 0}, {"sm_89", 0}, {"sm_90", 1}, {"sm_100", 1}, {"", 0}}) {
+      DeviceInfo d = gpu;
+      d.architecture = arch;
+      EXPECT_EQ(fa::vector_red(d), fused == 1) << arch;
+      const Config hb = fa::opencl_heuristic(b, d, true, false);
+      EXPECT_EQ(hb.get("mma_fused"), fused) << arch << " " << hb.canonical();
+      EXPECT_TRUE(fa::opencl_space(b, d, true, false).admits(hb)) << hb.canonical();
+    }
   }
 }
 

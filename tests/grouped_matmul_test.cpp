@@ -193,6 +193,36 @@ TEST_P(GroupedMatmul, OpenCLTensorCoreConfigsMatchTheReference) {
   EXPECT_GE(runs, 48u);
 }
 
+// Where the driver gives fixed-size local arrays 99 KiB or more (NVIDIA's OpenCL from sm_86), the
+// tensor-core heuristic leads with 256 x 128 tiles, which ran faster than 128 x 256 on grouped
+// rows (docs/kernels/grouped_matmul.md); a device of 48 KiB keeps 128 x 128 in two stages.
+TEST(GroupedMatmulOpenCL, TensorCoreHeuristicTakesTallTilesWhereTheyFit) {
+  DeviceInfo gpu = test::nvidia_opencl_like();
+  for (DType t : {DType::f16, DType::bf16}) gpu.coopmat.push_back({16, 8, 16, t, DType::f32});
+  for (gm::Mode mode : {gm::Mode::gmm, gm::Mode::tgmm}) {
+    const std::int64_t m = 8192, k = 2048, n = 1408, g = 8;
+    const Invocation inv = mode == gm::Mode::gmm
+                               ? gm::invocation(mode, {{m, k}, DType::bf16}, {{g, k, n}, DType::bf16}, {{g}, DType::i32},
+                                                {{m, n}, DType::bf16}, false)
+                               : gm::invocation(mode, {{m, k}, DType::bf16}, {{m, n}, DType::bf16}, {{g}, DType::i32},
+                                                {{g, k, n}, DType::bf16});
+    const Implementation* mma = nullptr;
+    for (const Implementation* impl : Registry::global().implementations(inv.kernel))
+      if (impl->backend() == Backend::opencl && !impl->sources().empty() &&
+          impl->sources().front() == "grouped_matmul/grouped_matmul_mma.cl")
+        mma = impl;
+    if (!mma) GTEST_SKIP() << "built without OpenCL";
+    ASSERT_TRUE(mma->supports(inv, gpu)) << inv.signature();
+    for (std::uint64_t local : {48 * 1024, 99 * 1024, 227 * 1024}) {
+      gpu.static_local_mem = local;
+      const Config h = mma->heuristic(inv, gpu);
+      EXPECT_EQ(mma->space(inv, gpu).mismatch(h), "") << h.canonical();
+      EXPECT_EQ(h.get("bm"), local > 48 * 1024 ? 256 : 128) << local << " " << h.canonical();
+      EXPECT_EQ(h.get("bn"), 128) << local << " " << h.canonical();
+    }
+  }
+}
+
 TEST_P(GroupedMatmul, HeuristicIsInTheSpace) {
   Context ctx(GetParam());
   for (const char* kernel : {"grouped_matmul", "grouped_matmul_tgmm"})

@@ -283,12 +283,19 @@ TEST(MatmulOpenCL, TensorCoreTileWhereTheDeviceHasFragments) {
     }
   EXPECT_EQ(mma->heuristic(inv(4096, 4096, 4096, DType::f16), gpu).canonical(),
             R"({"bk":32,"bm":128,"bn":128,"group_m":8,"pipe":0,"stages":2,"swizzle":0,"wm":2,"wn":2})");
-  // Where the driver gives fixed-size local arrays more (NVIDIA's OpenCL on sm_90), the ring
-  // grows to four stages, and the space to rings of up to that size.
+  // Where the driver gives fixed-size local arrays more (NVIDIA's OpenCL: 99 KiB on sm_86 and
+  // sm_89, 227 KiB on sm_90), the tile grows to 128 x 256 in three stages (80 KiB), and the
+  // space to rings of up to that size; at 1024^2 that tile leaves compute units idle.
   DeviceInfo hopper = gpu;
   hopper.static_local_mem = 227 * 1024;
-  EXPECT_EQ(mma->heuristic(inv(4096, 4096, 4096, DType::f16), hopper).canonical(),
-            R"({"bk":32,"bm":128,"bn":128,"group_m":8,"pipe":0,"stages":4,"swizzle":0,"wm":2,"wn":2})");
+  for (std::uint64_t local : {99 * 1024, 227 * 1024}) {
+    hopper.static_local_mem = local;
+    EXPECT_EQ(mma->heuristic(inv(4096, 4096, 4096, DType::f16), hopper).canonical(),
+              R"({"bk":32,"bm":128,"bn":256,"group_m":8,"pipe":1,"stages":3,"swizzle":0,"wm":2,"wn":4})");
+    EXPECT_EQ(kernels::MmaTiles::of(mma->heuristic(inv(4096, 4096, 4096, DType::f16), hopper)).local_bytes(false, false),
+              3 * (128 * 40 + 32 * 264) * 2);
+  }
+  EXPECT_LT(mma->heuristic(inv(1024, 1024, 1024, DType::f16), hopper).get("bn"), 256);
   std::int64_t largest = 0;
   for (const Config& c : mma->space(inv(4096, 4096, 4096, DType::f16), hopper).enumerate())
     largest = std::max(largest, kernels::MmaTiles::of(c).local_bytes(false, false));

@@ -52,7 +52,7 @@ ParamSpace space_of(const Invocation& inv, const DeviceInfo& dev, bool backward)
 Config heuristic_of(const Invocation& inv, const DeviceInfo& dev, bool backward) {
   const bool cpu = clc::is_cpu(dev);
   return device_heuristic(space_of(inv, dev, backward), inv, cpu, backward,
-                          flash_attention::opencl_candidates(backward, cpu, flash_tile_names));
+                          flash_attention::opencl_candidates(backward, cpu, flash_attention::vector_red(dev), flash_tile_names));
 }
 
 

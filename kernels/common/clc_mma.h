@@ -103,6 +103,11 @@ void red_add(__global float* p, float x) {
   asm volatile("red.global.add.f32 [%0], %1;" ::"l"((ulong)p), "f"(x) : "memory");
 }
 
+// p[0..3] += x, y, z, w (p 16-byte aligned), one red of four lanes: sm_90 on.
+void red_add4(__global float* p, float x, float y, float z, float w) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"((ulong)p), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
+}
+
 // Four bytes (zero-filled past `bytes`), through L1: scattered words such as per-row statistics.
 void cp4(uint dst, __global const void* src, uint bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"((ulong)src), "r"(bytes) : "memory");

@@ -492,6 +492,9 @@ void load_a(uint f[KSTEPS][4], int r0, int last, int tok0, uint nh, uint h, __gl
 #ifndef BWD_FUSED
 #define BWD_FUSED 0
 #endif
+#ifndef RED_V4
+#define RED_V4 0
+#endif
 #if BWD_FUSED && !BWD_ASYNC
 #error "BWD_FUSED needs BWD_ASYNC"
 #endif
@@ -696,6 +699,76 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dq_mma(BWD
   store_rows(acc, w0, c->q_len, c->q_start, pc->heads, head, (__global uint*)dq, pc->softmax_scale, g, t);
 }
 
+#if BWD_FUSED
+#define DSB (2 * BQ + 16)
+// dq of a query block's rows (i0 on, `rows` of them, head h) += dS k over a dk/dv workgroup's
+// keys, dS^T at local address dss (keys as rows), k's rows at kts: warp w takes columns
+// [w D / NW, (w + 1) D / NW), every key, so no two warps add to the same element; the sums of
+// the workgroups meet in f32 by red.add.
+void dq_add(__global float* dqsum, const Params* pc, const Ctx* c, uint h, int i0, int rows, uint dss, uint kts,
+            int warp, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  const uint aoff = (uint)((8 * (lane >> 4) + (lane & 7)) * DSB + 16 * ((lane >> 3) & 1));
+  const uint coff = (uint)((8 * ((lane >> 3) & 1) + (lane & 7)) * BROWB + 16 * (lane >> 4));
+  const int c0 = warp * (D / NW);
+  float acc[BQ / 16][D / NW / 8][4];
+#pragma unroll
+  for (int m = 0; m < BQ / 16; ++m)
+#pragma unroll
+    for (int x = 0; x < D / NW / 8; ++x) acc[m][x][0] = acc[m][x][1] = acc[m][x][2] = acc[m][x][3] = 0.0f;
+#pragma unroll
+  for (int ks = 0; ks < NW; ++ks)
+#pragma unroll
+    for (int m = 0; m < BQ / 16; ++m) {
+      uint a[4];
+      ldsm_x4_t(a, dss + aoff + (uint)(16 * ks * DSB + 32 * m));
+#pragma unroll
+      for (int x = 0; x < D / NW / 8; x += 2) {
+        uint b[4];
+        ldsm_x4_t(b, kts + coff + (uint)(16 * ks * BROWB + 2 * c0 + 16 * x));
+        mma(acc[m][x], a[0], a[1], a[2], a[3], b[0], b[1]);
+        mma(acc[m][x + 1], a[0], a[1], a[2], a[3], b[2], b[3]);
+      }
+    }
+#if RED_V4
+  // Four adjacent columns a lane: lanes t and t ^ 1 swap halves, the even one taking row g
+  // and the odd one row g + 8, so a quad adds 16 aligned bytes of each row a red.
+  const int odd = t & 1;
+#pragma unroll
+  for (int m = 0; m < BQ / 16; ++m) {
+    const int r = 16 * m + g + 8 * odd;
+    __global float* p = dqsum + ((size_t)(c->q_start + i0 + r) * pc->heads + h) * D + c0 + 2 * (t & ~1);
+#pragma unroll
+    for (int x = 0; x < D / NW / 8; ++x) {
+      const float y0 = shfl_xor(odd ? acc[m][x][0] : acc[m][x][2], 1);
+      const float y1 = shfl_xor(odd ? acc[m][x][1] : acc[m][x][3], 1);
+      if (r < rows) {
+        if (odd)
+          red_add4(p + 8 * x, y0, y1, acc[m][x][2], acc[m][x][3]);
+        else
+          red_add4(p + 8 * x, acc[m][x][0], acc[m][x][1], y0, y1);
+      }
+    }
+  }
+#else
+#pragma unroll
+  for (int m = 0; m < BQ / 16; ++m)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = 16 * m + g + 8 * hh;
+      if (r < rows) {
+        __global float* p = dqsum + ((size_t)(c->q_start + i0 + r) * pc->heads + h) * D + c0 + 2 * t;
+#pragma unroll
+        for (int x = 0; x < D / NW / 8; ++x) {
+          red_add(p + 8 * x, acc[m][x][2 * hh]);
+          red_add(p + 8 * x + 1, acc[m][x][2 * hh + 1]);
+        }
+      }
+    }
+#endif
+}
+#endif
+
 // dk and dv for 16 NW keys of one kv head, iterating the query heads of its group and every
 // query block of BQ rows that can see them: q and dout staged as rows (for k q^T, v dout^T) and
 // transposed (for dU^T q, P^T dout). Writes dbias (or its f32 scratch) where a bias is given,
@@ -720,11 +793,8 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dkdv_mma(B
 #if BWD_FUSED
   // After the ring: this workgroup's k rows (dq's B operand) and a block's dS^T (keys as rows, in
   // the operand type; rows padded by 16 bytes, an odd number of 16-byte units, for ldmatrix).
-#define DSB (2 * BQ + 16)
   const uint kts = ring + 2 * QSTAGE_BYTES, dss = kts + 16 * NW * BROWB;
   __local uchar* const ds_at = al + 2 * QSTAGE_BYTES + 16 * NW * BROWB;
-  // ldmatrix lane offsets of dS^T read transposed as A fragments (16 queries x 16 keys).
-  const uint aoff = (uint)((8 * (lane >> 4) + (lane & 7)) * DSB + 16 * ((lane >> 3) & 1));
   // Committed with the first query block's copies.
   copy_rows(kts, 16 * NW, c->k_start + j0, n, pc->kv_heads, hk, (__global const uint4*)k, tid);
 #endif
@@ -890,55 +960,15 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dkdv_mma(B
     GEMM_COLS(dka, s, BQ, qt, QTS)
 #endif
 #if BWD_FUSED
-    // dq of the block's queries += dS k over this workgroup's keys: warp w takes columns
-    // [w D / NW, (w + 1) D / NW), every key, so no two warps add to the same element; the sums
-    // of the workgroups meet in f32 by red.add.
+    // Every warp's dS^T is written; the next block's writes wait for the barrier it starts with.
     barrier(CLK_LOCAL_MEM_FENCE);
-    {
-      const int c0 = warp * (D / NW);
-      float acc[BQ / 16][D / NW / 8][4];
-#pragma unroll
-      for (int m = 0; m < BQ / 16; ++m)
-#pragma unroll
-        for (int x = 0; x < D / NW / 8; ++x) acc[m][x][0] = acc[m][x][1] = acc[m][x][2] = acc[m][x][3] = 0.0f;
-#pragma unroll
-      for (int ks = 0; ks < NW; ++ks)
-#pragma unroll
-        for (int m = 0; m < BQ / 16; ++m) {
-          uint a[4];
-          ldsm_x4_t(a, dss + aoff + (uint)(16 * ks * DSB + 32 * m));
-#pragma unroll
-          for (int x = 0; x < D / NW / 8; x += 2) {
-            uint b[4];
-            ldsm_x4_t(b, kts + coff + (uint)(16 * ks * BROWB + 2 * c0 + 16 * x));
-            mma(acc[m][x], a[0], a[1], a[2], a[3], b[0], b[1]);
-            mma(acc[m][x + 1], a[0], a[1], a[2], a[3], b[2], b[3]);
-          }
-        }
-#pragma unroll
-      for (int m = 0; m < BQ / 16; ++m)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int r = 16 * m + g + 8 * hh;
-          if (r < rows) {
-            __global float* p = dqsum + ((size_t)(c->q_start + i0 + r) * pc->heads + h) * D + c0 + 2 * t;
-#pragma unroll
-            for (int x = 0; x < D / NW / 8; ++x) {
-              red_add(p + 8 * x, acc[m][x][2 * hh]);
-              red_add(p + 8 * x + 1, acc[m][x][2 * hh + 1]);
-            }
-          }
-        }
-    }
+    dq_add(dqsum, pc, c, h, i0, rows, dss, kts, warp, lane);
 #endif
   }
 #undef NEXT_TILE
 #if BWD_ASYNC
 #undef QISSUE
 #undef QSTAGE_BYTES
-#endif
-#if BWD_FUSED
-#undef DSB
 #endif
   store_rows(dka, w0, c->k_len, c->k_start, pc->kv_heads, hk, (__global uint*)dk, pc->qscale * pc->grad_scale, g, t);
   store_rows(dva, w0, c->k_len, c->k_start, pc->kv_heads, hk, (__global uint*)dv, 1.0f, g, t);

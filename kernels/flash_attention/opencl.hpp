@@ -20,8 +20,11 @@ Config opencl_heuristic(const Invocation& inv, const DeviceInfo& dev, bool backw
 // named `names`. The constraints read seq_q, seq_k and head_dim, which the caller binds.
 void add_opencl_params(ParamSpace& s, std::vector<Value> variants, const Problem& p, const DeviceInfo& dev,
                        bool cpu_family, const TileNames& names = {});
-// The heuristic's candidates in order of preference, named `names`.
-std::vector<Config> opencl_candidates(bool backward, bool cpu_family, const TileNames& names = {});
+// The heuristic's candidates in order of preference, named `names`; the backward's fused dq first
+// where the device adds four floats with one red (`vector_red`).
+std::vector<Config> opencl_candidates(bool backward, bool cpu_family, bool vector_red, const TileNames& names = {});
+// Whether the device adds four floats with one red (PTX's vector red.global.add, sm_90 on).
+bool vector_red(const DeviceInfo& info);
 
 // The forward and backward passes of `config` (a config of opencl_space) on args in the order of
 // fwd:: / bwd::, walking `lists` where given (its tiles must divide the lists' blocks).

@@ -57,7 +57,8 @@ class OpenCLGroupedMatmulMma final : public clc::Implementation {
                               [&](std::int64_t bm, std::int64_t bn) {
                                 return p.mode == Mode::gmm ? ceil_div(p.m, bm) * ceil_div(p.n, bn)
                                                            : p.groups * ceil_div(p.k, bm) * ceil_div(p.n, bn);
-                              });
+                              },
+                              /*tall=*/true);
   }
 
   void prepare(const Invocation& inv, const Config& config, Device& device) const override {
