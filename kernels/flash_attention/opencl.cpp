@@ -10,6 +10,7 @@
 // dk/dv and dq passes of flash_attention_mma.cl instead: f16/bf16 operands on mma.sync through
 // inline PTX, the scores in registers.
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <memory>
 #include <regex>
@@ -423,13 +424,9 @@ ParamSpace opencl_space(const Invocation& inv, const DeviceInfo& dev, bool backw
 }
 
 bool vector_red(const DeviceInfo& info) {
-  const std::string& a = info.architecture;
-  if (a.rfind("sm_", 0) != 0) return false;
-  try {
-    return std::stoi(a.substr(3)) >= 90;
-  } catch (const std::exception&) {
-    return false;
-  }
+  const std::string& a = info.architecture;  // "sm_90" where NVIDIA's driver names it
+  int cc = 0;
+  return a.starts_with("sm_") && std::from_chars(a.data() + 3, a.data() + a.size(), cc).ec == std::errc{} && cc >= 90;
 }
 
 std::vector<Config> opencl_candidates(bool backward, bool cpu_family, bool vector_red, const TileNames& names) {
