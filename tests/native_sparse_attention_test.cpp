@@ -7,6 +7,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <set>
 
 #include "native_sparse_attention/nsa.hpp"
 #include "support.hpp"
@@ -244,6 +245,34 @@ TEST_P(NativeSparseAttention, EveryConfigOfASmallSpaceAgrees) {
           EXPECT_LE(test::relative_error(r.outputs[i], first[i]), r.tolerance) << config.canonical() << " output " << i;
     }
   }
+}
+
+// The keys' gradients come from the selection's inverse: per block, the queries that list it in
+// words of 32 (nsa_bwd_mark). Sequences of several words after a block, blocks longer than a
+// word, tiles starting mid-word (every block_n of the space), repeats, an empty sequence, and
+// sequences ending mid-word and mid-block, against the double reference.
+TEST_P(NativeSparseAttention, KeyGradientsFromTheSelectionsInverse) {
+  Context ctx(GetParam());
+  const Case c{.heads = 4, .kv_heads = 2, .dk = 8, .dv = 8, .selected = 4, .block_size = 48,
+               .lengths = {150, 0, 97, 33}, .repeats = true};
+  const Inputs in = build(ctx, c, DType::f32, 21);
+  NsaOutput f;
+  (void)check_forward(ctx, in, f);
+  const Specs ix = index_arrays(ctx, in);
+  const std::vector<TensorSpec> bs{in.q.spec(),     in.k.spec(),     in.v.spec(),    in.g_cmp.spec(), in.g_slc.spec(),
+                                   in.bi.spec(),    ix.counts.spec(), ix.cu.spec(),  f.o_cmp.spec(),  f.o_slc.spec(),
+                                   f.lse.spec(),    in.dout.spec(),  in.q.spec(),    in.k.spec(),     in.v.spec(),
+                                   in.g_cmp.spec(), in.g_slc.spec()};
+  const Invocation inv = nsa::backward_invocation(bs, c.block_size);
+  const DeviceInfo& dev = ctx.device().info();
+  const auto& impl = Registry::global().implementation(inv, dev);
+  std::set<std::int64_t> tiles;
+  for (const Config& config : impl.space(inv, dev).enumerate()) {
+    if (!tiles.insert(config.get("block_n")).second) continue;
+    const Checked r = check_backward(ctx, in, f, config);
+    EXPECT_LE(r.worst, r.tolerance) << config.canonical();
+  }
+  EXPECT_GE(tiles.size(), 3u) << "tiles of 8, 16 and 32 keys at least";
 }
 
 TEST_P(NativeSparseAttention, GradientsAreDeterministic) {

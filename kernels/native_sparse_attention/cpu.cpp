@@ -7,7 +7,8 @@
 //         dcmp  per (whole block, kv head): the compressed key's and value's gradient, from every
 //               later query of the sequence;
 //         dkv   per (tile of block_n keys of one block, kv head): the queries of the sequence
-//               whose selection holds the block, then the pooled gradient shared out.
+//               whose selection holds the block (from the selection's inverse, built once in
+//               token order), then the pooled gradient shared out.
 // Every output element is written by one task: no atomics, results independent of the thread
 // count and of the config.
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -454,12 +456,43 @@ class CpuNsaBwd final : public Implementation {
         }
     });
 
+    // The selection's inverse: per (block start j, kv head h), at j * H + h, the queries that list
+    // the block in token order, with how often each lists it (each entry adds the block's keys to
+    // the softmax). Built in token order, so the sums below run in the same order every time.
+    struct Selector {
+      std::int64_t t, times;
+    };
+    std::vector<std::int64_t> first(static_cast<std::size_t>(N * H + 1), 0);
+    std::vector<Selector> selectors;
+    for (int fill = 0; fill < 2; ++fill) {
+      std::vector<std::int64_t> next(first.begin(), first.end() - 1);
+      if (fill) selectors.resize(static_cast<std::size_t>(first.back()));
+      for (std::int64_t t = 0; t < N; ++t) {
+        const Place& pl = su.place[static_cast<std::size_t>(t)];
+        for (std::int64_t h = 0; h < H; ++h) {
+          const std::int64_t* list = su.bi.data() + (t * H + h) * p.selected;
+          const std::int64_t cnt = su.bc[static_cast<std::size_t>(t * H + h)];
+          for (std::int64_t i = 0; i < cnt; ++i) {
+            const std::int64_t e = list[i];
+            if (e < 0 || e * BS > pl.pos || std::find(list, list + i, e) != list + i) continue;
+            const std::size_t at = static_cast<std::size_t>((pl.bos + e * BS) * H + h);
+            if (!fill) {
+              ++first[at + 1];
+            } else {
+              selectors[static_cast<std::size_t>(next[at]++)] = {t, std::count(list, list + cnt, e)};
+            }
+          }
+        }
+      }
+      if (!fill) std::partial_sum(first.begin(), first.end(), first.begin());
+    }
+
     // Per tile of keys within one block: every query of the sequence that selects the block.
     pool.parallel_for(N * H, [&](std::int64_t task) {
       const std::int64_t h = task % H, j0 = task / H;
       const Place& pl = su.place[static_cast<std::size_t>(j0)];
       if (pl.pos % BS % bn != 0) return;
-      const std::int64_t b = pl.pos / BS, block0 = j0 - pl.pos % BS;
+      const std::int64_t block0 = j0 - pl.pos % BS;
       const std::int64_t n = std::min({bn, block0 + BS - j0, pl.eos - j0});
       std::vector<float> tk(static_cast<std::size_t>(n * K)), tv(static_cast<std::size_t>(n * V));
       std::vector<float> gk(static_cast<std::size_t>(n * K), 0.f), gv(static_cast<std::size_t>(n * V), 0.f);
@@ -468,12 +501,10 @@ class CpuNsaBwd final : public Implementation {
         su.k.row(((j0 + r) * H + h) * K, K, tk.data() + r * K);
         su.v.row(((j0 + r) * H + h) * V, V, tv.data() + r * V);
       }
-      for (std::int64_t t = j0; t < pl.eos; ++t) {
-        // The block may be listed more than once: each entry adds its keys to the softmax.
-        std::int64_t times = 0;
-        const std::int64_t cnt = su.bc[static_cast<std::size_t>(t * H + h)];
-        for (std::int64_t i = 0; i < cnt; ++i) times += su.bi[static_cast<std::size_t>((t * H + h) * p.selected + i)] == b;
-        if (!times) continue;
+      const std::size_t at = static_cast<std::size_t>(block0 * H + h);
+      for (std::int64_t k = first[at]; k < first[at + 1]; ++k) {
+        const auto [t, times] = selectors[static_cast<std::size_t>(k)];
+        if (t < j0) continue;
         const std::int64_t rows = std::min(n, t - j0 + 1);
         for (std::int64_t g = 0; g < G; ++g) {
           const std::int64_t th = t * HQ + h * G + g;

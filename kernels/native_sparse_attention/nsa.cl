@@ -11,8 +11,9 @@
 
 #include "common/clc.h"
 
-// The sequence of flattened token t: the last n with cu[n] <= t (empty sequences skipped).
-void locate(const __global int* cu, int nseq, int t, int* bos, int* eos) {
+// The sequence of flattened token t: the last n with cu[n] <= t (empty sequences skipped),
+// returned, with its bounds.
+int locate(const __global int* cu, int nseq, int t, int* bos, int* eos) {
   int lo = 0, hi = nseq;
   while (hi - lo > 1) {
     const int mid = (lo + hi) / 2;
@@ -21,6 +22,34 @@ void locate(const __global int* cu, int nseq, int t, int* bos, int* eos) {
   }
   *bos = cu[lo];
   *eos = cu[lo + 1];
+  return lo;
+}
+
+// The selection's inverse, for the backward's keys: per (block, kv head) a bitmap of the
+// queries that list the block, bit t - (the block's first token) of W words. A block starting
+// at token j of sequence s is slot j / BS + s: distinct for every block of every sequence, at
+// most tokens / BS + nseq of them. Set by atomic_or, so the bitmap, and what is summed from it
+// in token order, does not depend on scheduling.
+__kernel void nsa_bwd_clear(__global uint* sel, long words) {
+  for (long i = get_global_id(0); i < words; i += get_global_size(0)) sel[i] = 0u;
+}
+
+// One work-item per (token, kv head): a bit for every block its selection lists (only entries
+// with 0 <= e BS <= the token's position, as every pass reads them).
+__kernel void nsa_bwd_mark(const __global int* bi, const __global int* bc, const __global int* cu,
+                           __global volatile uint* sel, int tokens, int nseq, int H, int S, int BS, int W) {
+  const int i = get_global_id(0);
+  if (i >= tokens * H) return;
+  const int t = i / H, h = i % H;
+  int bos, eos;
+  const int seq = locate(cu, nseq, t, &bos, &eos);
+  const int cnt = bc[i];
+  for (int k = 0; k < cnt; ++k) {
+    const int e = bi[i * S + k];
+    if (e < 0 || e * BS > t - bos) continue;
+    const int j = bos + e * BS, rel = t - j;
+    atomic_or(sel + ((size_t)(j / BS + seq) * H + h) * W + rel / 32, 1u << (rel % 32));
+  }
 }
 
 float ldot(const __local float* a, const __local float* b, int n) {
@@ -311,12 +340,13 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_bwd_dkv(
     const __global ushort* q16, const __global ushort* k16, const __global ushort* v16, const __global ushort* gs16,
     const __global int* bi, const __global int* bc, const __global int* cu, const __global float* lse,
     const __global ushort* do16, const __global float* delta, const __global float* dkc, const __global float* dvc,
-    __global ushort* dk16, __global ushort* dv16, int nseq, int H, int G, int S, int BS, float scale, int dtype) {
+    const __global uint* sel, __global ushort* dk16, __global ushort* dv16, int nseq, int H, int G, int S, int BS,
+    int W, float scale, int dtype) {
   __local float kt[TILE * KS], vt[TILE * VS], gk[TILE * DK], gv[TILE * DV], qs[HPG * DK], dob[HPG * DV];
   __local float pp[HPG * TILE], ds[HPG * TILE];
   const int j0 = get_group_id(0), h = get_group_id(1), lid = get_local_id(0), HQ = H * G;
   int bos, eos;
-  locate(cu, nseq, j0, &bos, &eos);
+  const int seq = locate(cu, nseq, j0, &bos, &eos);
   const int off = (j0 - bos) % BS;
   const int b = (j0 - bos) / BS, block0 = j0 - off;
   const int n = off % TILE == 0 ? min(TILE, min(block0 + BS, eos) - j0) : 0;
@@ -324,8 +354,14 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_bwd_dkv(
   for (int e = lid; e < n * DK; e += THREADS) gk[e] = 0.f;
   for (int e = lid; e < n * DV; e += THREADS) gv[e] = 0.f;
   barrier(CLK_LOCAL_MEM_FENCE);
-  const int t_end = n > 0 ? eos : j0;
-  for (int t = j0; t < t_end; ++t) {
+  // The queries from j0 on that list the block, in token order, from its bitmap (nsa_bwd_mark):
+  // words of 32 queries, from the one holding j0.
+  const __global uint* bits = sel + ((size_t)(block0 / BS + seq) * H + h) * W;
+  const int w_end = n > 0 ? (eos - block0 + 31) / 32 : 0;
+  for (int w = (j0 - block0) / 32; w < w_end; ++w)
+    for (uint word = bits[w] & (w == (j0 - block0) / 32 ? ~0u << ((j0 - block0) % 32) : ~0u); word != 0u;
+         word &= word - 1u) {
+    const int t = block0 + 32 * w + (int)popcount((word & (0u - word)) - 1u);
     const int cnt = bc[t * H + h];
     int times = 0;
     for (int i = 0; i < cnt; ++i) times += bi[(t * H + h) * S + i] == b;

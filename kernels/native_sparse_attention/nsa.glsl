@@ -13,6 +13,8 @@
 #define NSA_BWD_DQ 2
 #define NSA_BWD_DCMP 3
 #define NSA_BWD_DKV 4
+#define NSA_BWD_CLEAR 5
+#define NSA_BWD_MARK 6
 
 layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 layout(constant_id = 3) const uint TILE = 16;  // keys per staged tile
@@ -42,8 +44,8 @@ layout(push_constant) uniform Push {
 #define STORE(a, i, x) a[i] = (x)
 #endif
 
-// Sequences: cu is bound by every pass that needs it.
-#define LOCATE(cu, t, bos, eos)              \
+// Sequences: cu is bound by every pass that needs it. LOCATE_SEQ also gives the sequence's index.
+#define LOCATE_SEQ(cu, t, seq, bos, eos)     \
   {                                          \
     uint lo_ = 0u, hi_ = pc.nseq;            \
     while (hi_ - lo_ > 1u) {                 \
@@ -51,9 +53,54 @@ layout(push_constant) uniform Push {
       if (uint(cu[mid_]) <= (t)) lo_ = mid_; \
       else hi_ = mid_;                       \
     }                                        \
+    seq = lo_;                               \
     bos = uint(cu[lo_]);                     \
     eos = uint(cu[lo_ + 1u]);                \
   }
+#define LOCATE(cu, t, bos, eos)      \
+  {                                  \
+    uint seq_;                       \
+    LOCATE_SEQ(cu, t, seq_, bos, eos) \
+  }
+
+// The backward's inverse of the selection (nsa.cl's nsa_bwd_mark, Selectors in nsa.hpp): per
+// (block, kv head) SEL_WORDS words of bits, one per query from the block's first token on that
+// lists the block; a block starting at token j of sequence s is slot j / BS + s.
+#define SEL_WORDS ((pc.tokens + 31u) / 32u)
+#define SEL_AT(slot, h) (((slot) * pc.H + (h)) * SEL_WORDS)
+
+#if PASS == NSA_BWD_CLEAR
+layout(binding = 0) writeonly buffer SEL { uint sel[]; };
+
+void main() {
+  const uint words = (pc.tokens / pc.BS + pc.nseq) * pc.H * SEL_WORDS;
+  const uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+  for (uint i = gl_GlobalInvocationID.x; i < words; i += stride) sel[i] = 0u;
+}
+#endif
+
+#if PASS == NSA_BWD_MARK
+layout(binding = 0) readonly buffer BI { int bi[]; };
+layout(binding = 1) readonly buffer BC { int bc[]; };
+layout(binding = 2) readonly buffer CU { int cu[]; };
+layout(binding = 3) buffer SEL { uint sel[]; };
+
+// One invocation per (token, kv head), the x and y of the grid flattened.
+void main() {
+  const uint i = gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x + gl_GlobalInvocationID.x;
+  if (i >= pc.tokens * pc.H) return;
+  const uint t = i / pc.H, h = i % pc.H;
+  uint seq, bos, eos;
+  LOCATE_SEQ(cu, t, seq, bos, eos);
+  const int cnt = bc[i];
+  for (int k = 0; k < cnt; ++k) {
+    const int e = bi[i * pc.S + uint(k)];
+    if (e < 0 || uint(e) * pc.BS > t - bos) continue;
+    const uint j = bos + uint(e) * pc.BS, rel = t - j;
+    atomicOr(sel[SEL_AT(j / pc.BS + seq, h) + rel / 32u], 1u << (rel % 32u));
+  }
+}
+#endif
 
 #if PASS == NSA_POOL
 layout(binding = 0) readonly buffer K_ { ELEM k[]; };
@@ -367,6 +414,7 @@ layout(binding = 10) readonly buffer DKC { float dkc[]; };
 layout(binding = 11) readonly buffer DVC { float dvc[]; };
 layout(binding = 12) writeonly buffer DK_ { ELEM dk[]; };
 layout(binding = 13) writeonly buffer DV_ { ELEM dv[]; };
+layout(binding = 14) readonly buffer SEL { uint sel[]; };
 
 shared float kt[TILE * KS], vt[TILE * VS], gk[TILE * DK], gv[TILE * DV], qs[HPG * DK], dob[HPG * DV];
 shared float pp[HPG * TILE], ds[HPG * TILE];
@@ -374,8 +422,8 @@ shared float pp[HPG * TILE], ds[HPG * TILE];
 void main() {
   const uint H = pc.H, G = pc.G, S = pc.S, BS = pc.BS;
   const uint j0 = pc.token0 + gl_WorkGroupID.x, h = gl_WorkGroupID.y, lid = gl_LocalInvocationID.x;
-  uint bos, eos;
-  LOCATE(cu, j0, bos, eos);
+  uint seq, bos, eos;
+  LOCATE_SEQ(cu, j0, seq, bos, eos);
   const uint off = (j0 - bos) % BS;
   if (off % TILE != 0u) return;
   const int b = int((j0 - bos) / BS);
@@ -389,7 +437,12 @@ void main() {
     vt[e / DV * VS + e % DV] = LOAD(v, ((j0 + e / DV) * H + h) * DV + e % DV);
     gv[e] = 0.0;
   }
-  for (uint t = j0; t < eos; ++t) {
+  // The queries from j0 on that list the block, in token order, from its bitmap: words of 32
+  // queries, from the one holding j0.
+  const uint at = SEL_AT(block0 / BS + seq, h), w0 = (j0 - block0) / 32u, w_end = (eos - block0 + 31u) / 32u;
+  for (uint w = w0; w < w_end; ++w)
+    for (uint word = sel[at + w] & (w == w0 ? ~0u << ((j0 - block0) % 32u) : ~0u); word != 0u; word &= word - 1u) {
+    const uint t = block0 + 32u * w + uint(findLSB(word));
     const int cnt = bc[t * H + h];
     int times = 0;
     for (int i = 0; i < cnt; ++i) times += bi[(t * H + h) * S + uint(i)] == b ? 1 : 0;

@@ -43,6 +43,7 @@
 //   dg_cmp = do . o_cmp, dg_slc = do . o_slc; per branch with do_b = g_b * do, D = do_b . o_b,
 //   P the branch's probabilities: dv_j += P_j do_b, dS_j = P_j (do_b . v_j - D), dq += scale dS_j
 //   k_j, dk_j += scale dS_j q.
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <span>
@@ -155,6 +156,22 @@ class NsaBwdKernel final : public Kernel {
   std::map<std::string, std::int64_t> smallest_sizes() const override { return {{"batch", 1}, {"seq", 9}, {"heads", 4}, {"kv_heads", 1}, {"head_dim", 16}, {"selected", 2}}; }
   nlohmann::json smallest_options() const override { return {{"block_size", 4}}; }
 };
+
+// The backward's inverse of the selection on the GPU backends: per (block, kv head) a bitmap of the
+// queries listing it, `per_block` 32-bit words (a query's bit: its offset from the block's first
+// token), for every slot a block can take (a block starting at token j of sequence s: j /
+// block_size + s). The memory grows with tokens^2 / block_size, and the bitmap replaces a scan
+// of every later query's index list for every tile of keys, which grew with tokens^2 * selected.
+struct Selectors {
+  std::int64_t per_block = 0, slots = 0, words = 0;
+};
+inline Selectors selectors(const Problem& p) {
+  Selectors s;
+  s.per_block = (p.tokens() + 31) / 32;
+  s.slots = p.tokens() / p.block_size + p.num_seqs;
+  s.words = std::max<std::int64_t>(1, s.slots * p.kv_heads * s.per_block);
+  return s;
+}
 
 // Where a flattened token lies: its sequence's first token and its position in it.
 struct Place {

@@ -6,10 +6,13 @@
 //   nsa_bwd_dq    same grid: dg, the rows' deltas and dq;
 //   nsa_bwd_dcmp  one group per (token, kv head), working where the token starts a whole block:
 //                 the pooled row's gradient;
+//   nsa_bwd_clear, nsa_bwd_mark  the selection's inverse: per (block, kv head) a bitmap of the
+//                 queries that list it (selectors in nsa.hpp);
 //   nsa_bwd_dkv   one group per (token, kv head), working where the token starts a tile within
-//                 its block: the gradient of the tile's keys from the queries that select the
-//                 block, plus the pooled gradient's share.
-// Every output element has one writer: no atomics, deterministic. Work-group size, tile and
+//                 its block: the gradient of the tile's keys from the queries the bitmap names,
+//                 in token order, plus the pooled gradient's share.
+// Every output element has one writer, summed in a fixed order: deterministic (the bitmap's
+// bits are set by atomic_or, which gives the same bitmap in any order). Work-group size, tile and
 // heads per group are -D options; the rest are arguments.
 #include <algorithm>
 #include <cstdint>
@@ -131,10 +134,20 @@ class OpenCLNsaBwd final : public clc::Implementation {
     auto dcmp = dev.kernel(source_key, options, "nsa_bwd_dcmp");
     dev.launch(*dcmp, grid, clc::Range(t, 1), args[bwd::q], args[bwd::g_cmp], args[bwd::cu_seqlens], *pooled.kc,
                *pooled.vc, args[bwd::lse], args[bwd::dout], *delta, *dkc, *dvc, nseq, iH, G, BS, scale, dt);
+    const Selectors sel = selectors(p);
+    auto bitmap = dev.scratch(static_cast<std::size_t>(sel.words) * 4);
+    auto clear = dev.kernel(source_key, options, "nsa_bwd_clear");
+    const std::size_t clear_items = static_cast<std::size_t>(std::min<std::int64_t>((sel.words + 255) / 256, 65536)) * 256;
+    dev.launch(*clear, clc::Range(clear_items), clc::Range(256), *bitmap, static_cast<std::int64_t>(sel.words));
+    auto mark = dev.kernel(source_key, options, "nsa_bwd_mark");
+    dev.launch(*mark, clc::Range(static_cast<std::size_t>((N * H + 63) / 64 * 64)), clc::Range(64),
+               args[bwd::block_indices], args[bwd::block_counts], args[bwd::cu_seqlens], *bitmap, static_cast<int>(N),
+               nseq, iH, S, BS, static_cast<int>(sel.per_block));
     auto dkv = dev.kernel(source_key, options, "nsa_bwd_dkv");
     dev.launch(*dkv, grid, clc::Range(t, 1), args[bwd::q], args[bwd::k], args[bwd::v], args[bwd::g_slc],
                args[bwd::block_indices], args[bwd::block_counts], args[bwd::cu_seqlens], args[bwd::lse], args[bwd::dout],
-               *delta, *dkc, *dvc, args[bwd::dk], args[bwd::dv], nseq, iH, G, S, BS, scale, dt);
+               *delta, *dkc, *dvc, *bitmap, args[bwd::dk], args[bwd::dv], nseq, iH, G, S, BS,
+               static_cast<int>(sel.per_block), scale, dt);
   }
 };
 

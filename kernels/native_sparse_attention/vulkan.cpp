@@ -5,11 +5,14 @@
 //   bwd_dq    same grid: dg, the rows' deltas, dq;
 //   bwd_dcmp  one group per (token, kv head), working where a whole block starts: the pooled
 //             row's gradient;
+//   bwd_clear, bwd_mark  the selection's inverse, a bitmap of the queries listing each block
+//             (one module for every dtype);
 //   bwd_dkv   one group per (token, kv head), working where a tile of keys starts within its
-//             block: the keys' gradients from the queries that select the block, plus the
-//             pooled gradient's share.
-// Every output element has one writer: no atomics, deterministic. "16" modules read and write
-// f16/bf16 through 16-bit storage.
+//             block: the keys' gradients from the queries the bitmap names, in token order,
+//             plus the pooled gradient's share.
+// Every output element has one writer, summed in a fixed order: deterministic (atomicOr sets the
+// bitmap's bits, the same bitmap in any order). "16" modules read and write f16/bf16 through
+// 16-bit storage.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -37,6 +40,8 @@ std::vector<std::string> module_keys() {
   std::vector<std::string> r;
   for (const char* pass : {"pool", "fwd", "bwd_dq", "bwd_dcmp", "bwd_dkv"})
     for (const char* suffix : {"", "16"}) r.push_back("native_sparse_attention/nsa_" + std::string(pass) + suffix + ".spv");
+  r.push_back("native_sparse_attention/nsa_bwd_clear.spv");
+  r.push_back("native_sparse_attention/nsa_bwd_mark.spv");
   return r;
 }
 
@@ -197,12 +202,35 @@ class VulkanNsaBwd final : public Implementation {
     l.shared_bytes = u32((2 * (K + V) + s.hpg * (K + V + 2)) * 4);
     dispatch_tokens(dev, l, s.push, N, u32(H));
 
+    // The selection's inverse (Selectors in nsa.hpp), cleared, then a bit set per listed block.
+    const Selectors sel = selectors(p);
+    if (static_cast<std::uint64_t>(sel.words) * 4 > dev.physical().limits.maxStorageBufferRange)
+      throw InvalidArgument("native_sparse_attention_bwd vulkan: the selection's inverse for " + std::to_string(N) +
+                            " tokens and blocks of " + std::to_string(p.block_size) + " needs " +
+                            std::to_string(sel.words * 4) + " bytes, past " + dev.info().id() +
+                            "'s storage buffer range");
+    auto bitmap = dev.scratch(static_cast<std::size_t>(sel.words) * 4);
+    vulkan::Launch m;
+    m.local_size = {256, 1, 1};
+    m.spec = l.spec;
+    m.push = l.push;
+    m.spirv = "native_sparse_attention/nsa_bwd_clear.spv";
+    m.buffers = {bitmap.get()};
+    m.groups = {u32(std::min<std::int64_t>((sel.words + 255) / 256, 65535)), 1, 1};
+    dev.dispatch(m);
+    m.spirv = "native_sparse_attention/nsa_bwd_mark.spv";
+    m.buffers = {&args[bwd::block_indices].buffer(), &args[bwd::block_counts].buffer(), &args[bwd::cu_seqlens].buffer(),
+                 bitmap.get()};
+    const std::int64_t groups = (N * H + 255) / 256, x = std::min<std::int64_t>(groups, 65535);
+    m.groups = {u32(x), u32((groups + x - 1) / x), 1};
+    dev.dispatch(m);
+
     l.spirv = dkv_key;
     l.buffers = {&args[bwd::q].buffer(),   &args[bwd::k].buffer(),  &args[bwd::v].buffer(),
                  &args[bwd::g_slc].buffer(), &args[bwd::block_indices].buffer(), &args[bwd::block_counts].buffer(),
                  &args[bwd::cu_seqlens].buffer(), &args[bwd::lse].buffer(), &args[bwd::dout].buffer(),
                  delta.get(),              dkc.get(),               dvc.get(),
-                 &args[bwd::dk].buffer(),  &args[bwd::dv].buffer()};
+                 &args[bwd::dk].buffer(),  &args[bwd::dv].buffer(), bitmap.get()};
     l.shared_bytes = u32((s.tile * (2 * K + 2 * V + 2) + s.hpg * (K + V + 2 * s.tile)) * 4);
     dispatch_tokens(dev, l, s.push, N, u32(H));
   }
