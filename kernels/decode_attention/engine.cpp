@@ -278,7 +278,6 @@ double moved_bytes(const Engine& e, std::int64_t keys_per_seq, std::int64_t inde
          4.0 * static_cast<double>(index_words);
 }
 
-int dtype_code(DType t) { return t == DType::f32 ? 0 : t == DType::f16 ? 1 : 2; }
 
 int flags(const Engine& e) {
   return (e.layout == Layout::paged ? paged_flag : 0) | (e.at.kv_begin >= 0 ? has_begin_flag : 0) |

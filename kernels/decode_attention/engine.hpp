@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "common/dtype_code.hpp"
 #include "ejk/kernel.hpp"
 
 namespace ejk::kernels::decode_attention {
@@ -104,7 +105,6 @@ Vars vars(const Engine& e);
 // How the device passes (decode_attention.cl, .glsl, .cu) and the CPU's are told an Engine:
 // storage dtype codes (0 f32, 1 f16, 2 bf16), flags, and the logits in base 2: z = cap2 *
 // tanh(qscale * q.k) with a soft cap, qscale * q.k (cap2 0) without.
-int dtype_code(DType t);
 enum Flag : int { paged_flag = 1, has_begin_flag = 2, varlen_flag = 4, sinks_flag = 8 };
 int flags(const Engine& e);
 struct LogitScales {

@@ -7,6 +7,7 @@
 
 #include "backends/vulkan/vulkan_device.hpp"
 #include "common/builtin.hpp"
+#include "common/dtype_code.hpp"
 #include "ejk/error.hpp"
 #include "grouped_matmul/grouped_matmul.hpp"
 #include "grouped_matmul/space.hpp"
@@ -79,7 +80,7 @@ class VulkanGroupedMatmul final : public Implementation {
                               " exceed the limit " + std::to_string(lim.maxComputeWorkGroupCount[d]) + " of " + dev.info().id() +
                               " (larger tiles need fewer)");
     const Push push{u32(p.m), u32(p.n), u32(p.k), u32(p.groups),
-                    p.dtype == DType::f16 ? 1u : p.dtype == DType::bf16 ? 2u : 0u};
+                    static_cast<std::uint32_t>(dtype_code(p.dtype))};
     const std::string spirv = std::string("grouped_matmul/grouped_matmul_") + (gmm ? "gmm" : "tgmm") + (wide ? "16.spv" : ".spv");
     vulkan::Launch l;
     l.spirv = spirv;

@@ -11,6 +11,7 @@
 
 #include "backends/clc/clc_device.hpp"
 #include "common/builtin.hpp"
+#include "common/dtype_code.hpp"
 #include "ejk/error.hpp"
 #include "linear_attention/linear_attention.hpp"
 #include "linear_attention/plan.hpp"
@@ -21,7 +22,6 @@ namespace {
 
 constexpr const char* source_key = "linear_attention/linear_attention.cl";
 
-int dtype_code(DType t) { return t == DType::f32 ? 0 : t == DType::f16 ? 1 : 2; }
 
 class OpenCLLinearAttention final : public clc::Implementation {
  public:

@@ -12,6 +12,7 @@
 
 #include "backends/vulkan/vulkan_device.hpp"
 #include "common/builtin.hpp"
+#include "common/dtype_code.hpp"
 #include "ejk/error.hpp"
 #include "linear_attention/linear_attention.hpp"
 #include "linear_attention/plan.hpp"
@@ -121,7 +122,7 @@ class VulkanLinearAttention final : public Implementation {
       if (p.has_h0) f32(Slot::ds032, states);
     }
     const std::string suffix = wide ? "16.spv" : ".spv";
-    const std::uint32_t dtype = p.dtype == DType::f16 ? 1u : p.dtype == DType::bf16 ? 2u : 0u;
+    const auto dtype = static_cast<std::uint32_t>(dtype_code(p.dtype));
     const Buffer* cu = buf(fwd::cu_seqlens);
 
     for (const Pass& ps : plan(p)) {

@@ -7,6 +7,7 @@
 
 #include "backends/vulkan/vulkan_device.hpp"
 #include "common/builtin.hpp"
+#include "common/dtype_code.hpp"
 #include "ejk/error.hpp"
 #include "mean_pooling/mean_pooling.hpp"
 #include "mean_pooling/space.hpp"
@@ -61,7 +62,7 @@ class VulkanMeanPooling final : public Implementation {
       throw InvalidArgument(where + ": " + std::to_string(blocks * p.segs) + " groups of columns and sequences exceed the workgroup count of " +
                             dev.info().id());
     const Push push{u32(p.packed), u32(p.seq), u32(p.tokens), u32(p.segs), u32(p.dim), u32(blocks), u32(splits),
-                    p.dtype == DType::f16 ? 1u : p.dtype == DType::bf16 ? 2u : 0u};
+                    static_cast<std::uint32_t>(dtype_code(p.dtype))};
     const std::string suffix = wide ? "16.spv" : ".spv";
     vulkan::Launch l;
     l.local_size = {u32(threads), 1, 1};

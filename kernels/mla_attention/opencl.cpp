@@ -21,6 +21,7 @@
 #include "backends/clc/clc_device.hpp"
 #include "common/builtin.hpp"
 #include "common/ceil_div.hpp"
+#include "common/dtype_code.hpp"
 #include "ejk/error.hpp"
 #include "mla_attention/device_space.hpp"
 #include "mla_attention/mla_attention.hpp"
@@ -49,7 +50,6 @@ std::string variant_of(const Config& c) {
   return v;
 }
 
-int dtype_code(DType t) { return t == DType::f32 ? 0 : t == DType::f16 ? 1 : 2; }
 
 // mla_decode_mma.cl's local memory in bytes with `buffers` tiles of mma_block_n rows (the
 // space's expression over its variables, and the same count for run()'s check).

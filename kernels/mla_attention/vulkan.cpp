@@ -17,6 +17,7 @@
 
 #include "backends/vulkan/vulkan_device.hpp"
 #include "common/builtin.hpp"
+#include "common/dtype_code.hpp"
 #include "ejk/error.hpp"
 #include "mla_attention/device_space.hpp"
 #include "mla_attention/mla_attention.hpp"
@@ -120,7 +121,7 @@ class VulkanMlaDecode final : public Implementation {
     auto part_ml = dev.scratch(static_cast<std::size_t>(bh * splits * 2) * 4);
 
     const Push push{u32(p.heads), u32(p.nope_dim), u32(p.block_size), u32(p.max_blocks), u32(splits), u32(p.v_dim),
-                    p.dtype == DType::f16 ? 1u : p.dtype == DType::bf16 ? 2u : 0u, static_cast<float>(p.scale)};
+                    static_cast<std::uint32_t>(dtype_code(p.dtype)), static_cast<float>(p.scale)};
     const std::string suffix = wide ? "16.spv" : ".spv";
     const std::string absorb = "mla_attention/mla_decode_absorb" + suffix;
     const std::string attend = "mla_attention/mla_decode_attend" + suffix;

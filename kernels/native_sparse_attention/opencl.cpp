@@ -21,6 +21,7 @@
 
 #include "backends/clc/clc_device.hpp"
 #include "common/builtin.hpp"
+#include "common/dtype_code.hpp"
 #include "ejk/error.hpp"
 #include "native_sparse_attention/nsa.hpp"
 #include "native_sparse_attention/space.hpp"
@@ -30,7 +31,6 @@ namespace {
 
 constexpr const char* source_key = "native_sparse_attention/nsa.cl";
 
-int dtype_code(DType t) { return t == DType::f32 ? 0 : t == DType::f16 ? 1 : 2; }
 
 struct Common {
   std::int64_t threads, tile, hpg;

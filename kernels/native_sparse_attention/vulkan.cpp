@@ -20,6 +20,7 @@
 
 #include "backends/vulkan/vulkan_device.hpp"
 #include "common/builtin.hpp"
+#include "common/dtype_code.hpp"
 #include "ejk/error.hpp"
 #include "native_sparse_attention/nsa.hpp"
 #include "native_sparse_attention/space.hpp"
@@ -72,7 +73,7 @@ Setup setup(const Invocation& inv, const Config& config, vulkan::VulkanDevice& d
     throw InvalidArgument(std::string(kname) + " vulkan: " + std::to_string(p.heads) +
                           " heads exceed the workgroup counts of " + dev.info().id());
   s.push = {u32(p.tokens()), u32(p.num_seqs), u32(p.kv_heads), u32(p.group), u32(p.selected), u32(p.block_size),
-            p.dtype == DType::f16 ? 1u : p.dtype == DType::bf16 ? 2u : 0u, static_cast<float>(p.scale), 0u};
+            static_cast<std::uint32_t>(dtype_code(p.dtype)), static_cast<float>(p.scale), 0u};
   s.suffix = wide ? "16.spv" : ".spv";
   return s;
 }
