@@ -147,6 +147,26 @@ Invocation hopper_attention(std::int64_t dim, DType t, const nlohmann::json& opt
   return kernels::flash_attention::recipe_invocation(backward, sizes, t, options);
 }
 
+// The Hopper backward sums dq by bulk reductions in no fixed order: asked to be deterministic,
+// a backward goes to the OpenCL C passes, whose heuristic leaves dq's atomic sum out too.
+TEST(CudaSelection, DeterministicBackwardAvoidsAtomicDq) {
+  const DeviceInfo info = like_nvidia(90);
+  for (bool deterministic : {false, true}) {
+    const Invocation inv = hopper_attention(128, DType::f16, {{"deterministic", deterministic}}, {}, true);
+    std::size_t hopper = 0;
+    const Implementation* portable = nullptr;
+    for (const Implementation* impl : Registry::global().implementations(inv.kernel)) {
+      if (impl->backend() != Backend::cuda || !impl->supports(inv, info)) continue;
+      if (impl->priority() >= 1) ++hopper;
+      else portable = impl;
+    }
+    EXPECT_EQ(hopper, deterministic ? 0u : 1u) << "deterministic " << deterministic;
+    ASSERT_NE(portable, nullptr);
+    const Config h = portable->heuristic(inv, info);
+    EXPECT_EQ(h.get("mma_fused"), deterministic ? 0 : 1) << h.canonical();
+  }
+}
+
 class CudaCompile : public ::testing::TestWithParam<int> {};
 
 // Every implementation on cuda, on its kernel's smallest workload in f32, f16 and bf16: the

@@ -63,6 +63,9 @@ TEST_P(FlashAttentionOpenCL, GradientsAreBitwiseRepeatable) {
   const Invocation b = invocation(true, 32, DType::f32, {{"bias", "shared"}, {"sinks", true}, {"dropout", 0.2}},
                                   {{"seq_q", 70}, {"seq_k", 90}});
   test::expect_bitwise_repeatable(ctx, b, 9, fa::bwd::dq, {{3, "dbias"}, {4, "dsoftmax_aux"}});
+  // 16-bit operands asked to be deterministic: on NVIDIA the tensor-core passes without atomic dq.
+  const Invocation d = invocation(true, 64, DType::f16, {{"deterministic", true}}, {{"seq_q", 200}, {"seq_k", 300}});
+  test::expect_bitwise_repeatable(ctx, d, 10, fa::bwd::dq, {{0, "dq"}, {1, "dk"}, {2, "dv"}});
 }
 
 // The GPU family's space on an NVIDIA-like device: never more than 256 work-items or 48 KiB of
@@ -214,6 +217,15 @@ TEST_P(FlashAttentionOpenCL, TensorCoreAsyncRingFitsLocalMemory) {
     // 8 warps divide head_dim 128 but their k rows and dS^T pass 48 KiB.
     EXPECT_EQ(fused_warps, (std::set<std::int64_t>{2, 4})) << dim;
     EXPECT_EQ(fa::opencl_heuristic(b, gpu, true, false).text("variant"), "mma");
+    // Asked for deterministic gradients, no config sums dq atomically, the heuristic included.
+    const Invocation bd = invocation(true, dim, DType::f16, {{"deterministic", true}}, {{"seq_q", 4096}, {"seq_k", 4096}});
+    DeviceInfo hopper = gpu;
+    hopper.architecture = "sm_90";
+    EXPECT_EQ(fa::opencl_heuristic(b, hopper, true, false).get("mma_fused"), 1);
+    EXPECT_EQ(fa::opencl_heuristic(bd, hopper, true, false).get("mma_fused"), 0);
+    EXPECT_EQ(fa::opencl_heuristic(bd, hopper, true, false).text("variant"), "mma");
+    for (const Config& c : fa::opencl_space(bd, hopper, true, false).enumerate())
+      if (c.text("variant") == "mma") EXPECT_EQ(c.get("mma_fused"), 0) << c.canonical();
     // The fused dq leads where one red adds four floats (sm_90 on), not before.
     for (const auto& [arch, fused] : {std::pair{"sm_80", 0}, {"sm_89", 0}, {"sm_90", 1}, {"sm_100", 1}, {"", 0}}) {
       DeviceInfo d = gpu;

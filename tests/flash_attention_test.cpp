@@ -346,6 +346,16 @@ TEST(FlashAttentionWorkloads, RecipeSizesAndValidInputs) {
   }
   EXPECT_THROW((void)fk.from_sizes({{"seq", 8}, {"heads", 2}, {"head_dim", 8}}, DType::f32, {{"alibi", true}}), InvalidArgument);
   EXPECT_THROW((void)fk.from_sizes({{"heads", 2}, {"head_dim", 8}}, DType::f32, nlohmann::json::object()), InvalidArgument);
+  // deterministic: a boolean, in the invocation (its cache key) only where asked for.
+  const std::map<std::string, std::int64_t> small{{"seq", 8}, {"heads", 2}, {"head_dim", 8}};
+  EXPECT_TRUE(bk.from_sizes(small, DType::f16, {{"deterministic", true}}).options.at("deterministic").get<bool>());
+  EXPECT_FALSE(bk.from_sizes(small, DType::f16, {{"deterministic", false}}).options.contains("deterministic"));
+  EXPECT_TRUE(fa::Problem::of(bk.from_sizes(small, DType::f16, {{"deterministic", true}})).deterministic);
+  test::expect_error([&] { (void)bk.from_sizes(small, DType::f16, {{"deterministic", 1}}); },
+                     "flash_attention_bwd option 'deterministic' must be a boolean, got 1");
+  Invocation raw = bk.from_sizes(small, DType::f16, nlohmann::json::object());
+  raw.options["deterministic"] = "yes";
+  test::expect_error([&] { (void)fa::Problem::of(raw); }, "option 'deterministic' must be a boolean, got \"yes\"");
 }
 
 // ---- every device -------------------------------------------------------------------------

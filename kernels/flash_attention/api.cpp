@@ -29,6 +29,7 @@ fa::Options options_of(const Tensor& q, const Tensor& k, const AttentionOptions&
   f.logits_soft_cap = o.logits_soft_cap;
   f.dropout = o.dropout;
   f.dropout_seed = o.dropout_seed;
+  f.deterministic = o.deterministic;
   f.diagonal_offset = o.diagonal_offset;
   if (o.softmax_scale) {
     if (!std::isfinite(*o.softmax_scale) || *o.softmax_scale == 0.0)

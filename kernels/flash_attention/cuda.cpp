@@ -173,8 +173,11 @@ class CudaBackward final : public Implementation {
   std::vector<ArgDef> args() const override { return backward_args(); }
   std::vector<std::string> sources() const override { return {bwd_source}; }
 
+  // Its dq blocks meet in an f32 sum by TMA bulk reductions, in no fixed order: a deterministic
+  // backward takes the OpenCL C passes instead.
   bool supports(const Invocation& inv, const DeviceInfo& dev) const override {
-    return hopper_problem(Problem::of(inv), dev);
+    const Problem p = Problem::of(inv);
+    return hopper_problem(p, dev) && !p.deterministic;
   }
 
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {

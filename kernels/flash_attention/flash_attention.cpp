@@ -23,7 +23,8 @@ const char* const backward_names[bwd::count] = {
     "q",           "k",           "v",             "out",            "dout", "lse", "bias", "softmax_aux", "cu_seqlens_q",
     "cu_seqlens_k", "q_segment_ids", "kv_segment_ids", "dq", "dk", "dv", "dbias", "dsoftmax_aux"};
 
-constexpr const char* option_names[] = {"causal", "window_left", "window_right", "logits_soft_cap", "dropout"};
+constexpr const char* option_names[] = {"causal",  "window_left",  "window_right", "logits_soft_cap",
+                                        "dropout", "deterministic"};
 constexpr const char* scalar_names[] = {"softmax_scale", "dropout_seed", "max_seqlen_q", "max_seqlen_k",
                                         "diagonal_offset"};
 
@@ -65,11 +66,12 @@ void read_options(const Invocation& inv, const std::string& k, Problem& p) {
     if (!v.is_number_integer()) throw InvalidArgument(k + " " + kind + " '" + name + "' must be an integer, got " + v.dump());
     return v.get<std::int64_t>();
   };
-  if (inv.options.contains("causal")) {
-    const auto& v = inv.options.at("causal");
-    if (!v.is_boolean()) throw InvalidArgument(k + " option 'causal' must be a boolean, got " + v.dump());
-    p.causal = v.get<bool>();
-  }
+  for (auto [name, field] : {std::pair{"causal", &p.causal}, std::pair{"deterministic", &p.deterministic}})
+    if (inv.options.contains(name)) {
+      const auto& v = inv.options.at(name);
+      if (!v.is_boolean()) throw InvalidArgument(k + " option '" + name + "' must be a boolean, got " + v.dump());
+      *field = v.get<bool>();
+    }
   p.window_left = integer(inv.options, "option", "window_left", -1);
   p.window_right = integer(inv.options, "option", "window_right", -1);
   for (auto [name, w] : {std::pair{"window_left", p.window_left}, std::pair{"window_right", p.window_right}})
@@ -344,6 +346,8 @@ Invocation make(const char* kernel, std::span<const TensorSpec> args, const Opti
                  {"window_right", o.window_right},
                  {"logits_soft_cap", o.logits_soft_cap},
                  {"dropout", o.dropout}};
+  // Only where asked, so that every other invocation keeps its signature (cache keys, bundles).
+  if (o.deterministic) inv.options["deterministic"] = true;
   inv.scalars = nlohmann::json::object();
   if (o.softmax_scale != 0.0) inv.scalars["softmax_scale"] = o.softmax_scale;
   if (o.dropout > 0.0) inv.scalars["dropout_seed"] = o.dropout_seed;
@@ -462,6 +466,7 @@ Vars problem_vars(const Problem& p) {
           {"segments", std::int64_t{p.has_segments}},
           {"softcap", std::int64_t{p.softcap > 0}},
           {"dropout", std::int64_t{p.dropout > 0}},
+          {"deterministic", std::int64_t{p.deterministic}},
           {"dtype", std::string(to_string(p.dtype))},
           {"dtype_size", static_cast<std::int64_t>(dtype_size(p.dtype))}};
 }

@@ -88,6 +88,7 @@ struct Options {
   std::uint64_t dropout_seed = 0;
   std::int64_t max_seqlen_q = 0, max_seqlen_k = 0;  // packed input; 0: unknown (taken as the totals)
   std::int64_t diagonal_offset = 0;  // shifts the mask diagonal (see Computation above)
+  bool deterministic = false;        // option: the backward's gradients bitwise repeatable
 };
 
 // Invocations from argument specs in the order of fwd:: / bwd::.
@@ -113,6 +114,7 @@ struct Problem {
   DType sinks_dtype = DType::f32;
   bool has_segments = false;
   bool causal = false;
+  bool deterministic = false;  // the backward's gradients bitwise repeatable (the forward's always are)
   std::int64_t window_left = -1, window_right = -1;  // as given
   std::int64_t diagonal_offset = 0;
   double softcap = 0.0, dropout = 0.0, scale = 0.0;

@@ -339,6 +339,8 @@ void add_opencl_params(ParamSpace& s, std::vector<Value> variants, const Problem
   };
   const std::string ds = ds_expr, wd = wd_expr;
   const bool mma = !cpu_family && mma_offered(p, dev);
+  // Callers whose kernels take no such option (block_sparse_attention) have it off.
+  s.bind({{"deterministic", std::int64_t{p.deterministic}}});
   variants.push_back(std::string("scalar"));
   if (mma) variants.push_back(std::string("mma"));
   s.param("variant", variants)
@@ -384,6 +386,8 @@ void add_opencl_params(ParamSpace& s, std::vector<Value> variants, const Problem
           // adds a slice of head_dim in 16-column steps.
           .param("mma_fused", {0, 1}, mma_v)
           .constraint("mma_fused == 0 || (mma_async == 1 && head_dim % (16 * mma_warps) == 0)")
+          // Its sums meet atomically, in no fixed order.
+          .constraint("mma_fused == 0 || deterministic == 0")
           // Two 16-row score tiles per warp on top of k, v, dk and dv fragments exceed the registers.
           .constraint("mma_block_q == 16 || head_dim <= 64")
           .constraint("16 * mma_warps <= 32 || 16 * mma_warps < 2 * seq_k")

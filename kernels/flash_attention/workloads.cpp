@@ -13,7 +13,7 @@ namespace {
 
 const char* const size_list = "seq (or seq_q and seq_k), heads, head_dim; optional batch, kv_heads";
 const char* const option_list =
-    "causal, window_left, window_right, logits_soft_cap, dropout, softmax_scale, dropout_seed, diagonal_offset, bias, "
+    "causal, window_left, window_right, logits_soft_cap, dropout, deterministic, softmax_scale, dropout_seed, diagonal_offset, bias, "
     "sinks, segments";
 
 // Token counts split as evenly as the sequences allow, as cu_seqlens.
@@ -90,6 +90,7 @@ Invocation recipe_invocation(bool backward, const std::map<std::string, std::int
     else if (key == "window_right") { want(v.is_number_integer(), "an integer"); o.window_right = v.get<std::int64_t>(); }
     else if (key == "logits_soft_cap") { want(v.is_number(), "a number"); o.logits_soft_cap = v.get<double>(); }
     else if (key == "dropout") { want(v.is_number(), "a number"); o.dropout = v.get<double>(); }
+    else if (key == "deterministic") { want(v.is_boolean(), "a boolean"); o.deterministic = v.get<bool>(); }
     else if (key == "softmax_scale") { want(v.is_number(), "a number"); o.softmax_scale = v.get<double>(); }
     else if (key == "dropout_seed") { want(v.is_number_unsigned(), "an unsigned integer"); o.dropout_seed = v.get<std::uint64_t>(); }
     else if (key == "diagonal_offset") { want(v.is_number_integer(), "an integer"); o.diagonal_offset = v.get<std::int64_t>(); }

@@ -44,6 +44,9 @@ struct AttentionOptions {
   // host once, checked and measured; when both are given they are trusted as bounds.
   std::int64_t max_seqlen_q = 0, max_seqlen_k = 0;
   std::optional<Config> config{};  // override the selector chain
+  // Backward: gradients bitwise repeatable, run to run. Off, the fastest passes may sum dq in f32
+  // atomically (rounding then varies between runs, as FlashAttention-2's atomic dq).
+  bool deterministic = false;
 };
 
 struct AttentionOutput {
