@@ -358,42 +358,43 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_bwd_dkv(
   // words of 32 queries, from the one holding j0.
   const __global uint* bits = sel + ((size_t)(block0 / BS + seq) * H + h) * W;
   const int w_end = n > 0 ? (eos - block0 + 31) / 32 : 0;
-  for (int w = (j0 - block0) / 32; w < w_end; ++w)
+  for (int w = (j0 - block0) / 32; w < w_end; ++w) {
     for (uint word = bits[w] & (w == (j0 - block0) / 32 ? ~0u << ((j0 - block0) % 32) : ~0u); word != 0u;
          word &= word - 1u) {
-    const int t = block0 + 32 * w + (int)popcount((word & (0u - word)) - 1u);
-    const int cnt = bc[t * H + h];
-    int times = 0;
-    for (int i = 0; i < cnt; ++i) times += bi[(t * H + h) * S + i] == b;
-    const int rows = min(n, t - j0 + 1), groups = times == 0 ? 0 : G;
-    for (int g0 = 0; g0 < groups; g0 += HPG) {
-      const int th0 = t * HQ + h * G + g0;
-      barrier(CLK_LOCAL_MEM_FENCE);
-      for (int e = lid; e < HPG * DK; e += THREADS) qs[e] = scale * ejk_load(q16, th0 * DK + e, dtype);
-      for (int e = lid; e < HPG * DV; e += THREADS) dob[e] = ejk_load(do16, th0 * DV + e, dtype) * ejk_load(gs16, th0 + e / DV, dtype);
-      barrier(CLK_LOCAL_MEM_FENCE);
-      for (int pr = lid; pr < HPG * TILE; pr += THREADS) {
-        const int g = pr / TILE, r = pr % TILE;
-        float p = 0.f, s = 0.f;
-        if (r < rows) {
-          p = (float)times * exp(ldot(qs + g * DK, kt + r * KS, DK) - lse[(th0 + g) * 2 + 1]);
-          s = p * (ldot(dob + g * DV, vt + r * VS, DV) - delta[(th0 + g) * 2 + 1]);
+      const int t = block0 + 32 * w + (int)popcount((word & (0u - word)) - 1u);
+      const int cnt = bc[t * H + h];
+      int times = 0;
+      for (int i = 0; i < cnt; ++i) times += bi[(t * H + h) * S + i] == b;
+      const int rows = min(n, t - j0 + 1), groups = times == 0 ? 0 : G;
+      for (int g0 = 0; g0 < groups; g0 += HPG) {
+        const int th0 = t * HQ + h * G + g0;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int e = lid; e < HPG * DK; e += THREADS) qs[e] = scale * ejk_load(q16, th0 * DK + e, dtype);
+        for (int e = lid; e < HPG * DV; e += THREADS) dob[e] = ejk_load(do16, th0 * DV + e, dtype) * ejk_load(gs16, th0 + e / DV, dtype);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int pr = lid; pr < HPG * TILE; pr += THREADS) {
+          const int g = pr / TILE, r = pr % TILE;
+          float p = 0.f, s = 0.f;
+          if (r < rows) {
+            p = (float)times * exp(ldot(qs + g * DK, kt + r * KS, DK) - lse[(th0 + g) * 2 + 1]);
+            s = p * (ldot(dob + g * DV, vt + r * VS, DV) - delta[(th0 + g) * 2 + 1]);
+          }
+          pp[pr] = p;
+          ds[pr] = s;
         }
-        pp[pr] = p;
-        ds[pr] = s;
-      }
-      barrier(CLK_LOCAL_MEM_FENCE);
-      for (int e = lid; e < n * DK; e += THREADS) {
-        const int r = e / DK, d = e % DK;
-        float x = gk[e];
-        for (int g = 0; g < HPG; ++g) x = mad(ds[g * TILE + r], qs[g * DK + d], x);
-        gk[e] = x;
-      }
-      for (int e = lid; e < n * DV; e += THREADS) {
-        const int r = e / DV, d = e % DV;
-        float x = gv[e];
-        for (int g = 0; g < HPG; ++g) x = mad(pp[g * TILE + r], dob[g * DV + d], x);
-        gv[e] = x;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int e = lid; e < n * DK; e += THREADS) {
+          const int r = e / DK, d = e % DK;
+          float x = gk[e];
+          for (int g = 0; g < HPG; ++g) x = mad(ds[g * TILE + r], qs[g * DK + d], x);
+          gk[e] = x;
+        }
+        for (int e = lid; e < n * DV; e += THREADS) {
+          const int r = e / DV, d = e % DV;
+          float x = gv[e];
+          for (int g = 0; g < HPG; ++g) x = mad(pp[g * TILE + r], dob[g * DV + d], x);
+          gv[e] = x;
+        }
       }
     }
   }

@@ -440,45 +440,46 @@ void main() {
   // The queries from j0 on that list the block, in token order, from its bitmap: words of 32
   // queries, from the one holding j0.
   const uint at = SEL_AT(block0 / BS + seq, h), w0 = (j0 - block0) / 32u, w_end = (eos - block0 + 31u) / 32u;
-  for (uint w = w0; w < w_end; ++w)
+  for (uint w = w0; w < w_end; ++w) {
     for (uint word = sel[at + w] & (w == w0 ? ~0u << ((j0 - block0) % 32u) : ~0u); word != 0u; word &= word - 1u) {
-    const uint t = block0 + 32u * w + uint(findLSB(word));
-    const int cnt = bc[t * H + h];
-    int times = 0;
-    for (int i = 0; i < cnt; ++i) times += bi[(t * H + h) * S + uint(i)] == b ? 1 : 0;
-    if (times == 0) continue;
-    const uint rows = min(n, t - j0 + 1u);
-    for (uint g0 = 0; g0 < G; g0 += HPG) {
-      const uint th0 = t * H * G + h * G + g0;
-      barrier();
-      for (uint e = lid; e < HPG * DK; e += THREADS) qs[e] = pc.scale * LOAD(q, th0 * DK + e);
-      for (uint e = lid; e < HPG * DV; e += THREADS) dob[e] = LOAD(dout, th0 * DV + e) * LOAD(gs, th0 + e / DV);
-      barrier();
-      for (uint pr = lid; pr < HPG * TILE; pr += THREADS) {
-        const uint g = pr / TILE, r = pr % TILE;
-        float p = 0.0, s = 0.0;
-        if (r < rows) {
-          float x = 0.0, dp = 0.0;
-          for (uint d = 0; d < DK; ++d) x = fma(qs[g * DK + d], kt[r * KS + d], x);
-          for (uint d = 0; d < DV; ++d) dp = fma(dob[g * DV + d], vt[r * VS + d], dp);
-          p = float(times) * exp(x - lse[(th0 + g) * 2u + 1u]);
-          s = p * (dp - delta[(th0 + g) * 2u + 1u]);
+      const uint t = block0 + 32u * w + uint(findLSB(word));
+      const int cnt = bc[t * H + h];
+      int times = 0;
+      for (int i = 0; i < cnt; ++i) times += bi[(t * H + h) * S + uint(i)] == b ? 1 : 0;
+      if (times == 0) continue;
+      const uint rows = min(n, t - j0 + 1u);
+      for (uint g0 = 0; g0 < G; g0 += HPG) {
+        const uint th0 = t * H * G + h * G + g0;
+        barrier();
+        for (uint e = lid; e < HPG * DK; e += THREADS) qs[e] = pc.scale * LOAD(q, th0 * DK + e);
+        for (uint e = lid; e < HPG * DV; e += THREADS) dob[e] = LOAD(dout, th0 * DV + e) * LOAD(gs, th0 + e / DV);
+        barrier();
+        for (uint pr = lid; pr < HPG * TILE; pr += THREADS) {
+          const uint g = pr / TILE, r = pr % TILE;
+          float p = 0.0, s = 0.0;
+          if (r < rows) {
+            float x = 0.0, dp = 0.0;
+            for (uint d = 0; d < DK; ++d) x = fma(qs[g * DK + d], kt[r * KS + d], x);
+            for (uint d = 0; d < DV; ++d) dp = fma(dob[g * DV + d], vt[r * VS + d], dp);
+            p = float(times) * exp(x - lse[(th0 + g) * 2u + 1u]);
+            s = p * (dp - delta[(th0 + g) * 2u + 1u]);
+          }
+          pp[pr] = p;
+          ds[pr] = s;
         }
-        pp[pr] = p;
-        ds[pr] = s;
-      }
-      barrier();
-      for (uint e = lid; e < n * DK; e += THREADS) {
-        const uint r = e / DK, d = e % DK;
-        float x = gk[e];
-        for (uint g = 0; g < HPG; ++g) x = fma(ds[g * TILE + r], qs[g * DK + d], x);
-        gk[e] = x;
-      }
-      for (uint e = lid; e < n * DV; e += THREADS) {
-        const uint r = e / DV, d = e % DV;
-        float x = gv[e];
-        for (uint g = 0; g < HPG; ++g) x = fma(pp[g * TILE + r], dob[g * DV + d], x);
-        gv[e] = x;
+        barrier();
+        for (uint e = lid; e < n * DK; e += THREADS) {
+          const uint r = e / DK, d = e % DK;
+          float x = gk[e];
+          for (uint g = 0; g < HPG; ++g) x = fma(ds[g * TILE + r], qs[g * DK + d], x);
+          gk[e] = x;
+        }
+        for (uint e = lid; e < n * DV; e += THREADS) {
+          const uint r = e / DV, d = e % DV;
+          float x = gv[e];
+          for (uint g = 0; g < HPG; ++g) x = fma(pp[g * TILE + r], dob[g * DV + d], x);
+          gv[e] = x;
+        }
       }
     }
   }
