@@ -250,6 +250,7 @@ bool describe(VkInstance instance, VkPhysicalDevice pd, int index, PhysicalDevic
   out.float16 = f12.shaderFloat16;
   out.int16 = features.features.shaderInt16;
   out.memory_model = f12.vulkanMemoryModel;
+  out.memory_model_device_scope = f12.vulkanMemoryModelDeviceScope;
   out.timeline = f12.timelineSemaphore;
   out.push_descriptor = has(VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
   out.full_subgroups = size_control && fsize.computeFullSubgroups;

@@ -30,6 +30,9 @@ struct PhysicalDevice {
   bool float16 = false;        // shaderFloat16
   bool int16 = false;          // shaderInt16
   bool memory_model = false;   // vulkanMemoryModel (glslang emits it for cooperative matrices)
+  // vulkanMemoryModelDeviceScope: with the memory model enabled, Device-scope atomics (a buffer's
+  // atomicOr between workgroups) are valid only where this is enabled too.
+  bool memory_model_device_scope = false;
   bool timeline = false;       // timelineSemaphore (Vulkan 1.2 requires it)
   bool push_descriptor = false;
   bool full_subgroups = false;  // computeFullSubgroups (VK_EXT_subgroup_size_control)

@@ -237,6 +237,7 @@ struct VulkanDevice::State {
     f11.storageBuffer16BitAccess = pd.storage16;
     f12.shaderFloat16 = pd.float16;
     f12.vulkanMemoryModel = pd.memory_model;
+    f12.vulkanMemoryModelDeviceScope = pd.memory_model && pd.memory_model_device_scope;
     f12.timelineSemaphore = timelines;
     if (pd.full_subgroups) {
       extensions.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
