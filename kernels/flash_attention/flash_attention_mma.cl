@@ -702,14 +702,13 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dq_mma(BWD
 #if BWD_FUSED
 #define DSB (2 * BQ + 16)
 // dq of a query block's rows (i0 on, `rows` of them, head h) += dS k over a dk/dv workgroup's
-// keys, dS^T at local address dss (keys as rows), k's rows at kts: warp w takes columns
-// [w D / NW, (w + 1) D / NW), every key, so no two warps add to the same element; the sums of
-// the workgroups meet in f32 by red.add.
+// keys, dS^T at local address dss (keys as rows), k's rows at kts (read at LANE_OFFSETS' coff):
+// warp w takes columns [w D / NW, (w + 1) D / NW), every key, so no two warps add to the same
+// element; the sums of the workgroups meet in f32 by red.add.
 void dq_add(__global float* dqsum, const Params* pc, const Ctx* c, uint h, int i0, int rows, uint dss, uint kts,
-            int warp, int lane) {
+            uint coff, int warp, int lane) {
   const int g = lane >> 2, t = lane & 3;
   const uint aoff = (uint)((8 * (lane >> 4) + (lane & 7)) * DSB + 16 * ((lane >> 3) & 1));
-  const uint coff = (uint)((8 * ((lane >> 3) & 1) + (lane & 7)) * BROWB + 16 * (lane >> 4));
   const int c0 = warp * (D / NW);
   float acc[BQ / 16][D / NW / 8][4];
 #pragma unroll
@@ -962,7 +961,7 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dkdv_mma(B
 #if BWD_FUSED
     // Every warp's dS^T is written; the next block's writes wait for the barrier it starts with.
     barrier(CLK_LOCAL_MEM_FENCE);
-    dq_add(dqsum, pc, c, h, i0, rows, dss, kts, warp, lane);
+    dq_add(dqsum, pc, c, h, i0, rows, dss, kts, coff, warp, lane);
 #endif
   }
 #undef NEXT_TILE

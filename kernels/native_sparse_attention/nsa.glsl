@@ -63,7 +63,7 @@ layout(push_constant) uniform Push {
     LOCATE_SEQ(cu, t, seq_, bos, eos) \
   }
 
-// The backward's inverse of the selection (nsa.cl's nsa_bwd_mark, Selectors in nsa.hpp): per
+// The backward's inverse of the selection (nsa.cl's nsa_bwd_mark, SelectionBitmap in nsa.hpp): per
 // (block, kv head) SEL_WORDS words of bits, one per query from the block's first token on that
 // lists the block; a block starting at token j of sequence s is slot j / BS + s.
 #define SEL_WORDS ((pc.tokens + 31u) / 32u)

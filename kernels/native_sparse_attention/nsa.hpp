@@ -162,15 +162,12 @@ class NsaBwdKernel final : public Kernel {
 // token), for every slot a block can take (a block starting at token j of sequence s: j /
 // block_size + s). The memory grows with tokens^2 / block_size, and the bitmap replaces a scan
 // of every later query's index list for every tile of keys, which grew with tokens^2 * selected.
-struct Selectors {
-  std::int64_t per_block = 0, slots = 0, words = 0;
+struct SelectionBitmap {
+  std::int64_t per_block = 0, words = 0;
 };
-inline Selectors selectors(const Problem& p) {
-  Selectors s;
-  s.per_block = (p.tokens() + 31) / 32;
-  s.slots = p.tokens() / p.block_size + p.num_seqs;
-  s.words = std::max<std::int64_t>(1, s.slots * p.kv_heads * s.per_block);
-  return s;
+inline SelectionBitmap selection_bitmap(const Problem& p) {
+  const std::int64_t per_block = (p.tokens() + 31) / 32, slots = p.tokens() / p.block_size + p.num_seqs;
+  return {per_block, std::max<std::int64_t>(1, slots * p.kv_heads * per_block)};
 }
 
 // Where a flattened token lies: its sequence's first token and its position in it.

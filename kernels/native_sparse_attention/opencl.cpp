@@ -7,7 +7,7 @@
 //   nsa_bwd_dcmp  one group per (token, kv head), working where the token starts a whole block:
 //                 the pooled row's gradient;
 //   nsa_bwd_clear, nsa_bwd_mark  the selection's inverse: per (block, kv head) a bitmap of the
-//                 queries that list it (selectors in nsa.hpp);
+//                 queries that list it (SelectionBitmap in nsa.hpp);
 //   nsa_bwd_dkv   one group per (token, kv head), working where the token starts a tile within
 //                 its block: the gradient of the tile's keys from the queries the bitmap names,
 //                 in token order, plus the pooled gradient's share.
@@ -30,7 +30,6 @@ namespace ejk::kernels::native_sparse_attention {
 namespace {
 
 constexpr const char* source_key = "native_sparse_attention/nsa.cl";
-
 
 struct Common {
   std::int64_t threads, tile, hpg;
@@ -134,7 +133,7 @@ class OpenCLNsaBwd final : public clc::Implementation {
     auto dcmp = dev.kernel(source_key, options, "nsa_bwd_dcmp");
     dev.launch(*dcmp, grid, clc::Range(t, 1), args[bwd::q], args[bwd::g_cmp], args[bwd::cu_seqlens], *pooled.kc,
                *pooled.vc, args[bwd::lse], args[bwd::dout], *delta, *dkc, *dvc, nseq, iH, G, BS, scale, dt);
-    const Selectors sel = selectors(p);
+    const SelectionBitmap sel = selection_bitmap(p);
     auto bitmap = dev.scratch(static_cast<std::size_t>(sel.words) * 4);
     auto clear = dev.kernel(source_key, options, "nsa_bwd_clear");
     const std::size_t clear_items = static_cast<std::size_t>(std::min<std::int64_t>((sel.words + 255) / 256, 65536)) * 256;

@@ -21,6 +21,7 @@
 #include "backends/vulkan/vulkan_device.hpp"
 #include "common/builtin.hpp"
 #include "common/dtype_code.hpp"
+#include "common/vulkan_grid.hpp"
 #include "ejk/error.hpp"
 #include "native_sparse_attention/nsa.hpp"
 #include "native_sparse_attention/space.hpp"
@@ -93,9 +94,8 @@ Pooled pool(vulkan::VulkanDevice& dev, const Setup& s, std::span<const Tensor> a
   l.spec = {u32(s.tile), u32(s.hpg), u32(p.dk), u32(p.dv)};
   l.push = vulkan::push_bytes(s.push);
   l.buffers = {&args[fwd::k].buffer(), &args[fwd::v].buffer(), &args[fwd::cu_seqlens].buffer(), r.kc.get(), r.vc.get()};
-  const std::int64_t groups = (p.tokens() * p.kv_heads * (p.dk + p.dv) + 63) / 64;
-  const std::int64_t x = std::min<std::int64_t>(groups, 65535);
-  l.groups = {u32(x), u32((groups + x - 1) / x), 1};
+  const auto [gx, gy] = grid_2d(dev, (p.tokens() * p.kv_heads * (p.dk + p.dv) + 63) / 64, "native_sparse_attention vulkan");
+  l.groups = {u32(gx), u32(gy), 1};
   dev.dispatch(l);
   return r;
 }
@@ -203,8 +203,8 @@ class VulkanNsaBwd final : public Implementation {
     l.shared_bytes = u32((2 * (K + V) + s.hpg * (K + V + 2)) * 4);
     dispatch_tokens(dev, l, s.push, N, u32(H));
 
-    // The selection's inverse (Selectors in nsa.hpp), cleared, then a bit set per listed block.
-    const Selectors sel = selectors(p);
+    // The selection's inverse (SelectionBitmap in nsa.hpp), cleared, then a bit set per listed block.
+    const SelectionBitmap sel = selection_bitmap(p);
     if (static_cast<std::uint64_t>(sel.words) * 4 > dev.physical().limits.maxStorageBufferRange)
       throw InvalidArgument("native_sparse_attention_bwd vulkan: the selection's inverse for " + std::to_string(N) +
                             " tokens and blocks of " + std::to_string(p.block_size) + " needs " +
@@ -222,8 +222,8 @@ class VulkanNsaBwd final : public Implementation {
     m.spirv = "native_sparse_attention/nsa_bwd_mark.spv";
     m.buffers = {&args[bwd::block_indices].buffer(), &args[bwd::block_counts].buffer(), &args[bwd::cu_seqlens].buffer(),
                  bitmap.get()};
-    const std::int64_t groups = (N * H + 255) / 256, x = std::min<std::int64_t>(groups, 65535);
-    m.groups = {u32(x), u32((groups + x - 1) / x), 1};
+    const auto [gx, gy] = grid_2d(dev, (N * H + 255) / 256, "native_sparse_attention_bwd vulkan");
+    m.groups = {u32(gx), u32(gy), 1};
     dev.dispatch(m);
 
     l.spirv = dkv_key;
