@@ -214,8 +214,21 @@ TEST_P(FlashAttentionOpenCL, TensorCoreAsyncRingFitsLocalMemory) {
       }
     }
     EXPECT_EQ(keys, (dim == 64 ? std::set<std::int64_t>{32, 64} : std::set<std::int64_t>{32})) << dim;
-    // 8 warps divide head_dim 128 but their k rows and dS^T pass 48 KiB.
+    // 8 warps divide head_dim 128 but their k rows and dS^T pass 48 KiB: they take a fixed-size
+    // array where the device gives one more (NVIDIA's OpenCL: the opt-in shared memory).
     EXPECT_EQ(fused_warps, (std::set<std::int64_t>{2, 4})) << dim;
+    {
+      DeviceInfo big = gpu;
+      big.static_local_mem = 227 * 1024;
+      std::set<std::int64_t> warps;
+      for (const Config& c : fa::opencl_space(b, big, true, false).enumerate())
+        if (c.text("variant") == "mma" && c.get("mma_fused") == 1) {
+          warps.insert(c.get("mma_warps"));
+          const std::int64_t bq = c.get("mma_block_q"), w = c.get("mma_warps");
+          EXPECT_LE(16 + 4 * bq * (2 * dim + 16) + 16 * bq + 16 * w * (2 * dim + 2 * bq + 32), 227 * 1024) << c.canonical();
+        }
+      EXPECT_EQ(warps, (dim == 128 ? std::set<std::int64_t>{2, 4, 8} : std::set<std::int64_t>{2, 4})) << dim;
+    }
     EXPECT_EQ(fa::opencl_heuristic(b, gpu, true, false).text("variant"), "mma");
     // Asked for deterministic gradients, no config sums dq atomically, the heuristic included.
     const Invocation bd = invocation(true, dim, DType::f16, {{"deterministic", true}}, {{"seq_q", 4096}, {"seq_k", 4096}});

@@ -498,6 +498,12 @@ void load_a(uint f[KSTEPS][4], int r0, int last, int tok0, uint nh, uint h, __gl
 #if BWD_FUSED && !BWD_ASYNC
 #error "BWD_FUSED needs BWD_ASYNC"
 #endif
+#ifndef DKDV_STATIC
+#define DKDV_STATIC 0
+#endif
+#if DKDV_STATIC && !BWD_FUSED
+#error "DKDV_STATIC is for the fused dk/dv pass"
+#endif
 #if BWD_ASYNC
 // BWD_ASYNC 1: rows as they are in memory, copied by cp.async, rows padded by 16 bytes (an odd
 // number of 16-byte units, so ldmatrix's 8 rows hit distinct banks), B fragments by ldmatrix.x4:
@@ -773,7 +779,14 @@ void dq_add(__global float* dqsum, const Params* pc, const Ctx* c, uint h, int i
 // transposed (for dU^T q, P^T dout). Writes dbias (or its f32 scratch) where a bias is given,
 // zeros included for blocks the mask skips. Local memory: 2 BQ KSTR + 2 D (BQ / 2 + 4) + 2 BQ words.
 __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dkdv_mma(BWD_ARGS) {
+#if DKDV_STATIC
+  // Past the 48 KiB a local argument gets: a fixed-size array, which NVIDIA's OpenCL gives the
+  // shared memory a CUDA kernel can opt into (DeviceInfo::static_local_mem); `sh` is unused.
+  __local uint4 dkdv_local[DKDV_STATIC / 16];
+  __local uchar* const al = (__local uchar*)dkdv_local;
+#else
   EJK_LOCAL_BIND(float, sh)
+#endif
   const Params* pc = &P;
   const Ctx cx = make_ctx(pc, get_group_id(2), cu_q, cu_k);
   const Ctx* c = &cx;
@@ -785,7 +798,9 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void fa_dkdv_mma(B
 #if BWD_ASYNC
   // Two stages of q and dout rows, then the rows' lse and delta: the next query block's copy is
   // in flight while this one is computed, one barrier a block.
+#if !DKDV_STATIC
   __local uchar* const al = align16(sh);
+#endif
   const uint ring = EJK_SMEM(al);
 #define QSTAGE_BYTES (2 * BQ * BROWB + 8 * BQ)
   LANE_OFFSETS

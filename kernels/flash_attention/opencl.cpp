@@ -80,6 +80,9 @@ bool mma_offered(const Problem& p, const DeviceInfo& dev) {
 // transposed.
 struct MmaGeometry {
   std::int64_t warps, tiles, bk, bq, d, stages = 1, async = 0, bwd_async = 0, fused = 0;
+  // The fused dk/dv pass's local memory as a fixed-size array (0: the local argument), where it
+  // exceeds what a local argument gets (DeviceInfo::local_mem) but not static_local().
+  std::int64_t dkdv_static = 0;
   std::int64_t row_words() const { return d / 2 + 4; }
   std::int64_t row_bytes() const { return 2 * d + 16; }
   std::int64_t forward_local() const {
@@ -118,9 +121,12 @@ MmaGeometry mma_geometry(const Config& c, const Problem& p, const DeviceInfo& in
                           "mma_fused 0 or 1 (1: with mma_async 1 and head_dim a multiple of 16 mma_warps)");
   const std::int64_t local =
       p.backward ? std::max(g.fused ? 0 : g.dq_local(), g.dkdv_local()) : g.forward_local();
-  if (local > static_cast<std::int64_t>(info.local_mem))
+  // The fused backward's one pass may take a fixed-size array; every other program a local argument.
+  const auto limit = static_cast<std::int64_t>(p.backward && g.fused ? info.static_local() : info.local_mem);
+  if (local > limit)
     throw InvalidArgument(text + "needs " + std::to_string(local) + " bytes of local memory for head_dim " +
-                          std::to_string(p.head_dim) + ", the device has " + std::to_string(info.local_mem));
+                          std::to_string(p.head_dim) + ", the device has " + std::to_string(limit));
+  if (p.backward && g.fused && local > static_cast<std::int64_t>(info.local_mem)) g.dkdv_static = (local + 15) / 16 * 16;
   return g;
 }
 
@@ -138,7 +144,8 @@ std::shared_ptr<clc::Kernel> mma_kernel(clc::Device& dev, const MmaGeometry& g, 
                               " -DBQ=" + std::to_string(g.bq) + " -DSTAGES=" + std::to_string(g.stages) +
                               " -DMMA_ASYNC=" + std::to_string(g.async) + " -DBWD_ASYNC=" + std::to_string(g.bwd_async) +
                               " -DBWD_FUSED=" + std::to_string(g.fused) + " -DBF16=" + (t == DType::bf16 ? "1" : "0") +
-                              (g.fused && vector_red(dev.info()) ? " -DRED_V4=1" : "") + list_options(lists);
+                              (g.fused && vector_red(dev.info()) ? " -DRED_V4=1" : "") +
+                              (g.dkdv_static ? " -DDKDV_STATIC=" + std::to_string(g.dkdv_static) : "") + list_options(lists);
   return dev.kernel(mma_key, options, name);
 }
 
@@ -310,7 +317,8 @@ void opencl_backward(const Problem& p, const Config& config, std::span<const Ten
   if (fused) {
     const std::int64_t words = p.total_q * p.heads * p.head_dim / 2, groups = std::min<std::int64_t>(ceil_div(words, 256), 8192);
     pass("fa_dq_zero_mma", groups, 1, 1, 256, 1, 16);
-    pass("fa_dkdv_mma", ceil_div(p.seq_k, 16 * mg.warps), p.kv_heads, p.batch, 32 * mg.warps, 1, mg.dkdv_local());
+    pass("fa_dkdv_mma", ceil_div(p.seq_k, 16 * mg.warps), p.kv_heads, p.batch, 32 * mg.warps, 1,
+         mg.dkdv_static ? 16 : mg.dkdv_local());
     pass("fa_dq_convert_mma", groups, 1, 1, 256, 1, 16);
   } else if (mma) {
     pass("fa_dkdv_mma", ceil_div(p.seq_k, 16 * mg.warps), p.kv_heads, p.batch, 32 * mg.warps, 1, mg.dkdv_local());
@@ -393,9 +401,11 @@ void add_opencl_params(ParamSpace& s, std::vector<Value> variants, const Problem
           .constraint("16 * mma_warps <= 32 || 16 * mma_warps < 2 * seq_k")
           .constraint("mma_async == 1 || 4 * max(2 * mma_block_k * (head_dim / 2 + 4) + head_dim * (mma_block_k / 2 + 4), "
                       "2 * mma_block_q * (head_dim / 2 + 4) + 2 * head_dim * (mma_block_q / 2 + 4) + 2 * mma_block_q) <= local_mem")
+          // The fused pass alone, and it may take a fixed-size array (static_local_mem).
           .constraint("mma_async == 0 || 16 + max((1 - mma_fused) * 4 * mma_block_k * (2 * head_dim + 16), "
                       "4 * mma_block_q * (2 * head_dim + 16) + 16 * mma_block_q + "
-                      "mma_fused * 16 * mma_warps * (2 * head_dim + 2 * mma_block_q + 32)) <= local_mem");
+                      "mma_fused * 16 * mma_warps * (2 * head_dim + 2 * mma_block_q + 32)) <= "
+                      "(1 - mma_fused) * local_mem + mma_fused * static_local_mem");
     } else {
       s.param("mma_tiles", {1, 2}, mma_v)
           .param("mma_async", {0, 1}, mma_v)
