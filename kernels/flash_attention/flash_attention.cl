@@ -35,6 +35,7 @@
 #define DS (WD * RX + 1)           // local row stride of staged operands (odd)
 #define KS (BK + 1)                // local row stride of score tiles
 #define PREP_NT 64                 // work-items of the prep and finish passes
+#define PREP_LANES 16              // work-items of the prep pass a row
 
 #if UNROLL_LOOPS
 #define UNROLL _Pragma("unroll")
@@ -207,7 +208,10 @@ __kernel __attribute__((reqd_work_group_size(RX, RY, 1))) void fa_fwd(FWD_ARGS) 
 }
 
 // ---- backward: delta = dout . out per row, and per-block shares of dsoftmax_aux -------------
-// PREP_NT x 1 work-items, one per query row; local memory PREP_NT floats.
+// PREP_NT x 1 work-items for PREP_NT query rows. PREP_LANES work-items share a row, each summing
+// every PREP_LANES-th column, so that a load reads adjacent elements of a row (one work-item a
+// row read 2 bytes of each of 32 rows a load); the row's partial sums are then added in a fixed
+// order. Local memory: PREP_NT (PREP_LANES + 1) floats (rows padded to an odd stride).
 
 __kernel __attribute__((reqd_work_group_size(PREP_NT, 1, 1))) void fa_prep(BWD_ARGS) {
   EJK_LOCAL_BIND(float, sh)
@@ -216,12 +220,23 @@ __kernel __attribute__((reqd_work_group_size(PREP_NT, 1, 1))) void fa_prep(BWD_A
   const Ctx cx = make_ctx(pc, get_group_id(2), cu_q, cu_k);
   const Ctx* c = &cx;
   const uint tid = c->tid, D = pc->head_dim, DT = pc->dtype;
+  const uint lane = tid % PREP_LANES;
+  for (uint r = tid / PREP_LANES; r < PREP_NT; r += PREP_NT / PREP_LANES) {
+    const int i = (int)(qb * PREP_NT + r);
+    float s = 0.0f;
+    if (i < c->q_len) {
+      const uint base = ((uint)(c->q_start + i) * pc->heads + head) * D;
+      for (uint d = lane; d < D; d += PREP_LANES) s = MAC(ejk_load(out, base + d, DT), ejk_load(dout, base + d, DT), s);
+    }
+    sh[r * (PREP_LANES + 1) + lane] = s;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
   const int i = (int)(qb * PREP_NT + tid);
+  float s = 0.0f;
+  for (uint l = 0; l < PREP_LANES; ++l) s += sh[tid * (PREP_LANES + 1) + l];
   float share = 0.0f;
   if (i < c->q_len) {
-    const uint tok = (uint)(c->q_start + i), base = (tok * pc->heads + head) * D;
-    float s = 0.0f;
-    for (uint d = 0; d < D; ++d) s = MAC(ejk_load(out, base + d, DT), ejk_load(dout, base + d, DT), s);
+    const uint tok = (uint)(c->q_start + i);
     delta[head * pc->total_q + tok] = s;
     if (HAS(F_SINKS)) {
       const float x = lse[lse_index(pc, c, head, i)];
@@ -229,6 +244,7 @@ __kernel __attribute__((reqd_work_group_size(PREP_NT, 1, 1))) void fa_prep(BWD_A
     }
   }
   // Fixed-order tree: the same sums in the same order on every run.
+  barrier(CLK_LOCAL_MEM_FENCE);
   sh[tid] = share;
   barrier(CLK_LOCAL_MEM_FENCE);
   for (uint w = PREP_NT / 2u; w > 0u; w /= 2u) {

@@ -308,6 +308,9 @@ const uint SH = BQ * DS + BK * DS + BQ * KS + BQ * RX;
 const uint SH = 2 * BK * DS + BQ * DS + 2 * BQ * KS + 2 * BQ;
 #elif PASS == FA_DQ
 const uint SH = 2 * BQ * DS + BK * DS + BQ * KS + 2 * BQ;
+#elif PASS == FA_PREP
+const uint PREP_LANES = 16;  // invocations a row (flash_attention.cl's PREP_LANES)
+const uint SH = NT * (PREP_LANES + 1);
 #else
 const uint SH = NT;
 #endif
@@ -469,7 +472,9 @@ void main() {
 
 #elif PASS == FA_PREP
 // ---- backward: delta = dout . out per row, and per-block shares of dsoftmax_aux -------------
-// local size NT x 1: one invocation per query row of a block of NT rows.
+// local size NT x 1 for NT query rows. PREP_LANES invocations share a row, each summing every
+// PREP_LANES-th column, so that a load reads adjacent elements of a row; the row's partial sums
+// are then added in a fixed order (rows of sh padded to an odd stride).
 
 void main() {
   setup();
@@ -477,12 +482,23 @@ void main() {
   head = gl_WorkGroupID.y + pc.group_y;
   seq = gl_WorkGroupID.z + pc.group_z;
   sequence_bounds(seq);
+  const uint lane = tid % PREP_LANES;
+  for (uint r = tid / PREP_LANES; r < NT; r += NT / PREP_LANES) {
+    const int i = int(qb * NT + r);
+    float s = 0.0;
+    if (i < q_len) {
+      const uint base = (uint(q_start + i) * pc.heads + head) * D;
+      for (uint d = lane; d < D; d += PREP_LANES) s = fma(LOAD(out, base + d, DTYPE), LOAD(dout, base + d, DTYPE), s);
+    }
+    sh[r * (PREP_LANES + 1) + lane] = s;
+  }
+  barrier();
   const int i = int(qb * NT + tid);
+  float s = 0.0;
+  for (uint l = 0; l < PREP_LANES; ++l) s += sh[tid * (PREP_LANES + 1) + l];
   float part = 0.0;
   if (i < q_len) {
-    const uint tok = uint(q_start + i), base = (tok * pc.heads + head) * D;
-    float s = 0.0;
-    for (uint d = 0; d < D; ++d) s = fma(LOAD(out, base + d, DTYPE), LOAD(dout, base + d, DTYPE), s);
+    const uint tok = uint(q_start + i);
     delta_f[head * pc.total_q + tok] = s;
     if (flag(F_SINKS)) {
       const float lse = lse_f[lse_index(head, i)];
@@ -491,6 +507,7 @@ void main() {
   }
   if (!flag(F_SINKS)) return;
   // Fixed-order tree: the same sums in the same order on every run.
+  barrier();
   sh[tid] = part;
   barrier();
   for (uint w = NT / 2u; w > 0u; w /= 2u) {

@@ -33,8 +33,9 @@ constexpr const char* mma_key = "flash_attention/flash_attention_mma.cl";
 constexpr const char* common_key = "flash_attention/flash_attention_common.cl";
 constexpr const char* philox_key = "common/philox.h";
 
-// Work-items of the prep and finish passes (the program's PREP_NT).
-constexpr std::int64_t prep_threads = 64;
+// Work-items of the prep and finish passes (the program's PREP_NT), and of the prep pass a row
+// (PREP_LANES): its local memory holds prep_threads rows of prep_lanes + 1 partial sums.
+constexpr std::int64_t prep_threads = 64, prep_lanes = 16;
 
 // NVIDIA's OpenCL launches at most 256 work-items a group for kernels of this register use
 // (measured on an H100 for matmul's); GPUs get no larger groups.
@@ -313,7 +314,7 @@ void opencl_backward(const Problem& p, const Config& config, std::span<const Ten
     if (l) with(*l->kv_counts, *l->kv_indices, *l->q_counts, *l->q_indices);
     else with();
   };
-  pass("fa_prep", prep_blocks, p.heads, p.batch, prep_threads, 1, prep_threads * 4);
+  pass("fa_prep", prep_blocks, p.heads, p.batch, prep_threads, 1, prep_threads * (prep_lanes + 1) * 4);
   if (fused) {
     const std::int64_t words = p.total_q * p.heads * p.head_dim / 2, groups = std::min<std::int64_t>(ceil_div(words, 256), 8192);
     pass("fa_dq_zero_mma", groups, 1, 1, 256, 1, 16);

@@ -302,7 +302,7 @@ void vulkan_backward(const Problem& p, const Config& config, std::span<const Ten
 
   // Scratch: delta per row, the prep pass's dsoftmax_aux shares, and where the bias is
   // broadcast, dbias unbroadcast in f32 (summed by the finish pass instead of atomically).
-  constexpr std::int64_t prep_rows = 64;
+  constexpr std::int64_t prep_rows = 64, prep_lanes = 16;  // the prep shader's NT and PREP_LANES
   const std::int64_t prep_blocks = ceil_div(p.seq_q, prep_rows);
   const bool broadcast = p.has_bias && ((p.bias_batch == 1 && p.batch > 1) || (p.bias_heads == 1 && p.heads > 1));
   auto delta = dev.scratch(static_cast<std::size_t>(std::max<std::int64_t>(1, p.heads * p.total_q)) * 4);
@@ -324,7 +324,7 @@ void vulkan_backward(const Problem& p, const Config& config, std::span<const Ten
   l.spirv = spirv;
   l.local_size = {u32(prep_rows), 1, 1};
   l.spec = {1, u32(prep_rows), 32, u32(prep_rows), 1};
-  l.shared_bytes = u32(prep_rows * 4);
+  l.shared_bytes = u32(prep_rows * (prep_lanes + 1) * 4);
   launch(dev, l, push, prep_blocks, p.heads, p.batch);
 
   // The tiled passes walk the lists where given.

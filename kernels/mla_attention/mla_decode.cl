@@ -1,8 +1,9 @@
 // mla_decode on OpenCL C 1.2: three kernels of one program (see opencl.cpp for the plan).
 //
 // Compile-time (-D): THREADS (work-items per group), HG (heads per group), BLOCK_N (cache rows
-// per staged tile), RANK (kv_lora_rank), ROPE (rope_dim), STAGE16 (1: the storage is 16-bit and
-// tiles are staged as stored, half the local memory of f32, so twice the heads or rows fit).
+// per staged tile), RANK (kv_lora_rank), ROPE (rope_dim), ROWS (sequences of an absorb or
+// combine group), STAGE16 (1: the storage is 16-bit and tiles are staged as stored, half the
+// local memory of f32, so twice the heads or rows fit).
 // Everything else is a kernel argument, the storage dtype included (0 f32, 1 f16, 2 bf16), so
 // one program serves f16 and bf16.
 // Buffers of the storage dtype are passed as 16-bit words (read as floats where f32) and go
@@ -26,28 +27,39 @@
 #define COLS EJK_CEIL_DIV(RANK, THREADS)  // o_lat columns per work-item
 #define LOG2E 1.4426950408889634f
 
-// qs[bh] = softmax_scale * log2(e) * [q_nope[bh] . w_kc[h] | q_pe[bh]], one group per (b, h).
+// qs[bh] = softmax_scale * log2(e) * [q_nope[bh] . w_kc[h] | q_pe[bh]]. One group per (THREADS
+// latent columns, head, ROWS sequences): a work-item's column of w_kc is read once for ROWS
+// sequences, their queries staged in local memory QD columns at a time.
+#define QD 32
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mla_absorb(
-    const __global ushort* qn16, const __global ushort* qp16, const __global ushort* wk16, __global float* qs, int heads, int nope_dim, float scale,
-    int dtype) {
-  const int bh = get_group_id(0), h = bh % heads, lid = get_local_id(0);
-  __local float q[256];
-  const float s = scale * LOG2E;
-  for (int d0 = 0; d0 < nope_dim; d0 += 256) {
-    const int n = min(256, nope_dim - d0);
+    const __global ushort* qn16, const __global ushort* qp16, const __global ushort* wk16, __global float* qs, int batch,
+    int heads, int nope_dim, float scale, int dtype) {
+  const int c = get_group_id(0) * THREADS + get_local_id(0), h = get_group_id(1), b0 = get_group_id(2) * ROWS;
+  const int lid = get_local_id(0), rows = min(ROWS, batch - b0);
+  __local float q[ROWS * QD];
+  float acc[ROWS];
+  for (int r = 0; r < ROWS; ++r) acc[r] = 0.f;
+  for (int d0 = 0; d0 < nope_dim; d0 += QD) {
+    const int n = min(QD, nope_dim - d0);
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int d = lid; d < n; d += THREADS) q[d] = ejk_load(qn16, bh * nope_dim + d0 + d, dtype);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int c = lid; c < RANK; c += THREADS) {
-      float acc = d0 == 0 ? 0.f : qs[bh * WIDTH + c];
-      const int w0 = (h * nope_dim + d0) * RANK + c;
-      for (int d = 0; d < n; ++d) acc = mad(q[d], ejk_load(wk16, w0 + d * RANK, dtype), acc);
-      qs[bh * WIDTH + c] = acc;
+    for (int e = lid; e < ROWS * QD; e += THREADS) {
+      const int r = e / QD, d = e - r * QD;
+      q[e] = r < rows && d < n ? ejk_load(qn16, ((b0 + r) * heads + h) * nope_dim + d0 + d, dtype) : 0.f;
     }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (c < RANK)
+      for (int d = 0; d < n; ++d) {
+        const float w = ejk_load(wk16, (h * nope_dim + d0 + d) * RANK + c, dtype);
+        for (int r = 0; r < ROWS; ++r) acc[r] = mad(q[r * QD + d], w, acc[r]);
+      }
   }
-  barrier(CLK_GLOBAL_MEM_FENCE);
-  for (int c = lid; c < RANK; c += THREADS) qs[bh * WIDTH + c] *= s;
-  for (int c = lid; c < ROPE; c += THREADS) qs[bh * WIDTH + RANK + c] = s * ejk_load(qp16, bh * ROPE + c, dtype);
+  const float s = scale * LOG2E;
+  for (int r = 0; r < rows; ++r) {
+    const int bh = (b0 + r) * heads + h;
+    if (c < RANK) qs[bh * WIDTH + c] = acc[r] * s;
+    if (get_group_id(0) == 0)
+      for (int e = lid; e < ROPE; e += THREADS) qs[bh * WIDTH + RANK + e] = s * ejk_load(qp16, bh * ROPE + e, dtype);
+  }
 }
 
 // One group per (part of the context, group of HG heads, sequence): tiles of BLOCK_N cache rows
@@ -169,30 +181,33 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mla_attend(
   }
 }
 
-// One group per (b, h): the parts merged by their log-sum-exp into o_lat (local memory), then
-// out = o_lat . w_vc[h]. Context 0 leaves every part empty (sum 0) and gives 0.
+// One group per (head, ROWS sequences): each sequence's parts merged by their log-sum-exp into
+// o_lat (local memory), then out = o_lat . w_vc[h], a work-item's elements of w_vc read once for
+// the group's ROWS sequences. Context 0 leaves every part empty (sum 0) and gives 0.
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mla_combine(
     const __global float* part_o, const __global float* part_ml, const __global ushort* wv16,
-    __global ushort* out16, int heads, int splits, int v_dim,
-    int dtype) {
-  const int bh = get_group_id(0), h = bh % heads, lid = get_local_id(0);
-  __local float o_s[RANK];
-  __local float red[THREADS];
-  float mx = -INFINITY;
-  for (int s = 0; s < splits; ++s) mx = fmax(mx, part_ml[(bh * splits + s) * 2]);
-  float total = 0.f;
-  for (int s = 0; s < splits; ++s) {
-    const float l = part_ml[(bh * splits + s) * 2 + 1];
-    if (l > 0.f) total += exp2(part_ml[(bh * splits + s) * 2] - mx) * l;
-  }
-  const float inv = total > 0.f ? 1.f / total : 0.f;
-  for (int c = lid; c < RANK; c += THREADS) {
-    float o = 0.f;
+    __global ushort* out16, int batch, int heads, int splits, int v_dim, int dtype) {
+  const int h = get_group_id(0), b0 = get_group_id(1) * ROWS, lid = get_local_id(0), rows = min(ROWS, batch - b0);
+  __local float o_s[ROWS * RANK];
+  __local float red[ROWS * THREADS];
+  for (int r = 0; r < rows; ++r) {
+    const int bh = (b0 + r) * heads + h;
+    float mx = -INFINITY;
+    for (int s = 0; s < splits; ++s) mx = fmax(mx, part_ml[(bh * splits + s) * 2]);
+    float total = 0.f;
     for (int s = 0; s < splits; ++s) {
       const float l = part_ml[(bh * splits + s) * 2 + 1];
-      if (l > 0.f) o = mad(exp2(part_ml[(bh * splits + s) * 2] - mx), part_o[(bh * splits + s) * RANK + c], o);
+      if (l > 0.f) total += exp2(part_ml[(bh * splits + s) * 2] - mx) * l;
     }
-    o_s[c] = o * inv;
+    const float inv = total > 0.f ? 1.f / total : 0.f;
+    for (int c = lid; c < RANK; c += THREADS) {
+      float o = 0.f;
+      for (int s = 0; s < splits; ++s) {
+        const float l = part_ml[(bh * splits + s) * 2 + 1];
+        if (l > 0.f) o = mad(exp2(part_ml[(bh * splits + s) * 2] - mx), part_o[(bh * splits + s) * RANK + c], o);
+      }
+      o_s[r * RANK + c] = o * inv;
+    }
   }
   barrier(CLK_LOCAL_MEM_FENCE);
   // A column of out is `team` work-items, each over a slice of the latent rank, their sums
@@ -203,16 +218,21 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mla_combine(
   const int c0 = part * RANK / team, c1 = (part + 1) * RANK / team;
   for (int d0 = 0; d0 < v_dim; d0 += cols) {
     const int d = d0 + dl;
-    float o = 0.f;
+    float o[ROWS];
+    for (int r = 0; r < ROWS; ++r) o[r] = 0.f;
     if (d < v_dim && part < team)
-      for (int c = c0; c < c1; ++c) o = mad(o_s[c], ejk_load(wv16, (h * RANK + c) * v_dim + d, dtype), o);
-    red[lid] = o;
+      for (int c = c0; c < c1; ++c) {
+        const float w = ejk_load(wv16, (h * RANK + c) * v_dim + d, dtype);
+        for (int r = 0; r < ROWS; ++r) o[r] = mad(o_s[r * RANK + c], w, o[r]);
+      }
+    for (int r = 0; r < ROWS; ++r) red[r * THREADS + lid] = o[r];
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (part == 0 && d < v_dim) {
-      float sum = 0.f;
-      for (int i = 0; i < team; ++i) sum += red[dl + i * cols];
-      ejk_store(out16, bh * v_dim + d, dtype, sum);
-    }
+    if (part == 0 && d < v_dim)
+      for (int r = 0; r < rows; ++r) {
+        float sum = 0.f;
+        for (int i = 0; i < team; ++i) sum += red[r * THREADS + dl + i * cols];
+        ejk_store(out16, ((b0 + r) * heads + h) * v_dim + d, dtype, sum);
+      }
     barrier(CLK_LOCAL_MEM_FENCE);
   }
 }

@@ -1,9 +1,12 @@
 // mla_decode on OpenCL: mla_decode.cl's three kernels, enqueued in order on the device's queue.
-//   mla_absorb   one group per (sequence, head): q_lat = q_nope . w_kc, scaled into the log2
-//                domain, q_pe appended (f32 scratch);
+//   mla_absorb   one group per (latent columns, head, ROWS sequences): q_lat = q_nope . w_kc,
+//                scaled into the log2 domain, q_pe appended (f32 scratch);
 //   mla_attend   one group per (part of the context, group of heads, sequence): split-K over the
 //                context, each staged tile of cache rows shared by the group's heads;
-//   mla_combine  one group per (sequence, head): parts merged by log-sum-exp, then o_lat . w_vc.
+//   mla_combine  one group per (head, ROWS sequences): parts merged by log-sum-exp, then
+//                o_lat . w_vc.
+// The absorb and combine groups take ROWS sequences each so that w_kc and w_vc are read once for
+// ROWS sequences, not once for each (at DeepSeek-V3 widths 128 KiB a head).
 // Tile geometry, the latent widths and whether the storage is 16-bit are -D options (they size
 // local memory and registers); the dtype, head counts, the table geometry and the number of
 // parts are kernel arguments, so one program serves f16 and bf16 and every batch (PoCL takes
@@ -190,6 +193,10 @@ class OpenCLMlaDecode final : public clc::Implementation {
     def("RANK", p.rank);
     def("ROPE", p.rope_dim);
     def("STAGE16", p.dtype != DType::f32);
+    // The most sequences (up to 8) whose merged o_lat and partial sums fit the combine's local memory.
+    std::int64_t rows = 8;
+    while (rows > 1 && rows * (p.rank + threads) * 4 > static_cast<std::int64_t>(dev.info().local_mem)) rows /= 2;
+    def("ROWS", rows);
     auto absorb = dev.kernel(source_key, options, "mla_absorb");
     auto combine = dev.kernel(source_key, options, "mla_combine");
     std::shared_ptr<clc::Kernel> attend;
@@ -209,8 +216,12 @@ class OpenCLMlaDecode final : public clc::Implementation {
     auto part_ml = dev.scratch(static_cast<std::size_t>(bh * splits * 2) * 4);
     const int dtype = dtype_code(p.dtype);
     const auto t = static_cast<std::size_t>(threads);
-    dev.launch(*absorb, clc::Range(static_cast<std::size_t>(bh) * t), clc::Range(t), args[arg::q_nope],
-               args[arg::q_pe], args[arg::w_kc], *qs, static_cast<int>(p.heads), static_cast<int>(p.nope_dim),
+    const auto row_groups = static_cast<std::size_t>(ceil_div(p.batch, rows));
+    dev.launch(*absorb,
+               clc::Range(static_cast<std::size_t>(ceil_div(p.rank, threads)) * t, static_cast<std::size_t>(p.heads),
+                          row_groups),
+               clc::Range(t, 1, 1), args[arg::q_nope], args[arg::q_pe], args[arg::w_kc], *qs,
+               static_cast<int>(p.batch), static_cast<int>(p.heads), static_cast<int>(p.nope_dim),
                static_cast<float>(p.scale), dtype);
     if (mma) {
       const auto nt = static_cast<std::size_t>(32 * warps);
@@ -228,9 +239,9 @@ class OpenCLMlaDecode final : public clc::Implementation {
                  *part_o, *part_ml, static_cast<int>(p.heads), static_cast<int>(p.block_size),
                  static_cast<int>(p.max_blocks), static_cast<int>(splits), dtype);
     }
-    dev.launch(*combine, clc::Range(static_cast<std::size_t>(bh) * t), clc::Range(t), *part_o, *part_ml,
-               args[arg::w_vc], args[arg::out], static_cast<int>(p.heads), static_cast<int>(splits),
-               static_cast<int>(p.v_dim), dtype);
+    dev.launch(*combine, clc::Range(static_cast<std::size_t>(p.heads) * t, row_groups), clc::Range(t, 1), *part_o,
+               *part_ml, args[arg::w_vc], args[arg::out], static_cast<int>(p.batch), static_cast<int>(p.heads),
+               static_cast<int>(splits), static_cast<int>(p.v_dim), dtype);
   }
 };
 
