@@ -4,6 +4,7 @@
 #include <fstream>
 #include <limits>
 #include <random>
+#include <set>
 
 #include "support.hpp"
 
@@ -67,6 +68,32 @@ TEST_P(OpenCL, DeviceInfoIsFilledIn) {
   if (d.vendor.find("NVIDIA") != std::string::npos) {
     EXPECT_EQ(d.architecture.rfind("sm_", 0), 0u) << d.architecture;
   }
+}
+
+// A released scratch buffer answers the next request it holds without wasting more than half
+// (the queue runs kernels in submission order, so the next run may reuse it); buffers held at
+// once are distinct, and a request it cannot hold gets another.
+TEST_P(OpenCL, ScratchBuffersAreReusedOnceReleased) {
+  auto& d = dev();
+  cl_mem first = nullptr;
+  {
+    auto a = d.scratch(1 << 20);
+    auto b = d.scratch(1 << 20);
+    EXPECT_NE(opencl::mem_of(*a), opencl::mem_of(*b));
+    EXPECT_GE(a->bytes(), std::size_t{1} << 20);
+    first = opencl::mem_of(*a);
+  }
+  auto again = d.scratch((1 << 20) - 100);
+  auto other = d.scratch((1 << 20) - 100);
+  const std::set<cl_mem> reused{opencl::mem_of(*again), opencl::mem_of(*other)};
+  EXPECT_EQ(reused.count(first), 1u);
+  auto larger = d.scratch(3 << 20);
+  EXPECT_EQ(reused.count(opencl::mem_of(*larger)), 0u);
+  EXPECT_GE(larger->bytes(), std::size_t{3} << 20);
+  // Too large for a 1 MiB request: more than half of it would be wasted.
+  larger.reset();
+  auto small = d.scratch(1 << 10);
+  EXPECT_LT(small->bytes(), std::size_t{1} << 20);
 }
 
 // Program binaries kept in the cache folder answer another process's build (a second device

@@ -27,39 +27,65 @@
 #define COLS EJK_CEIL_DIV(RANK, THREADS)  // o_lat columns per work-item
 #define LOG2E 1.4426950408889634f
 
-// qs[bh] = softmax_scale * log2(e) * [q_nope[bh] . w_kc[h] | q_pe[bh]]. One group per (THREADS
-// latent columns, head, ROWS sequences): a work-item's column of w_kc is read once for ROWS
-// sequences, their queries staged in local memory QD columns at a time.
-#define QD 32
+// Element i of a weight of the storage dtype, loaded without a branch on the dtype (ejk_load's
+// branches keep the loads of an unrolled loop from being in flight together).
+#if STAGE16
+float load_w(const __global ushort* p, int i, int dtype) {
+  // Both readings of the one element (a second load of it is a cache hit), then one chosen.
+  const float f16 = vload_half(i, (const __global half*)p), bf16 = ejk_bf16_to_f32(p[i]);
+  return dtype == 1 ? f16 : bf16;
+}
+#else
+float load_w(const __global ushort* p, int i, int dtype) { return ((const __global float*)p)[i]; }
+#endif
+
+// qs[bh] = softmax_scale * log2(e) * [q_nope[bh] . w_kc[h] | q_pe[bh]]. One group per (32 latent
+// columns, head, ROWS sequences): each of the group's THREADS / 32 warps-worth of work-items sums
+// 16 rows of w_kc of each chunk of nope_dim (short chains of loads, many groups; a work-item's
+// elements of w_kc read once for ROWS sequences), and the slices' sums meet in local memory in
+// a fixed order.
+#define AC 32                    // latent columns of an absorb group
+#define SL (THREADS / AC)        // slices of nope_dim a chunk
+#define DCH (16 * SL)            // nope_dim columns a chunk
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mla_absorb(
     const __global ushort* qn16, const __global ushort* qp16, const __global ushort* wk16, __global float* qs, int batch,
     int heads, int nope_dim, float scale, int dtype) {
-  const int c = get_group_id(0) * THREADS + get_local_id(0), h = get_group_id(1), b0 = get_group_id(2) * ROWS;
-  const int lid = get_local_id(0), rows = min(ROWS, batch - b0);
-  __local float q[ROWS * QD];
+  const int lid = get_local_id(0), col = lid % AC, sl = lid / AC, c = get_group_id(0) * AC + col;
+  const int h = get_group_id(1), b0 = get_group_id(2) * ROWS, rows = min(ROWS, batch - b0);
+  __local float q[ROWS * DCH];
+  __local float red[SL * ROWS * AC];
   float acc[ROWS];
   for (int r = 0; r < ROWS; ++r) acc[r] = 0.f;
-  for (int d0 = 0; d0 < nope_dim; d0 += QD) {
-    const int n = min(QD, nope_dim - d0);
+  for (int d0 = 0; d0 < nope_dim; d0 += DCH) {
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int e = lid; e < ROWS * QD; e += THREADS) {
-      const int r = e / QD, d = e - r * QD;
-      q[e] = r < rows && d < n ? ejk_load(qn16, ((b0 + r) * heads + h) * nope_dim + d0 + d, dtype) : 0.f;
+    for (int e = lid; e < ROWS * DCH; e += THREADS) {
+      const int r = e / DCH, d = d0 + e - r * DCH;
+      q[e] = r < rows && d < nope_dim ? ejk_load(qn16, ((b0 + r) * heads + h) * nope_dim + d, dtype) : 0.f;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (c < RANK)
-      for (int d = 0; d < n; ++d) {
-        const float w = ejk_load(wk16, (h * nope_dim + d0 + d) * RANK + c, dtype);
-        for (int r = 0; r < ROWS; ++r) acc[r] = mad(q[r * QD + d], w, acc[r]);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int dq = sl * 16 + i, d = d0 + dq;
+      if (c < RANK && d < nope_dim) {
+        const float w = load_w(wk16, (h * nope_dim + d) * RANK + c, dtype);
+        for (int r = 0; r < ROWS; ++r) acc[r] = mad(q[r * DCH + dq], w, acc[r]);
       }
+    }
   }
+  for (int r = 0; r < ROWS; ++r) red[(sl * ROWS + r) * AC + col] = acc[r];
+  barrier(CLK_LOCAL_MEM_FENCE);
   const float s = scale * LOG2E;
-  for (int r = 0; r < rows; ++r) {
-    const int bh = (b0 + r) * heads + h;
-    if (c < RANK) qs[bh * WIDTH + c] = acc[r] * s;
-    if (get_group_id(0) == 0)
-      for (int e = lid; e < ROPE; e += THREADS) qs[bh * WIDTH + RANK + e] = s * ejk_load(qp16, bh * ROPE + e, dtype);
+  for (int e = lid; e < rows * AC; e += THREADS) {
+    const int r = e / AC, cc = get_group_id(0) * AC + e - r * AC;
+    float sum = 0.f;
+    for (int i = 0; i < SL; ++i) sum += red[(i * ROWS + r) * AC + e - r * AC];
+    if (cc < RANK) qs[((b0 + r) * heads + h) * WIDTH + cc] = sum * s;
   }
+  if (get_group_id(0) == 0)
+    for (int e = lid; e < rows * ROPE; e += THREADS) {
+      const int r = e / ROPE, bh = (b0 + r) * heads + h;
+      qs[bh * WIDTH + RANK + e - r * ROPE] = s * ejk_load(qp16, bh * ROPE + e - r * ROPE, dtype);
+    }
 }
 
 // One group per (part of the context, group of HG heads, sequence): tiles of BLOCK_N cache rows
@@ -181,17 +207,23 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mla_attend(
   }
 }
 
-// One group per (head, ROWS sequences): each sequence's parts merged by their log-sum-exp into
-// o_lat (local memory), then out = o_lat . w_vc[h], a work-item's elements of w_vc read once for
-// the group's ROWS sequences. Context 0 leaves every part empty (sum 0) and gives 0.
+// One group per (head, ROWS sequences, VC columns of out): each sequence's parts merged by their
+// log-sum-exp into o_lat (local memory), then out = o_lat . w_vc[h] for the group's columns, a
+// work-item's elements of w_vc read once for the group's ROWS sequences and each column summed by
+// THREADS / VC work-items over slices of the latent rank (short chains of loads of w_vc, many
+// groups). Context 0 leaves every part empty (sum 0) and gives 0.
+#define VC 32
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mla_combine(
     const __global float* part_o, const __global float* part_ml, const __global ushort* wv16,
     __global ushort* out16, int batch, int heads, int splits, int v_dim, int dtype) {
   const int h = get_group_id(0), b0 = get_group_id(1) * ROWS, lid = get_local_id(0), rows = min(ROWS, batch - b0);
   __local float o_s[ROWS * RANK];
   __local float red[ROWS * THREADS];
-  for (int r = 0; r < rows; ++r) {
-    const int bh = (b0 + r) * heads + h;
+  // Each sequence's parts' weights exp2(m - max) / sum into red (splits <= THREADS): 0 for an
+  // empty part, whose o_lat the attend pass wrote as zeros, so the merge below needs no branch
+  // and its loads of part_o are in flight together.
+  if (lid < rows) {
+    const int bh = (b0 + lid) * heads + h;
     float mx = -INFINITY;
     for (int s = 0; s < splits; ++s) mx = fmax(mx, part_ml[(bh * splits + s) * 2]);
     float total = 0.f;
@@ -200,39 +232,37 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mla_combine(
       if (l > 0.f) total += exp2(part_ml[(bh * splits + s) * 2] - mx) * l;
     }
     const float inv = total > 0.f ? 1.f / total : 0.f;
-    for (int c = lid; c < RANK; c += THREADS) {
-      float o = 0.f;
-      for (int s = 0; s < splits; ++s) {
-        const float l = part_ml[(bh * splits + s) * 2 + 1];
-        if (l > 0.f) o = mad(exp2(part_ml[(bh * splits + s) * 2] - mx), part_o[(bh * splits + s) * RANK + c], o);
-      }
-      o_s[r * RANK + c] = o * inv;
+    for (int s = 0; s < splits; ++s) {
+      const float l = part_ml[(bh * splits + s) * 2 + 1];
+      red[lid * splits + s] = l > 0.f ? exp2(part_ml[(bh * splits + s) * 2] - mx) * inv : 0.f;
     }
   }
   barrier(CLK_LOCAL_MEM_FENCE);
-  // A column of out is `team` work-items, each over a slice of the latent rank, their sums
-  // added in local memory: where v_head_dim is below THREADS, the chain of dependent loads of
-  // w_vc each work-item walks is that much shorter.
-  const int team = v_dim < THREADS ? THREADS / v_dim : 1, cols = THREADS / team;
-  const int part = lid / cols, dl = lid - part * cols;
-  const int c0 = part * RANK / team, c1 = (part + 1) * RANK / team;
-  for (int d0 = 0; d0 < v_dim; d0 += cols) {
-    const int d = d0 + dl;
-    float o[ROWS];
-    for (int r = 0; r < ROWS; ++r) o[r] = 0.f;
-    if (d < v_dim && part < team)
-      for (int c = c0; c < c1; ++c) {
-        const float w = ejk_load(wv16, (h * RANK + c) * v_dim + d, dtype);
-        for (int r = 0; r < ROWS; ++r) o[r] = mad(o_s[r * RANK + c], w, o[r]);
-      }
-    for (int r = 0; r < ROWS; ++r) red[r * THREADS + lid] = o[r];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (part == 0 && d < v_dim)
-      for (int r = 0; r < rows; ++r) {
-        float sum = 0.f;
-        for (int i = 0; i < team; ++i) sum += red[r * THREADS + dl + i * cols];
-        ejk_store(out16, ((b0 + r) * heads + h) * v_dim + d, dtype, sum);
-      }
-    barrier(CLK_LOCAL_MEM_FENCE);
+  for (int e = lid; e < rows * RANK; e += THREADS) {
+    const int r = e / RANK, c = e - r * RANK;
+    const __global float* po = part_o + (size_t)((b0 + r) * heads + h) * splits * RANK + c;
+    float o = 0.f;
+#pragma unroll 8
+    for (int s = 0; s < splits; ++s) o = mad(red[r * splits + s], po[s * RANK], o);
+    o_s[e] = o;
   }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  const int team = THREADS / VC, part = lid / VC, dl = lid - part * VC, d = get_group_id(2) * VC + dl;
+  const int c0 = part * RANK / team, c1 = (part + 1) * RANK / team;
+  float o[ROWS];
+  for (int r = 0; r < ROWS; ++r) o[r] = 0.f;
+  if (d < v_dim)
+#pragma unroll 8
+    for (int c = c0; c < c1; ++c) {
+      const float w = load_w(wv16, (h * RANK + c) * v_dim + d, dtype);
+      for (int r = 0; r < ROWS; ++r) o[r] = mad(o_s[r * RANK + c], w, o[r]);
+    }
+  for (int r = 0; r < ROWS; ++r) red[r * THREADS + lid] = o[r];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (part == 0 && d < v_dim)
+    for (int r = 0; r < rows; ++r) {
+      float sum = 0.f;
+      for (int i = 0; i < team; ++i) sum += red[r * THREADS + dl + i * VC];
+      ejk_store(out16, ((b0 + r) * heads + h) * v_dim + d, dtype, sum);
+    }
 }

@@ -1,10 +1,10 @@
 // mla_decode on OpenCL: mla_decode.cl's three kernels, enqueued in order on the device's queue.
-//   mla_absorb   one group per (latent columns, head, ROWS sequences): q_lat = q_nope . w_kc,
+//   mla_absorb   one group per (32 latent columns, head, ROWS sequences): q_lat = q_nope . w_kc,
 //                scaled into the log2 domain, q_pe appended (f32 scratch);
 //   mla_attend   one group per (part of the context, group of heads, sequence): split-K over the
 //                context, each staged tile of cache rows shared by the group's heads;
-//   mla_combine  one group per (head, ROWS sequences): parts merged by log-sum-exp, then
-//                o_lat . w_vc.
+//   mla_combine  one group per (head, ROWS sequences, 32 columns of out): parts merged by
+//                log-sum-exp, then o_lat . w_vc.
 // The absorb and combine groups take ROWS sequences each so that w_kc and w_vc are read once for
 // ROWS sequences, not once for each (at DeepSeek-V3 widths 128 KiB a head).
 // Tile geometry, the latent widths and whether the storage is 16-bit are -D options (they size
@@ -157,10 +157,11 @@ class OpenCLMlaDecode final : public clc::Implementation {
     // The mma variant's absorb and combine passes come from a small scalar geometry's program.
     const std::int64_t threads = mma ? 256 : config.get("threads"), hg = mma ? 1 : config.get("heads_per_group");
     const std::int64_t bn = mma ? 4 : config.get("block_n");
-    if (!pow2(threads) || !pow2(hg) || !pow2(bn) || splits <= 0 || p.heads % hg || p.block_size % bn)
+    if (!pow2(threads) || !pow2(hg) || !pow2(bn) || splits <= 0 || splits > threads || p.heads % hg || p.block_size % bn)
       throw InvalidArgument("mla_decode on OpenCL: config " + config.canonical() +
                             " needs powers of two for threads, heads_per_group (dividing heads " + std::to_string(p.heads) +
-                            ") and block_n (dividing block_size " + std::to_string(p.block_size) + ")");
+                            ") and block_n (dividing block_size " + std::to_string(p.block_size) +
+                            "), and splits from 1 to threads (the combine pass's " + std::to_string(threads) + ")");
     std::int64_t warps = 0, mma_bn = 0, async = 0, stages = 1;
     if (mma) {
       warps = config.get("mma_warps");
@@ -193,8 +194,8 @@ class OpenCLMlaDecode final : public clc::Implementation {
     def("RANK", p.rank);
     def("ROPE", p.rope_dim);
     def("STAGE16", p.dtype != DType::f32);
-    // The most sequences (up to 8) whose merged o_lat and partial sums fit the combine's local memory.
-    std::int64_t rows = 8;
+    // The most sequences (up to 4) whose merged o_lat and partial sums fit the combine's local memory.
+    std::int64_t rows = 4;
     while (rows > 1 && rows * (p.rank + threads) * 4 > static_cast<std::int64_t>(dev.info().local_mem)) rows /= 2;
     def("ROWS", rows);
     auto absorb = dev.kernel(source_key, options, "mla_absorb");
@@ -218,7 +219,7 @@ class OpenCLMlaDecode final : public clc::Implementation {
     const auto t = static_cast<std::size_t>(threads);
     const auto row_groups = static_cast<std::size_t>(ceil_div(p.batch, rows));
     dev.launch(*absorb,
-               clc::Range(static_cast<std::size_t>(ceil_div(p.rank, threads)) * t, static_cast<std::size_t>(p.heads),
+               clc::Range(static_cast<std::size_t>(ceil_div(p.rank, 32)) * t, static_cast<std::size_t>(p.heads),
                           row_groups),
                clc::Range(t, 1, 1), args[arg::q_nope], args[arg::q_pe], args[arg::w_kc], *qs,
                static_cast<int>(p.batch), static_cast<int>(p.heads), static_cast<int>(p.nope_dim),
@@ -239,7 +240,9 @@ class OpenCLMlaDecode final : public clc::Implementation {
                  *part_o, *part_ml, static_cast<int>(p.heads), static_cast<int>(p.block_size),
                  static_cast<int>(p.max_blocks), static_cast<int>(splits), dtype);
     }
-    dev.launch(*combine, clc::Range(static_cast<std::size_t>(p.heads) * t, row_groups), clc::Range(t, 1), *part_o,
+    dev.launch(*combine,
+               clc::Range(static_cast<std::size_t>(p.heads) * t, row_groups, static_cast<std::size_t>(ceil_div(p.v_dim, 32))),
+               clc::Range(t, 1, 1), *part_o,
                *part_ml, args[arg::w_vc], args[arg::out], static_cast<int>(p.batch), static_cast<int>(p.heads),
                static_cast<int>(splits), static_cast<int>(p.v_dim), dtype);
   }

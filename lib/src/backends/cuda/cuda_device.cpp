@@ -97,16 +97,6 @@ CudaBuffer::~CudaBuffer() {
   driver_.cuMemFree(ptr_);
 }
 
-// Released scratch buffers by size. The device's kernels run in submission order on its
-// stream, so a buffer one run released is free for the next run's launches (the transfer
-// stream's copies are not ordered so: their callers keep their buffers until the copies' fences).
-struct CudaDevice::ScratchPool {
-  static constexpr std::size_t keep_bytes = std::size_t{1} << 30;  // released beyond this are freed
-  std::mutex mutex;
-  std::multimap<std::size_t, std::shared_ptr<CudaBuffer>> free;
-  std::size_t cached = 0;
-};
-
 CudaDevice::CudaDevice(CUdevice device, DeviceInfo info)
     : driver_(*driver()), device_(device), info_(std::move(info)), scratch_(std::make_shared<ScratchPool>()) {
   check(driver_.cuDevicePrimaryCtxRetain(&ctx_, device_), "cuDevicePrimaryCtxRetain(" + info_.id() + ")");
@@ -152,26 +142,10 @@ std::shared_ptr<Buffer> CudaDevice::allocate(std::size_t bytes) {
   return std::make_shared<CudaBuffer>(driver_, ctx_, p, bytes);
 }
 
+// The stream runs this device's kernels in submission order (the transfer stream's copies are
+// not ordered so: their callers keep their buffers until the copies' fences).
 std::shared_ptr<Buffer> CudaDevice::scratch(std::size_t bytes) {
-  std::shared_ptr<CudaBuffer> b;
-  {
-    std::lock_guard lock(scratch_->mutex);
-    // The smallest released buffer that holds `bytes`, unless it would waste more than half.
-    auto it = scratch_->free.lower_bound(bytes);
-    if (it != scratch_->free.end() && it->first <= 2 * std::max<std::size_t>(bytes, 4096)) {
-      b = std::move(it->second);
-      scratch_->cached -= it->first;
-      scratch_->free.erase(it);
-    }
-  }
-  if (!b) b = std::static_pointer_cast<CudaBuffer>(allocate(bytes));
-  CudaBuffer* const raw = b.get();
-  return std::shared_ptr<Buffer>(raw, [pool = scratch_, b = std::move(b)](Buffer*) mutable {
-    std::lock_guard lock(pool->mutex);
-    if (pool->cached + b->bytes() > ScratchPool::keep_bytes) return;  // freed with the deleter
-    pool->cached += b->bytes();
-    pool->free.emplace(b->bytes(), std::move(b));
-  });
+  return scratch_->take(bytes, [this](std::size_t n) { return allocate(n); });
 }
 
 void CudaDevice::write(Buffer& dst, std::size_t offset, const void* src, std::size_t bytes) {

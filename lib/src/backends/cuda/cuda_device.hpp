@@ -22,6 +22,7 @@
 #include "backends/clc/clc_device.hpp"
 #include "backends/cuda/cuda_api.hpp"
 #include "backends/program_store.hpp"
+#include "core/scratch_pool.hpp"
 #include "ejk/device.hpp"
 
 namespace ejk::cuda {
@@ -196,7 +197,6 @@ class CudaDevice final : public CudaTarget {
 
  private:
   struct ModuleEntry;
-  struct ScratchPool;
   struct Source {
     std::string hash, text;            // of the translated text
     std::vector<std::string> options;  // what the translation needs

@@ -119,6 +119,10 @@ OpenCLDevice::~OpenCLDevice() {
   if (queue_) clFinish(queue_.get());
 }
 
+std::shared_ptr<Buffer> OpenCLDevice::scratch(std::size_t bytes) {
+  return scratch_->take(bytes, [this](std::size_t n) { return allocate(n); });
+}
+
 std::shared_ptr<Buffer> OpenCLDevice::allocate(std::size_t bytes) {
   if (info_.max_buffer && bytes > info_.max_buffer)
     throw ResourceError("allocating " + std::to_string(bytes) + " bytes on " + info_.id() + ": the largest buffer is " +

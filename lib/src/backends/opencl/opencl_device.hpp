@@ -22,6 +22,7 @@
 #include "backends/opencl/cl_error.hpp"
 #include "backends/opencl/cl_handle.hpp"
 #include "backends/program_store.hpp"
+#include "core/scratch_pool.hpp"
 #include "ejk/device.hpp"
 #include "ejk/tensor.hpp"
 
@@ -80,6 +81,10 @@ class OpenCLDevice final : public clc::Device {
 
   const DeviceInfo& info() const override { return info_; }
   std::shared_ptr<Buffer> allocate(std::size_t bytes) override;
+  // From a pool of this device's allocations (its queue runs kernels in submission order):
+  // drivers back a buffer on its first use, and NVIDIA's made each launch that first used a new
+  // scratch buffer tens of microseconds late, inside the timed span.
+  std::shared_ptr<Buffer> scratch(std::size_t bytes) override;
   void write(Buffer& dst, std::size_t offset, const void* src, std::size_t bytes) override;
   void read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) override;
   using Device::copy;
@@ -146,6 +151,7 @@ class OpenCLDevice final : public clc::Device {
   QueueHandle queue_;
   QueueHandle transfer_;  // upload and download, beside queue_
   bool hardware_fma_ = false;
+  std::shared_ptr<ScratchPool> scratch_ = std::make_shared<ScratchPool>();  // shared with the buffers handed out
   // Program binaries kept across processes; by default for every device but CPUs, whose
   // drivers keep their own and whose code depends on settings outside the fingerprint.
   std::optional<ProgramStore> store_;
