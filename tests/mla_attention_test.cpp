@@ -110,6 +110,17 @@ TEST_P(MlaAttention, DecodeAtDeepSeekWidths) {
   EXPECT_LE(r.error, r.tolerance);
 }
 
+// Odd latent and value widths (weights read two columns a load where rows are of even length,
+// one otherwise) and a batch that is not a multiple of the four sequences a group takes.
+TEST_P(MlaAttention, OddWidthsMatchTheReference) {
+  Context ctx(GetParam());
+  DecodeCase c{.heads = 3, .nope = 17, .rope = 6, .rank = 45, .v_dim = 19, .lens = {23, 9, 40, 5, 12}};
+  for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+    const Result r = check(ctx, build(ctx, c, t, 13));
+    EXPECT_LE(r.error, r.tolerance) << to_string(t);
+  }
+}
+
 TEST_P(MlaAttention, EveryConfigOfASmallSpaceAgrees) {
   Context ctx(GetParam());
   DecodeCase c{.heads = 2, .block_size = 8, .lens = {29, 5}};
