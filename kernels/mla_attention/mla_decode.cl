@@ -2,8 +2,9 @@
 //
 // Compile-time (-D): THREADS (work-items per group), HG (heads per group), BLOCK_N (cache rows
 // per staged tile), RANK (kv_lora_rank), ROPE (rope_dim), ROWS (sequences of an absorb or
-// combine group), STAGE16 (1: the storage is 16-bit and tiles are staged as stored, half the
-// local memory of f32, so twice the heads or rows fit).
+// combine group), AC (latent columns of an absorb group, dividing THREADS), VC (columns of out
+// of a combine group, dividing THREADS), STAGE16 (1: the storage is 16-bit and tiles are staged
+// as stored, half the local memory of f32, so twice the heads or rows fit).
 // Everything else is a kernel argument, the storage dtype included (0 f32, 1 f16, 2 bf16), so
 // one program serves f16 and bf16.
 // Buffers of the storage dtype are passed as 16-bit words (read as floats where f32) and go
@@ -44,7 +45,6 @@ float load_w(const __global ushort* p, int i, int dtype) { return ((const __glob
 // 16 rows of w_kc of each chunk of nope_dim (short chains of loads, many groups; a work-item's
 // elements of w_kc read once for ROWS sequences), and the slices' sums meet in local memory in
 // a fixed order.
-#define AC 32                    // latent columns of an absorb group
 #define SL (THREADS / AC)        // slices of nope_dim a chunk
 #define DCH (16 * SL)            // nope_dim columns a chunk
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mla_absorb(
@@ -212,7 +212,6 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mla_attend(
 // work-item's elements of w_vc read once for the group's ROWS sequences and each column summed by
 // THREADS / VC work-items over slices of the latent rank (short chains of loads of w_vc, many
 // groups). Context 0 leaves every part empty (sum 0) and gives 0.
-#define VC 32
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mla_combine(
     const __global float* part_o, const __global float* part_ml, const __global ushort* wv16,
     __global ushort* out16, int batch, int heads, int splits, int v_dim, int dtype) {
@@ -238,12 +237,15 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void mla_combine(
     }
   }
   barrier(CLK_LOCAL_MEM_FENCE);
-  for (int e = lid; e < rows * RANK; e += THREADS) {
+  // Rows past the batch are zeros: the projection below runs over every row of o_s.
+  for (int e = lid; e < ROWS * RANK; e += THREADS) {
     const int r = e / RANK, c = e - r * RANK;
-    const __global float* po = part_o + (size_t)((b0 + r) * heads + h) * splits * RANK + c;
     float o = 0.f;
+    if (r < rows) {
+      const __global float* po = part_o + (size_t)((b0 + r) * heads + h) * splits * RANK + c;
 #pragma unroll 8
-    for (int s = 0; s < splits; ++s) o = mad(red[r * splits + s], po[s * RANK], o);
+      for (int s = 0; s < splits; ++s) o = mad(red[r * splits + s], po[s * RANK], o);
+    }
     o_s[e] = o;
   }
   barrier(CLK_LOCAL_MEM_FENCE);

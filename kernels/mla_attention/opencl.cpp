@@ -1,9 +1,9 @@
 // mla_decode on OpenCL: mla_decode.cl's three kernels, enqueued in order on the device's queue.
-//   mla_absorb   one group per (32 latent columns, head, ROWS sequences): q_lat = q_nope . w_kc,
+//   mla_absorb   one group per (AC latent columns, head, ROWS sequences): q_lat = q_nope . w_kc,
 //                scaled into the log2 domain, q_pe appended (f32 scratch);
 //   mla_attend   one group per (part of the context, group of heads, sequence): split-K over the
 //                context, each staged tile of cache rows shared by the group's heads;
-//   mla_combine  one group per (head, ROWS sequences, 32 columns of out): parts merged by
+//   mla_combine  one group per (head, ROWS sequences, VC columns of out): parts merged by
 //                log-sum-exp, then o_lat . w_vc.
 // The absorb and combine groups take ROWS sequences each so that w_kc and w_vc are read once for
 // ROWS sequences, not once for each (at DeepSeek-V3 widths 128 KiB a head).
@@ -198,6 +198,10 @@ class OpenCLMlaDecode final : public clc::Implementation {
     std::int64_t rows = 4;
     while (rows > 1 && rows * (p.rank + threads) * 4 > static_cast<std::int64_t>(dev.info().local_mem)) rows /= 2;
     def("ROWS", rows);
+    // Latent columns of an absorb group and columns of out of a combine group (a warp's width).
+    constexpr std::int64_t absorb_cols = 32, combine_cols = 32;
+    def("AC", absorb_cols);
+    def("VC", combine_cols);
     auto absorb = dev.kernel(source_key, options, "mla_absorb");
     auto combine = dev.kernel(source_key, options, "mla_combine");
     std::shared_ptr<clc::Kernel> attend;
@@ -219,7 +223,7 @@ class OpenCLMlaDecode final : public clc::Implementation {
     const auto t = static_cast<std::size_t>(threads);
     const auto row_groups = static_cast<std::size_t>(ceil_div(p.batch, rows));
     dev.launch(*absorb,
-               clc::Range(static_cast<std::size_t>(ceil_div(p.rank, 32)) * t, static_cast<std::size_t>(p.heads),
+               clc::Range(static_cast<std::size_t>(ceil_div(p.rank, absorb_cols)) * t, static_cast<std::size_t>(p.heads),
                           row_groups),
                clc::Range(t, 1, 1), args[arg::q_nope], args[arg::q_pe], args[arg::w_kc], *qs,
                static_cast<int>(p.batch), static_cast<int>(p.heads), static_cast<int>(p.nope_dim),
@@ -241,10 +245,10 @@ class OpenCLMlaDecode final : public clc::Implementation {
                  static_cast<int>(p.max_blocks), static_cast<int>(splits), dtype);
     }
     dev.launch(*combine,
-               clc::Range(static_cast<std::size_t>(p.heads) * t, row_groups, static_cast<std::size_t>(ceil_div(p.v_dim, 32))),
-               clc::Range(t, 1, 1), *part_o,
-               *part_ml, args[arg::w_vc], args[arg::out], static_cast<int>(p.batch), static_cast<int>(p.heads),
-               static_cast<int>(splits), static_cast<int>(p.v_dim), dtype);
+               clc::Range(static_cast<std::size_t>(p.heads) * t, row_groups,
+                          static_cast<std::size_t>(ceil_div(p.v_dim, combine_cols))),
+               clc::Range(t, 1, 1), *part_o, *part_ml, args[arg::w_vc], args[arg::out], static_cast<int>(p.batch),
+               static_cast<int>(p.heads), static_cast<int>(splits), static_cast<int>(p.v_dim), dtype);
   }
 };
 
