@@ -135,8 +135,12 @@ Measurement classify(const Config& c, const std::exception_ptr& e, std::string_v
 }
 
 Bench::Bench(const Invocation& inv, const Implementation& impl, Device& device, BenchSettings settings)
+    : Bench(inv, Registry::global().kernel(inv.kernel), impl, device, std::move(settings)) {}
+
+Bench::Bench(const Invocation& inv, const Kernel& kernel, const Implementation& impl, Device& device,
+             BenchSettings settings)
     : inv_(inv),
-      kernel_(Registry::global().kernel(inv.kernel)),
+      kernel_(kernel),
       impl_(impl),
       device_(device),
       settings_(std::move(settings)) {
@@ -469,8 +473,28 @@ double Bench::time_once(const Config& c) {
   next_set_ = (next_set_ + 1) % sets_.size();
   if (scratch_.size() == 2) device_.copy(scratch_[0].buffer(), scratch_[1].buffer(), scratch_[0].bytes());
   double t = device_.time_ns([&] { impl_.run(inv_, c, set.args, device_); });
+  last_run_ = Clock::now();
   restore(set);
   return t;
+}
+
+std::string Bench::spin_up(const Config& c) {
+  if (device_.info().cpu) return "";
+  if (last_run_ && seconds_since(*last_run_) < spin_idle_seconds) return "";
+  const auto s0 = Clock::now();
+  double first = 0, previous = 0;
+  while (seconds_since(s0) < spin_max_seconds) {
+    std::vector<double> window;
+    const auto w0 = Clock::now();
+    do window.push_back(time_once(c));
+    while (seconds_since(w0) < spin_window_seconds);
+    const double now = median(window);
+    if (first == 0) first = now;
+    const bool settled = previous > 0 && now > 0.98 * previous;
+    previous = now;
+    if (settled && seconds_since(s0) >= spin_min_seconds) break;
+  }
+  return "spin-up (runs from " + format_g(first / 1e3) + " to " + format_g(previous / 1e3) + " us)";
 }
 
 Measurement Bench::measure(const Config& c, double best_ns) {
@@ -511,6 +535,9 @@ Measurement Bench::measure(const Config& c, double best_ns) {
   const TimingOptions& t = settings_.timing;
   std::vector<double> samples;
   try {
+    // A first run on a rested device says nothing about the candidate.
+    if (!last_run_ || seconds_since(*last_run_) >= spin_idle_seconds) first = 0;
+    if (const std::string spun = spin_up(c); !spun.empty()) phases.next(spun);
     if (best_ns > 0 && first > t.abandon_ratio * best_ns) {
       // One more sample confirms it, so a single preempted run on a busy machine does not
       // condemn a good candidate.
@@ -568,6 +595,11 @@ void Bench::rerank(const std::vector<Config>& configs, int rounds, std::vector<s
     }
   };
   // One untimed run each, so the first round does not pay for whatever the search ran last.
+  if (!configs.empty()) try {
+      (void)spin_up(configs.front());
+    } catch (const std::exception&) {
+      // The config's own attempt below records the failure.
+    }
   for (std::size_t i = 0; i < configs.size(); ++i) attempt(i, false);
   for (int r = 0; r < rounds; ++r)
     for (std::size_t k = 0; k < configs.size(); ++k) attempt(r % 2 == 0 ? k : configs.size() - 1 - k, true);

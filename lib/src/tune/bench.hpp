@@ -3,6 +3,7 @@
 // validation against the reference (or a trusted config's output kept on the device),
 // canaries, timing on the device clock.
 #include <cstdint>
+#include <chrono>
 #include <exception>
 #include <optional>
 #include <string>
@@ -45,6 +46,8 @@ class Bench {
   // Allocates the input sets and writes the inputs; the reference (or trusted output) is
   // computed on the first measure().
   Bench(const Invocation& inv, const Implementation& impl, Device& device, BenchSettings settings);
+  // The same for a kernel outside the global registry.
+  Bench(const Invocation& inv, const Kernel& kernel, const Implementation& impl, Device& device, BenchSettings settings);
   Bench(const Bench&) = delete;
   Bench& operator=(const Bench&) = delete;
 
@@ -89,12 +92,24 @@ class Bench {
   void keep_outputs();
   void restore(const Set& set);
   double time_once(const Config& c);
+  // GPUs lower their clocks when idle and raise them only under sustained load, so a candidate
+  // timed on a device that has rested runs several times slower than it will in use (a GEMM on
+  // an H200 at 345 MHz instead of 1980 ran 5x slower). When the device has been idle longer
+  // than spin_idle_seconds (or never ran here), c runs back to back in windows of
+  // spin_window_seconds, for at least spin_min_seconds and then until a window's median is no
+  // more than 2% faster than the one before, for at most spin_max_seconds. Devices on the host's
+  // CPU (the cpu backend, PoCL, lavapipe) are left alone. Returns what it did for the tuning log
+  // ("" when nothing).
+  std::string spin_up(const Config& c);
+  static constexpr double spin_idle_seconds = 2.0, spin_window_seconds = 0.05, spin_min_seconds = 0.3,
+                          spin_max_seconds = 3.0;
 
   Invocation inv_;
   const Kernel& kernel_;
   const Implementation& impl_;
   Device& device_;
   BenchSettings settings_;
+  std::optional<std::chrono::steady_clock::time_point> last_run_;  // end of the last timed run
   std::vector<Role> roles_;
   std::vector<std::string> names_;
   std::vector<std::size_t> spare_;                 // canary bytes after each argument

@@ -1,0 +1,69 @@
+// Timing waits for a rested GPU to raise its clocks: a device that runs slowly until it has been
+// busy for a while (as GPUs do at rest) is timed at its fast speed, by the tuner and by
+// `ejk run`'s measure alike (both time through tuning::Bench).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <optional>
+
+#include "select_support.hpp"
+#include "tune/bench.hpp"
+
+namespace ejk {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Runs take `slow` ns until the device has been busy (no gap over `rest`) for `ramp`, then `fast`.
+class GovernedDevice final : public Device {
+ public:
+  GovernedDevice(DeviceInfo info, Clock::duration ramp) : info_(std::move(info)), ramp_(ramp) {}
+  const DeviceInfo& info() const override { return info_; }
+  std::shared_ptr<Buffer> allocate(std::size_t bytes) override { return std::make_shared<Buffer>(bytes); }
+  void write(Buffer&, std::size_t, const void*, std::size_t) override {}
+  void read(const Buffer&, std::size_t, void*, std::size_t) override {}
+  using Device::copy;
+  void copy(const Buffer&, std::size_t, Buffer&, std::size_t, std::size_t) override {}
+  void synchronize() override {}
+  double time_ns(const std::function<void()>& work) override {
+    work();
+    const auto now = Clock::now();
+    if (!last_ || now - *last_ > rest) busy_since_ = now;
+    last_ = now;
+    return now - busy_since_ >= ramp_ ? fast : slow;
+  }
+  static constexpr double slow = 5000, fast = 1000;
+  static constexpr auto rest = std::chrono::milliseconds(200);
+
+ private:
+  DeviceInfo info_;
+  Clock::duration ramp_;
+  std::optional<Clock::time_point> last_;
+  Clock::time_point busy_since_;
+};
+
+tuning::BenchSettings unchecked() {
+  tuning::BenchSettings s;
+  s.validate = false;
+  return s;
+}
+
+TEST(SpinUp, ARestedGpuIsTimedAtItsSpeedInUse) {
+  auto reg = test::probe_registry();
+  const Invocation inv = test::probe(64);
+  const Implementation& impl = reg->implementation(inv, test::fake_info());
+  DeviceInfo gpu = test::fake_info();
+  gpu.backend = Backend::opencl;
+  gpu.discrete = true;
+  GovernedDevice device(gpu, std::chrono::milliseconds(150));
+  tuning::Bench bench(inv, reg->kernel("probe"), impl, device, unchecked());
+  const Measurement m = bench.measure(test::cfg(4, 1), 0);
+  ASSERT_EQ(m.status, Status::ok) << m.message;
+  EXPECT_EQ(m.stats.median_ns, GovernedDevice::fast) << "timed before the device came up to speed";
+  // A second candidate right after finds the device busy and is timed as it is.
+  const Measurement next = bench.measure(test::cfg(8, 1), 0);
+  EXPECT_EQ(next.stats.median_ns, GovernedDevice::fast);
+}
+
+}  // namespace
+}  // namespace ejk
