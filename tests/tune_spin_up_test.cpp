@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <optional>
+#include <thread>
 
 #include "select_support.hpp"
 #include "tune/bench.hpp"
@@ -63,6 +64,15 @@ TEST(SpinUp, ARestedGpuIsTimedAtItsSpeedInUse) {
   // A second candidate right after finds the device busy and is timed as it is.
   const Measurement next = bench.measure(test::cfg(8, 1), 0);
   EXPECT_EQ(next.stats.median_ns, GovernedDevice::fast);
+  // One after a pause (host-side checks, a program build) that let the device slow down again.
+  std::this_thread::sleep_for(GovernedDevice::rest + std::chrono::milliseconds(50));
+  const Measurement later = bench.measure(test::cfg(2, 1), 0);
+  EXPECT_EQ(later.stats.median_ns, GovernedDevice::fast) << "timed before the device came back up to speed";
+  // Nor is it abandoned for its first run at the slow speed.
+  std::this_thread::sleep_for(GovernedDevice::rest + std::chrono::milliseconds(50));
+  const Measurement after = bench.measure(test::cfg(16, 1), GovernedDevice::fast);
+  EXPECT_EQ(after.stats.median_ns, GovernedDevice::fast) << after.message;
+  EXPECT_GE(after.stats.n, 5) << after.message;
 }
 
 }  // namespace

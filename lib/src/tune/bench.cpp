@@ -478,23 +478,25 @@ double Bench::time_once(const Config& c) {
   return t;
 }
 
-std::string Bench::spin_up(const Config& c) {
-  if (device_.info().cpu) return "";
-  if (last_run_ && seconds_since(*last_run_) < spin_idle_seconds) return "";
+std::optional<Bench::SpinUp> Bench::spin_up(const Config& c) {
+  if (device_.info().cpu) return std::nullopt;
+  if (last_run_ && seconds_since(*last_run_) < spin_idle_seconds) return std::nullopt;
   const auto s0 = Clock::now();
-  double first = 0, previous = 0;
+  SpinUp out;
+  double previous = 0;
   while (seconds_since(s0) < spin_max_seconds) {
     std::vector<double> window;
     const auto w0 = Clock::now();
     do window.push_back(time_once(c));
     while (seconds_since(w0) < spin_window_seconds);
     const double now = median(window);
-    if (first == 0) first = now;
+    if (out.first_ns == 0) out.first_ns = now;
     const bool settled = previous > 0 && now > 0.98 * previous;
     previous = now;
     if (settled && seconds_since(s0) >= spin_min_seconds) break;
   }
-  return "spin-up (runs from " + format_g(first / 1e3) + " to " + format_g(previous / 1e3) + " us)";
+  out.settled_ns = previous;
+  return out;
 }
 
 Measurement Bench::measure(const Config& c, double best_ns) {
@@ -536,8 +538,11 @@ Measurement Bench::measure(const Config& c, double best_ns) {
   std::vector<double> samples;
   try {
     // A first run on a rested device says nothing about the candidate.
-    if (!last_run_ || seconds_since(*last_run_) >= spin_idle_seconds) first = 0;
-    if (const std::string spun = spin_up(c); !spun.empty()) phases.next(spun);
+    // After a spin-up its settled speed, not the first run's, decides abandonment.
+    if (const auto spun = spin_up(c)) {
+      first = spun->settled_ns;
+      phases.next("spin-up (runs from " + format_g(spun->first_ns / 1e3) + " to " + format_g(spun->settled_ns / 1e3) + " us)");
+    }
     if (best_ns > 0 && first > t.abandon_ratio * best_ns) {
       // One more sample confirms it, so a single preempted run on a busy machine does not
       // condemn a good candidate.

@@ -92,16 +92,20 @@ class Bench {
   void keep_outputs();
   void restore(const Set& set);
   double time_once(const Config& c);
-  // GPUs lower their clocks when idle and raise them only under sustained load, so a candidate
-  // timed on a device that has rested runs several times slower than it will in use (a GEMM on
-  // an H200 at 345 MHz instead of 1980 ran 5x slower). When the device has been idle longer
-  // than spin_idle_seconds (or never ran here), c runs back to back in windows of
-  // spin_window_seconds, for at least spin_min_seconds and then until a window's median is no
-  // more than 2% faster than the one before, for at most spin_max_seconds. Devices on the host's
-  // CPU (the cpu backend, PoCL, lavapipe) are left alone. Returns what it did for the tuning log
-  // ("" when nothing).
-  std::string spin_up(const Config& c);
-  static constexpr double spin_idle_seconds = 2.0, spin_window_seconds = 0.05, spin_min_seconds = 0.3,
+  // GPUs lower their clocks when their load is light and raise them only after a stretch of
+  // sustained load: NVIDIA's Vulkan driver on an H200 dropped to 345 MHz between a tune's
+  // candidates (host-side checks and builds between short timings) and took 0.26-0.31 s of
+  // back-to-back runs to return to 1980, so candidates timed as they came ran 5x slower than in
+  // use. When the device has been idle longer than spin_idle_seconds since the last timed run
+  // (or nothing ran here yet), c runs back to back in windows of spin_window_seconds, for at
+  // least spin_min_seconds and then until a window's median is no more than 2% faster than the
+  // one before, for at most spin_max_seconds. Devices on the host's CPU (the cpu backend,
+  // PoCL, lavapipe) are left alone (nullopt), as is a device that has just run.
+  struct SpinUp {
+    double first_ns = 0, settled_ns = 0;  // medians of the first and the last window
+  };
+  std::optional<SpinUp> spin_up(const Config& c);
+  static constexpr double spin_idle_seconds = 0.1, spin_window_seconds = 0.05, spin_min_seconds = 0.35,
                           spin_max_seconds = 3.0;
 
   Invocation inv_;
