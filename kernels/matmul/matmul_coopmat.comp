@@ -8,11 +8,15 @@
 // fragments of LM x LN. Tiles of a and b, BK deep, go global -> registers (8 halves per load
 // where the leading dimension allows) -> shared memory, keeping their memory layout with 16
 // bytes of padding per row; fragments load from there row- or column-major as the transposes
-// say. With BUFFERS == 1 the next tiles are fetched into registers while the current ones are
-// multiplied (two barriers per step); with BUFFERS == 2 they go to the other shared buffer (one
-// barrier per step). Staging is bounds-checked and zero-filled, so any m, n, k works; results
-// go straight to memory where the fragment lies inside c, 16-byte aligned and beta == 0, and
-// through a per-subgroup shared scratch with per-element checks otherwise.
+// say. Vulkan has no asynchronous copy into shared memory, so the loads' latency hides behind
+// the multiplies of the tiles before them: AHEAD (1 or 2) sets of registers hold the next tiles
+// in flight, the load of tile t + AHEAD issued before tile t is multiplied. With BUFFERS == 1
+// a tile is stored to shared memory between two barriers; with BUFFERS == 2 into the other
+// buffer while this one is read (one barrier per step). GROUP_M > 1 walks the tiles of c in
+// bands of GROUP_M tile rows, column by column within a band, so the workgroups running together
+// share their a and b tiles in L2. Staging is bounds-checked and zero-filled, so any m, n, k
+// works; results go straight to memory where the fragment lies inside c, 16-byte aligned and
+// beta == 0, and through a per-subgroup shared scratch with per-element checks otherwise.
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -35,6 +39,8 @@ layout(constant_id = 12) const uint VEC = 8;  // halves per global load: 1, 2, 4
 layout(constant_id = 13) const uint BUFFERS = 1;
 layout(constant_id = 14) const uint TRANS_A = 0;
 layout(constant_id = 15) const uint TRANS_B = 0;
+layout(constant_id = 16) const uint AHEAD = 1;    // tiles loaded ahead of the one multiplied
+layout(constant_id = 17) const uint GROUP_M = 1;  // tile rows of a band of c (1: row by row)
 
 const uint THREADS = SG * SG_M * SG_N;
 const uint TM = SG_M * FM * LM;
@@ -74,8 +80,10 @@ layout(binding = 1) readonly buffer B8 { uvec4 b8[]; };
 layout(binding = 2) buffer C1 { uint16_t c1[]; };
 layout(binding = 2) buffer CH { float16_t ch[]; };
 
-uvec4 ra[UA];
-uvec4 rb[UB];
+// Two register sets for tiles in flight (the second only used with AHEAD == 2), named rather
+// than indexed so that they stay in registers.
+uvec4 ra0[UA], ra1[UA];
+uvec4 rb0[UB], rb1[UB];
 uint tid, m0, n0, abase, bbase;
 
 // Eight halves from element e on, `valid` of them inside the operand (the space only offers
@@ -124,37 +132,59 @@ uvec4 load8_b(uint e, uint valid) {
 
 uint valid8(uint row, uint col, uint rows, uint cols) { return row < rows && col < cols ? min(8u, cols - col) : 0u; }
 
-void load_tiles(uint k0) {
-  [[unroll]] for (uint i = 0; i < UA; ++i) {
-    uint u = tid + i * THREADS;
-    uint r = u / (A_COLS / 8), c = (u % (A_COLS / 8)) * 8;
-    uint row = TRANS_A == 0 ? m0 + r : k0 + r;
-    uint col = TRANS_A == 0 ? k0 + c : m0 + c;
-    uint rows = TRANS_A == 0 ? pc.m : pc.k;
-    uint cols = TRANS_A == 0 ? pc.k : pc.m;
-    ra[i] = load8_a(abase + row * cols + col, valid8(row, col, rows, cols));
+#define LOAD_TILES(NAME, RA, RB)                                                      \
+  void NAME(uint k0) {                                                                \
+    [[unroll]] for (uint i = 0; i < UA; ++i) {                                        \
+      uint u = tid + i * THREADS;                                                     \
+      uint r = u / (A_COLS / 8), c = (u % (A_COLS / 8)) * 8;                          \
+      uint row = TRANS_A == 0 ? m0 + r : k0 + r;                                      \
+      uint col = TRANS_A == 0 ? k0 + c : m0 + c;                                      \
+      uint rows = TRANS_A == 0 ? pc.m : pc.k;                                         \
+      uint cols = TRANS_A == 0 ? pc.k : pc.m;                                         \
+      RA[i] = load8_a(abase + row * cols + col, valid8(row, col, rows, cols));        \
+    }                                                                                 \
+    [[unroll]] for (uint i = 0; i < UB; ++i) {                                        \
+      uint u = tid + i * THREADS;                                                     \
+      uint r = u / (B_COLS / 8), c = (u % (B_COLS / 8)) * 8;                          \
+      uint row = TRANS_B == 0 ? k0 + r : n0 + r;                                      \
+      uint col = TRANS_B == 0 ? n0 + c : k0 + c;                                      \
+      uint rows = TRANS_B == 0 ? pc.k : pc.n;                                         \
+      uint cols = TRANS_B == 0 ? pc.n : pc.k;                                         \
+      RB[i] = load8_b(bbase + row * cols + col, valid8(row, col, rows, cols));        \
+    }                                                                                 \
   }
-  [[unroll]] for (uint i = 0; i < UB; ++i) {
-    uint u = tid + i * THREADS;
-    uint r = u / (B_COLS / 8), c = (u % (B_COLS / 8)) * 8;
-    uint row = TRANS_B == 0 ? k0 + r : n0 + r;
-    uint col = TRANS_B == 0 ? n0 + c : k0 + c;
-    uint rows = TRANS_B == 0 ? pc.k : pc.n;
-    uint cols = TRANS_B == 0 ? pc.n : pc.k;
-    rb[i] = load8_b(bbase + row * cols + col, valid8(row, col, rows, cols));
+
+#define STORE_TILES(NAME, RA, RB)                                                     \
+  void NAME(uint buf) {                                                               \
+    uint a0 = buf * STAGE, b0 = buf * STAGE + A_VEC4;                                 \
+    [[unroll]] for (uint i = 0; i < UA; ++i) {                                        \
+      uint u = tid + i * THREADS;                                                     \
+      smem[a0 + (u / (A_COLS / 8)) * (A_STRIDE / 8) + u % (A_COLS / 8)] = RA[i];      \
+    }                                                                                 \
+    [[unroll]] for (uint i = 0; i < UB; ++i) {                                        \
+      uint u = tid + i * THREADS;                                                     \
+      smem[b0 + (u / (B_COLS / 8)) * (B_STRIDE / 8) + u % (B_COLS / 8)] = RB[i];      \
+    }                                                                                 \
   }
+
+LOAD_TILES(load_tiles0, ra0, rb0)
+LOAD_TILES(load_tiles1, ra1, rb1)
+STORE_TILES(store_tiles0, ra0, rb0)
+STORE_TILES(store_tiles1, ra1, rb1)
+
+// Tile t's registers: set t % AHEAD.
+void load_tiles(uint t) {
+  if (AHEAD == 2 && t % 2 == 1)
+    load_tiles1(t * BK);
+  else
+    load_tiles0(t * BK);
 }
 
-void store_tiles(uint buf) {
-  uint a0 = buf * STAGE, b0 = buf * STAGE + A_VEC4;
-  [[unroll]] for (uint i = 0; i < UA; ++i) {
-    uint u = tid + i * THREADS;
-    smem[a0 + (u / (A_COLS / 8)) * (A_STRIDE / 8) + u % (A_COLS / 8)] = ra[i];
-  }
-  [[unroll]] for (uint i = 0; i < UB; ++i) {
-    uint u = tid + i * THREADS;
-    smem[b0 + (u / (B_COLS / 8)) * (B_STRIDE / 8) + u % (B_COLS / 8)] = rb[i];
-  }
+void store_tiles(uint t, uint buf) {
+  if (AHEAD == 2 && t % 2 == 1)
+    store_tiles1(buf);
+  else
+    store_tiles0(buf);
 }
 
 fcoopmatNV<32, gl_ScopeSubgroup, LM, LN> acc[FM][FN];
@@ -186,35 +216,39 @@ void main() {
   tid = gl_LocalInvocationID.x;
   uint sm = gl_SubgroupID / SG_N, sn = gl_SubgroupID % SG_N;
   uint z = gl_WorkGroupID.z + pc.group_z;
-  m0 = (gl_WorkGroupID.y + pc.group_y) * TM;
-  n0 = (gl_WorkGroupID.x + pc.group_x) * TN;
+  uint tile_m = gl_WorkGroupID.y + pc.group_y, tile_n = gl_WorkGroupID.x + pc.group_x;
+  // Banding needs the whole grid of tiles in one dispatch (the host splits only past the
+  // device's workgroup counts).
+  if (GROUP_M > 1 && pc.group_x == 0 && pc.group_y == 0) {
+    uint nx = gl_NumWorkGroups.x, ny = gl_NumWorkGroups.y;
+    uint linear = gl_WorkGroupID.y * nx + gl_WorkGroupID.x, band = GROUP_M * nx;
+    uint first = linear / band * GROUP_M, height = min(ny - first, GROUP_M);
+    tile_m = first + linear % band % height;
+    tile_n = linear % band / height;
+  }
+  m0 = tile_m * TM;
+  n0 = tile_n * TN;
   abase = z * pc.stride_a;
   bbase = z * pc.stride_b;
   [[unroll]] for (uint i = 0; i < FM; ++i)
     [[unroll]] for (uint j = 0; j < FN; ++j) acc[i][j] = fcoopmatNV<32, gl_ScopeSubgroup, LM, LN>(0.0);
 
+  // Step t: tile t is in shared buffer t % BUFFERS, tiles t + 1 .. t + AHEAD - 1 are in flight
+  // in registers; tile t + AHEAD is loaded into the set tile t left, then tile t is multiplied
+  // and tile t + 1 stored.
   uint tiles = (pc.k + BK - 1) / BK;
-  if (BUFFERS == 1) {
-    if (tiles > 0) load_tiles(0);
-    for (uint t = 0; t < tiles; ++t) {
-      barrier();
-      store_tiles(0);
-      barrier();
-      if (t + 1 < tiles) load_tiles((t + 1) * BK);
-      multiply(0, sm, sn);
-    }
-  } else {
-    if (tiles > 0) {
-      load_tiles(0);
-      store_tiles(0);
+  [[unroll]] for (uint t = 0; t < AHEAD; ++t)
+    if (t < tiles) load_tiles(t);
+  if (tiles > 0) store_tiles(0, 0);
+  barrier();
+  for (uint t = 0; t < tiles; ++t) {
+    if (t + AHEAD < tiles) load_tiles(t + AHEAD);
+    multiply(BUFFERS == 2 ? t % 2 : 0, sm, sn);
+    if (t + 1 < tiles) {
+      if (BUFFERS == 1) barrier();
+      store_tiles(t + 1, BUFFERS == 2 ? (t + 1) % 2 : 0);
     }
     barrier();
-    for (uint t = 0; t < tiles; ++t) {
-      if (t + 1 < tiles) load_tiles((t + 1) * BK);
-      multiply(t & 1, sm, sn);
-      if (t + 1 < tiles) store_tiles((t + 1) & 1);
-      barrier();
-    }
   }
   barrier();  // every fragment load is done: the scratch may reuse the staging buffers
 
