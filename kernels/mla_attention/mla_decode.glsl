@@ -20,6 +20,11 @@ layout(constant_id = 6) const uint ROPE = 16;     // rope_dim
 // 1 (16-bit modules, even row width): tiles are staged as stored, two elements a word, half the
 // shared memory of f32, so twice the heads or rows fit.
 layout(constant_id = 7) const uint STAGE16 = 0;
+// Sequences of an absorb or combine group, latent columns of an absorb group and columns of out
+// of a combine group (AC and VC divide the workgroup size).
+layout(constant_id = 8) const uint ROWS = 1;
+layout(constant_id = 9) const uint AC = 32;
+layout(constant_id = 10) const uint VC = 32;
 
 const uint THREADS = gl_WorkGroupSize.x;
 const uint WIDTH = RANK + ROPE;   // a cache row: c_kv | k_pe
@@ -34,6 +39,7 @@ layout(push_constant) uniform Push {
   uint heads, nope_dim, block_size, max_blocks;
   uint splits, v_dim, dtype;
   float scale;
+  uint batch;
 } pc;
 
 #if ELEM16
@@ -47,38 +53,54 @@ layout(push_constant) uniform Push {
 #endif
 
 #if PASS == MLA_ABSORB
-// qs[bh] = softmax_scale * log2(e) * [q_nope[bh] . w_kc[h] | q_pe[bh]], one group per (h, b).
+// qs[bh] = softmax_scale * log2(e) * [q_nope[bh] . w_kc[h] | q_pe[bh]]. One group per (AC latent
+// columns, head, ROWS sequences): each of the group's THREADS / AC slices sums 16 rows of w_kc
+// of each chunk of nope_dim (short chains of loads, many groups; an invocation's elements of
+// w_kc read once for ROWS sequences), and the slices' sums meet in shared memory in a fixed
+// order.
 layout(binding = 0) readonly buffer QN { ELEM q_nope[]; };
 layout(binding = 1) readonly buffer QP { ELEM q_pe[]; };
 layout(binding = 2) readonly buffer WK { ELEM w_kc[]; };
 layout(binding = 3) writeonly buffer QS { float qs[]; };
-shared float q[256];
+const uint SL = THREADS / AC;  // slices of nope_dim a chunk
+const uint DCH = 16 * SL;      // nope_dim columns a chunk
+shared float q[ROWS * DCH];
+shared float red[SL * ROWS * AC];
 
 void main() {
-  const uint h = gl_WorkGroupID.x, bh = gl_WorkGroupID.y * pc.heads + h, lid = gl_LocalInvocationID.x;
-  const float s = pc.scale * LOG2E;
-  float acc[COLS];
-  [[unroll]] for (uint i = 0; i < COLS; ++i) acc[i] = 0.0;
-  for (uint d0 = 0; d0 < pc.nope_dim; d0 += 256) {
-    const uint n = min(256u, pc.nope_dim - d0);
+  const uint lid = gl_LocalInvocationID.x, col = lid % AC, sl = lid / AC, c = gl_WorkGroupID.x * AC + col;
+  const uint h = gl_WorkGroupID.y, b0 = gl_WorkGroupID.z * ROWS, rows = min(ROWS, pc.batch - b0);
+  float acc[ROWS];
+  [[unroll]] for (uint r = 0; r < ROWS; ++r) acc[r] = 0.0;
+  for (uint d0 = 0; d0 < pc.nope_dim; d0 += DCH) {
     barrier();
-    for (uint d = lid; d < n; d += THREADS) q[d] = LOAD(q_nope, bh * pc.nope_dim + d0 + d);
+    for (uint e = lid; e < ROWS * DCH; e += THREADS) {
+      const uint r = e / DCH, d = d0 + e - r * DCH;
+      q[e] = r < rows && d < pc.nope_dim ? LOAD(q_nope, ((b0 + r) * pc.heads + h) * pc.nope_dim + d) : 0.0;
+    }
     barrier();
-    [[unroll]] for (uint i = 0; i < COLS; ++i) {
-      const uint c = lid + i * THREADS;
-      if (c < RANK) {
-        const uint w0 = (h * pc.nope_dim + d0) * RANK + c;
-        float a = acc[i];
-        for (uint d = 0; d < n; ++d) a = fma(q[d], LOAD(w_kc, w0 + d * RANK), a);
-        acc[i] = a;
+    [[unroll]] for (uint i = 0; i < 16; ++i) {
+      const uint dq = sl * 16 + i, d = d0 + dq;
+      if (c < RANK && d < pc.nope_dim) {
+        const float w = LOAD(w_kc, (h * pc.nope_dim + d) * RANK + c);
+        [[unroll]] for (uint r = 0; r < ROWS; ++r) acc[r] = fma(q[r * DCH + dq], w, acc[r]);
       }
     }
   }
-  [[unroll]] for (uint i = 0; i < COLS; ++i) {
-    const uint c = lid + i * THREADS;
-    if (c < RANK) qs[bh * WIDTH + c] = acc[i] * s;
+  [[unroll]] for (uint r = 0; r < ROWS; ++r) red[(sl * ROWS + r) * AC + col] = acc[r];
+  barrier();
+  const float s = pc.scale * LOG2E;
+  for (uint e = lid; e < rows * AC; e += THREADS) {
+    const uint r = e / AC, cc = gl_WorkGroupID.x * AC + e - r * AC;
+    float sum = 0.0;
+    for (uint i = 0; i < SL; ++i) sum += red[(i * ROWS + r) * AC + e - r * AC];
+    if (cc < RANK) qs[((b0 + r) * pc.heads + h) * WIDTH + cc] = sum * s;
   }
-  for (uint c = lid; c < ROPE; c += THREADS) qs[bh * WIDTH + RANK + c] = s * LOAD(q_pe, bh * ROPE + c);
+  if (gl_WorkGroupID.x == 0)
+    for (uint e = lid; e < rows * ROPE; e += THREADS) {
+      const uint r = e / ROPE, bh = (b0 + r) * pc.heads + h;
+      qs[bh * WIDTH + RANK + e - r * ROPE] = s * LOAD(q_pe, bh * ROPE + e - r * ROPE);
+    }
 }
 
 #elif PASS == MLA_ATTEND
@@ -218,37 +240,66 @@ void main() {
 }
 
 #elif PASS == MLA_COMBINE
-// One group per (h, b): the parts merged by their log-sum-exp into o_lat (shared memory), then
-// out = o_lat . w_vc[h]. Context 0 leaves every part empty (sum 0) and gives 0.
+// One group per (head, ROWS sequences, VC columns of out): each sequence's parts merged by their
+// log-sum-exp into o_lat (shared memory), then out = o_lat . w_vc[h] for the group's columns, an
+// invocation's elements of w_vc read once for the group's ROWS sequences and each column summed
+// by THREADS / VC invocations over slices of the latent rank. Context 0 leaves every part empty
+// (sum 0) and gives 0.
 layout(binding = 0) readonly buffer PartO { float part_o[]; };
 layout(binding = 1) readonly buffer PartML { float part_ml[]; };
 layout(binding = 2) readonly buffer WV { ELEM w_vc[]; };
 layout(binding = 3) writeonly buffer Out { ELEM out_[]; };
-shared float o_s[RANK];
+shared float o_s[ROWS * RANK];
+shared float red[ROWS * THREADS];
 
 void main() {
-  const uint h = gl_WorkGroupID.x, bh = gl_WorkGroupID.y * pc.heads + h, lid = gl_LocalInvocationID.x;
-  float mx = NEG_INF;
-  for (uint s = 0; s < pc.splits; ++s) mx = max(mx, part_ml[(bh * pc.splits + s) * 2]);
-  float total = 0.0;
-  for (uint s = 0; s < pc.splits; ++s) {
-    const float l = part_ml[(bh * pc.splits + s) * 2 + 1];
-    if (l > 0.0) total += exp2(part_ml[(bh * pc.splits + s) * 2] - mx) * l;
-  }
-  const float inv = total > 0.0 ? 1.0 / total : 0.0;
-  for (uint c = lid; c < RANK; c += THREADS) {
-    float o = 0.0;
+  const uint h = gl_WorkGroupID.x, b0 = gl_WorkGroupID.y * ROWS, lid = gl_LocalInvocationID.x;
+  const uint rows = min(ROWS, pc.batch - b0);
+  // Each sequence's parts' weights exp2(m - max) / sum into red (splits <= THREADS): 0 for an
+  // empty part, whose o_lat the attend pass wrote as zeros.
+  if (lid < rows) {
+    const uint bh = (b0 + lid) * pc.heads + h;
+    float mx = NEG_INF;
+    for (uint s = 0; s < pc.splits; ++s) mx = max(mx, part_ml[(bh * pc.splits + s) * 2]);
+    float total = 0.0;
     for (uint s = 0; s < pc.splits; ++s) {
       const float l = part_ml[(bh * pc.splits + s) * 2 + 1];
-      if (l > 0.0) o = fma(exp2(part_ml[(bh * pc.splits + s) * 2] - mx), part_o[(bh * pc.splits + s) * RANK + c], o);
+      if (l > 0.0) total += exp2(part_ml[(bh * pc.splits + s) * 2] - mx) * l;
     }
-    o_s[c] = o * inv;
+    const float inv = total > 0.0 ? 1.0 / total : 0.0;
+    for (uint s = 0; s < pc.splits; ++s) {
+      const float l = part_ml[(bh * pc.splits + s) * 2 + 1];
+      red[lid * pc.splits + s] = l > 0.0 ? exp2(part_ml[(bh * pc.splits + s) * 2] - mx) * inv : 0.0;
+    }
   }
   barrier();
-  for (uint d = lid; d < pc.v_dim; d += THREADS) {
+  // Rows past the batch are zeros: the projection below runs over every row of o_s.
+  for (uint e = lid; e < ROWS * RANK; e += THREADS) {
+    const uint r = e / RANK, c = e - r * RANK;
     float o = 0.0;
-    for (uint c = 0; c < RANK; ++c) o = fma(o_s[c], LOAD(w_vc, (h * RANK + c) * pc.v_dim + d), o);
-    STORE(out_, bh * pc.v_dim + d, o);
+    if (r < rows) {
+      const uint base = ((b0 + r) * pc.heads + h) * pc.splits * RANK + c;
+      for (uint s = 0; s < pc.splits; ++s) o = fma(red[r * pc.splits + s], part_o[base + s * RANK], o);
+    }
+    o_s[e] = o;
   }
+  barrier();
+  const uint team = THREADS / VC, part = lid / VC, dl = lid - part * VC, d = gl_WorkGroupID.z * VC + dl;
+  const uint c0 = part * RANK / team, c1 = (part + 1) * RANK / team;
+  float o[ROWS];
+  [[unroll]] for (uint r = 0; r < ROWS; ++r) o[r] = 0.0;
+  if (d < pc.v_dim)
+    for (uint c = c0; c < c1; ++c) {
+      const float w = LOAD(w_vc, (h * RANK + c) * pc.v_dim + d);
+      [[unroll]] for (uint r = 0; r < ROWS; ++r) o[r] = fma(o_s[r * RANK + c], w, o[r]);
+    }
+  [[unroll]] for (uint r = 0; r < ROWS; ++r) red[r * THREADS + lid] = o[r];
+  barrier();
+  if (part == 0 && d < pc.v_dim)
+    for (uint r = 0; r < rows; ++r) {
+      float sum = 0.0;
+      for (uint i = 0; i < team; ++i) sum += red[r * THREADS + dl + i * VC];
+      STORE(out_, ((b0 + r) * pc.heads + h) * pc.v_dim + d, sum);
+    }
 }
 #endif

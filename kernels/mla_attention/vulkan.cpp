@@ -1,10 +1,13 @@
 // mla_decode on Vulkan: the passes of mla_decode.glsl, dispatched in order (the device puts a
 // barrier between dispatches):
-//   absorb   one group per (head, sequence): q_lat = q_nope . w_kc, scaled into the log2 domain,
-//            q_pe appended (f32 scratch);
+//   absorb   one group per (32 latent columns, head, ROWS sequences): q_lat = q_nope . w_kc,
+//            scaled into the log2 domain, q_pe appended (f32 scratch);
 //   attend   one group per (part of the context, group of heads, sequence): split-K over the
 //            context, each staged tile of cache rows shared by the group's heads;
-//   combine  one group per (head, sequence): parts merged by log-sum-exp, then o_lat . w_vc.
+//   combine  one group per (head, ROWS sequences, 32 columns of out): parts merged by
+//            log-sum-exp, then o_lat . w_vc.
+// The absorb and combine groups take ROWS sequences each so that w_kc and w_vc are read once for
+// ROWS sequences, not once for each (at DeepSeek-V3 widths 128 KiB a head), as on OpenCL.
 // "16" modules read and write f16/bf16 through 16-bit storage; the others only f32, so devices
 // without 16-bit storage still run f32; 16-bit tiles are staged in shared memory as stored, two
 // elements a word (DeepSeek-V3 widths: 16 heads x 8 rows in 48 KiB). Tile geometry, the latent
@@ -30,6 +33,7 @@ struct Push {
   std::uint32_t heads, nope_dim, block_size, max_blocks;
   std::uint32_t splits, v_dim, dtype;
   float scale;
+  std::uint32_t batch;
 };
 
 std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
@@ -110,10 +114,12 @@ class VulkanMlaDecode final : public Implementation {
                             ") and block_n (dividing block_size " + std::to_string(p.block_size) + ")");
     if (p.batch == 0) return;
     const auto& lim = dev.physical().limits;
-    if (p.batch > lim.maxComputeWorkGroupCount[1] || p.batch > lim.maxComputeWorkGroupCount[2] ||
-        p.heads > lim.maxComputeWorkGroupCount[0])
+    // Heads and sequences index grid dimensions of the three passes (x, y and z).
+    const std::int64_t most = std::min({lim.maxComputeWorkGroupCount[0], lim.maxComputeWorkGroupCount[1],
+                                        lim.maxComputeWorkGroupCount[2]});
+    if (p.batch > most || p.heads > most)
       throw InvalidArgument("mla_decode vulkan: batch " + std::to_string(p.batch) + " and heads " + std::to_string(p.heads) +
-                            " exceed the workgroup counts of " + info.id());
+                            " exceed the workgroup counts of " + info.id() + " (" + std::to_string(most) + ")");
 
     const std::int64_t bh = p.batch * p.heads;
     auto qs = dev.scratch(static_cast<std::size_t>(bh * p.width()) * 4);
@@ -121,20 +127,26 @@ class VulkanMlaDecode final : public Implementation {
     auto part_ml = dev.scratch(static_cast<std::size_t>(bh * splits * 2) * 4);
 
     const Push push{u32(p.heads), u32(p.nope_dim), u32(p.block_size), u32(p.max_blocks), u32(splits), u32(p.v_dim),
-                    static_cast<std::uint32_t>(dtype_code(p.dtype)), static_cast<float>(p.scale)};
+                    static_cast<std::uint32_t>(dtype_code(p.dtype)), static_cast<float>(p.scale), u32(p.batch)};
+    // The most sequences (up to 4) whose merged o_lat and partial sums fit the combine's shared
+    // memory; absorb and combine groups a warp's width of columns (threads is 64 or more).
+    std::int64_t rows = 4;
+    while (rows > 1 && rows * (p.rank + threads) * 4 > static_cast<std::int64_t>(info.local_mem)) rows /= 2;
+    constexpr std::int64_t cols = 32;
+    const std::int64_t row_groups = (p.batch + rows - 1) / rows;
     const std::string suffix = wide ? "16.spv" : ".spv";
     const std::string absorb = "mla_attention/mla_decode_absorb" + suffix;
     const std::string attend = "mla_attention/mla_decode_attend" + suffix;
     const std::string combine = "mla_attention/mla_decode_combine" + suffix;
     vulkan::Launch l;
     l.local_size = {u32(threads), 1, 1};
-    l.spec = {u32(hg), u32(bn), u32(p.rank), u32(p.rope_dim), stage16(p) ? 1u : 0u};
+    l.spec = {u32(hg), u32(bn), u32(p.rank), u32(p.rope_dim), stage16(p) ? 1u : 0u, u32(rows), u32(cols), u32(cols)};
     l.push = vulkan::push_bytes(push);
 
     l.spirv = absorb;
     l.buffers = {&args[arg::q_nope].buffer(), &args[arg::q_pe].buffer(), &args[arg::w_kc].buffer(), qs.get()};
-    l.groups = {u32(p.heads), u32(p.batch), 1};
-    l.shared_bytes = 256 * 4;
+    l.groups = {u32((p.rank + cols - 1) / cols), u32(p.heads), u32(row_groups)};
+    l.shared_bytes = u32((rows * 16 * (threads / cols) + (threads / cols) * rows * cols) * 4);
     dev.dispatch(l);
 
     l.spirv = attend;
@@ -147,8 +159,8 @@ class VulkanMlaDecode final : public Implementation {
 
     l.spirv = combine;
     l.buffers = {part_o.get(), part_ml.get(), &args[arg::w_vc].buffer(), &args[arg::out].buffer()};
-    l.groups = {u32(p.heads), u32(p.batch), 1};
-    l.shared_bytes = u32(p.rank * 4);
+    l.groups = {u32(p.heads), u32(row_groups), u32((p.v_dim + cols - 1) / cols)};
+    l.shared_bytes = u32(rows * (p.rank + threads) * 4);
     dev.dispatch(l);
   }
 };
