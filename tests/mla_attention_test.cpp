@@ -404,6 +404,58 @@ TEST_P(MlaAttention, TensorCoreVariantMatchesTheReference) {
   EXPECT_GT(runs, 20u);
 }
 
+// Vulkan's cooperative-matrix attend pass (mla_decode_attend_coopmat.comp) against the double
+// reference: both subgroup counts with one to four parts, 32 heads (two groups of 16), a narrow
+// latent whose row is 5 steps of 16 columns, pages of 16 tokens, ragged contexts ending mid-tile
+// and mid-page and a context of 0, and DeepSeek-V3 widths. Runs where the device offers the
+// variant (f16 16x16x16 cooperative matrices, full subgroups of 32); elsewhere it says why it
+// skips.
+TEST_P(MlaAttention, VulkanCoopmatMatchesTheReference) {
+  Context ctx(GetParam());
+  const DeviceInfo& info = ctx.device().info();
+  if (info.backend != Backend::vulkan) GTEST_SKIP() << info.id() << " is not a Vulkan device";
+  const mla::MlaDecodeKernel mk;
+  const Invocation probe = mk.from_sizes({{"batch", 2}, {"heads", 16}, {"context", 64}}, DType::f16, nlohmann::json::object());
+  const Implementation& impl = Registry::global().implementation(probe, info);
+  auto coop = [&](const Invocation& inv) {
+    std::vector<Config> out;
+    for (const Config& c : impl.space(inv, info).enumerate())
+      if (c.text("variant") == "coopmat") out.push_back(c);
+    return out;
+  };
+  if (coop(probe).empty()) GTEST_SKIP() << info.id() << " (" << info.name << ") offers no f16 cooperative matrices with full subgroups of 32";
+  const std::vector<std::map<std::string, std::int64_t>> shapes = {
+      {{"batch", 3}, {"heads", 16}, {"context", 300}},
+      {{"batch", 4}, {"heads", 32}, {"context", 192}, {"kv_lora_rank", 128}, {"rope_dim", 32}, {"qk_nope_head_dim", 32},
+       {"v_head_dim", 32}},
+      {{"batch", 3}, {"heads", 16}, {"context", 150}, {"kv_lora_rank", 64}, {"rope_dim", 16}, {"qk_nope_head_dim", 32},
+       {"v_head_dim", 32}, {"block_size", 16}},
+  };
+  std::size_t runs = 0;
+  for (std::size_t si = 0; si < shapes.size(); ++si) {
+    const Invocation inv = mk.from_sizes(shapes[si], DType::f16, nlohmann::json::object());
+    HostArrays in = mk.inputs(inv, 41 + si);
+    auto& lens = in[mla::arg::context_lens];
+    for (std::size_t b = 1; b < lens.size(); ++b) lens[b] = b == 1 ? std::floor(lens[0] / 2) + 37 : b == 2 ? 0 : 33;
+    const HostArrays want = mk.reference(inv, in);
+    std::vector<Config> configs{impl.heuristic(inv, info)};
+    EXPECT_EQ(configs[0].text("variant"), "coopmat") << inv.signature();
+    for (const Config& c : coop(inv))
+      if (c.get("splits") <= 4) configs.push_back(c);
+    for (const Config& c : configs) {
+      std::vector<Tensor> args;
+      for (std::size_t i = 0; i < inv.args.size(); ++i) args.push_back(ctx.from(inv.args[i].shape, inv.args[i].dtype, in[i]));
+      impl.run(inv, c, args, ctx.device());
+      const std::vector<double> got = args[mla::arg::out].read();
+      EXPECT_LE(test::relative_error(got, want[0]), mk.tolerance(inv)) << inv.signature() << " " << c.canonical();
+      const std::size_t row = got.size() / lens.size();
+      EXPECT_TRUE(std::all_of(got.begin() + 2 * row, got.begin() + 3 * row, [](double x) { return x == 0.0; })) << c.canonical();
+      ++runs;
+    }
+  }
+  EXPECT_GT(runs, 10u);
+}
+
 // A tensor-core config that reaches run() without the space is refused, naming what it lacks:
 // the device's fragments where it has none, the geometry's rules where it has them (8 warps
 // share their softmax over 32 tokens at least).

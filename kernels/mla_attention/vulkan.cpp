@@ -38,6 +38,30 @@ struct Push {
 
 std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
 
+// The cooperative-matrix attend pass (mla_decode_attend_coopmat.comp): f16 caches, 16 heads a
+// group, tiles of 16 rows within a page, a row of whole 16-column steps, full subgroups of 32,
+// and 16x16x16 f16 x f16 -> f32 fragments.
+bool coopmat_offered(const Problem& p, const DeviceInfo& dev) {
+#ifdef EJK_HAVE_COOPMAT
+  const auto& pd = vulkan::physical_device(dev.index);
+  return p.dtype == DType::f16 && p.heads % 16 == 0 && p.rank % 64 == 0 && p.width() % 16 == 0 && p.block_size % 16 == 0 &&
+         pd.storage16 && pd.float16 && pd.full_subgroups && dev.subgroup_size == 32 &&
+         dev.offers({16, 16, 16, DType::f16, DType::f32});
+#else
+  (void)p;
+  (void)dev;
+  return false;
+#endif
+}
+
+// Its shared memory: q, a tile and P as f16 (rows padded by 8 halves), the subgroups' scores,
+// the row partials and the rescale factors as f32.
+std::int64_t coopmat_shared(std::int64_t width, std::int64_t subgroups) {
+  return (2 * 16 * (width + 8) + 16 * 24) * 2 + (subgroups * 256 + 128 + 256) * 4;
+}
+
+const char* const scalar_v = "variant == \"scalar\"";
+
 // 16-bit storage with an even row width is staged as stored, two elements a word.
 bool stage16(const Problem& p) { return p.dtype != DType::f32 && p.width() % 2 == 0; }
 // Shared-memory bytes of one staged row, padding included.
@@ -49,9 +73,13 @@ class VulkanMlaDecode final : public Implementation {
   Backend backend() const override { return Backend::vulkan; }
   std::vector<ArgDef> args() const override { return decode_args(); }
   std::vector<std::string> sources() const override {
-    return {"mla_attention/mla_decode_absorb.spv",   "mla_attention/mla_decode_absorb16.spv",
-            "mla_attention/mla_decode_attend.spv",   "mla_attention/mla_decode_attend16.spv",
-            "mla_attention/mla_decode_combine.spv",  "mla_attention/mla_decode_combine16.spv"};
+    std::vector<std::string> s{"mla_attention/mla_decode_absorb.spv",  "mla_attention/mla_decode_absorb16.spv",
+                               "mla_attention/mla_decode_attend.spv",  "mla_attention/mla_decode_attend16.spv",
+                               "mla_attention/mla_decode_combine.spv", "mla_attention/mla_decode_combine16.spv"};
+#ifdef EJK_HAVE_COOPMAT
+    s.push_back("mla_attention/mla_decode_attend_coopmat.spv");
+#endif
+    return s;
   }
 
   // 16-bit dtypes need 16-bit storage buffers.
@@ -61,12 +89,26 @@ class VulkanMlaDecode final : public Implementation {
   }
 
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
+    const Problem p = Problem::of(inv);
+    const bool coop = coopmat_offered(p, dev);
+    ParamSpace s;
+    s.param("variant", coop ? std::vector<Value>{std::string("scalar"), std::string("coopmat")}
+                            : std::vector<Value>{std::string("scalar")});
     // The group's queries, scores and reduction space in f32, and a tile (16-bit storage as
     // stored where rows have an even width, else f32; rows padded by one word).
-    ParamSpace s = device_space(inv, dev,
-                                "(heads_per_group * (kv_lora_rank + rope_dim) + heads_per_group * block_n + threads"
-                                " + 3 * heads_per_group + 1) * 4 + block_n * staged_row_bytes <= local_mem");
-    s.bind({{"staged_row_bytes", staged_row_bytes(Problem::of(inv))}});
+    s = device_space(inv, dev,
+                     "(heads_per_group * (kv_lora_rank + rope_dim) + heads_per_group * block_n + threads"
+                     " + 3 * heads_per_group + 1) * 4 + block_n * staged_row_bytes <= local_mem",
+                     std::move(s), scalar_v);
+    s.bind({{"staged_row_bytes", staged_row_bytes(p)}});
+    if (coop) {
+      // Subgroups of 32 splitting the latent columns (16 each at least); 16-row tiles.
+      s.param("coop_subgroups", {4, 8}, "variant == \"coopmat\"")
+          .constraint("kv_lora_rank % (16 * coop_subgroups) == 0")
+          .constraint("32 * coop_subgroups <= max_workgroup_size")
+          .constraint("(2 * 16 * (kv_lora_rank + rope_dim + 8) + 16 * 24) * 2 + (coop_subgroups * 256 + 384) * 4 <= local_mem")
+          .constraint("splits == 1 || splits * 16 <= max_context");
+    }
     return s;
   }
 
@@ -77,6 +119,18 @@ class VulkanMlaDecode final : public Implementation {
     const Problem p = Problem::of(inv);
     const ParamSpace s = space(inv, dev);
     const std::int64_t cus = std::max<std::int64_t>(1, dev.compute_units);
+    if (coopmat_offered(p, dev)) {
+      // Tensor cores where offered, with parts until there is a group for every compute unit
+      // and no more: on an H200 at B32 H16 ctx 4096 (DeepSeek-V3 widths) 4 parts (128 groups)
+      // ran 136 us, 8 150 and 16 175, the parts' o_lat and their merge growing with them.
+      const std::int64_t groups = p.batch * (p.heads / 16);
+      std::int64_t splits = 1;
+      while (splits < 32 && groups * splits * 2 <= cus && splits * 2 * 16 <= p.capacity()) splits *= 2;
+      for (std::int64_t nsg : {4, 8}) {
+        Config c{{"variant", std::string("coopmat")}, {"coop_subgroups", nsg}, {"splits", splits}};
+        if (s.admits(c)) return c;
+      }
+    }
     struct Try {
       std::int64_t threads, hg, bn;
     };
@@ -88,7 +142,7 @@ class VulkanMlaDecode final : public Implementation {
       tries = {{64, 4, 16}, {64, 2, 16}, {64, 4, 8}, {64, 2, 8}, {64, 1, 8}, {64, 1, 4}};
     for (const auto& t : tries) {
       if (p.heads % t.hg) continue;
-      Config c{{"threads", t.threads}, {"heads_per_group", t.hg}, {"block_n", t.bn},
+      Config c{{"variant", std::string("scalar")}, {"threads", t.threads}, {"heads_per_group", t.hg}, {"block_n", t.bn},
                {"splits", pick_splits(p, p.batch * (p.heads / t.hg), t.bn, cus)}};
       if (s.admits(c)) return c;
     }
@@ -105,13 +159,33 @@ class VulkanMlaDecode final : public Implementation {
     if (wide && !dev.physical().storage16)
       throw InvalidArgument("mla_decode vulkan: " + info.id() + " has no 16-bit storage buffers for " +
                             std::string(to_string(p.dtype)));
-    const std::int64_t threads = config.get("threads"), hg = config.get("heads_per_group");
-    const std::int64_t bn = config.get("block_n"), splits = config.get("splits");
+    const std::string& variant = config.text("variant");
+    const bool coop = variant == "coopmat";
+    if (!coop && variant != "scalar")
+      throw InvalidArgument("mla_decode vulkan: unknown variant '" + variant + "' (scalar, coopmat)");
+    const std::int64_t splits = config.get("splits");
+    // The coopmat variant's absorb and combine passes run 256 invocations a group.
+    const std::int64_t threads = coop ? 256 : config.get("threads");
+    const std::int64_t hg = coop ? 16 : config.get("heads_per_group"), bn = coop ? 16 : config.get("block_n");
+    const std::int64_t nsg = coop ? config.get("coop_subgroups") : 0;
     auto pow2 = [](std::int64_t v) { return v > 0 && (v & (v - 1)) == 0; };
-    if (!pow2(threads) || !pow2(hg) || !pow2(bn) || splits <= 0 || p.heads % hg || p.block_size % bn)
+    if (coop) {
+      if (!coopmat_offered(p, info))
+        throw InvalidArgument("mla_decode vulkan: the coopmat variant needs an f16 cache, heads a multiple of 16, "
+                              "kv_lora_rank a multiple of 64, kv_lora_rank + rope_dim of 16 and block_size of 16, and "
+                              "full subgroups of 32 with 16x16x16 f16 cooperative matrices (" + info.id() + ": " +
+                              info.name + ")");
+      if ((nsg != 4 && nsg != 8) || p.rank % (16 * nsg) || splits <= 0 ||
+          coopmat_shared(p.width(), nsg) > static_cast<std::int64_t>(info.local_mem))
+        throw InvalidArgument("mla_decode vulkan: config " + config.canonical() + " needs coop_subgroups 4 or 8 (16 of them "
+                              "dividing kv_lora_rank " + std::to_string(p.rank) + ") and " +
+                              std::to_string(coopmat_shared(p.width(), nsg)) + " bytes of shared memory (the device has " +
+                              std::to_string(info.local_mem) + ")");
+    } else if (!pow2(threads) || !pow2(hg) || !pow2(bn) || splits <= 0 || p.heads % hg || p.block_size % bn) {
       throw InvalidArgument("mla_decode vulkan: config " + config.canonical() +
                             " needs powers of two for threads, heads_per_group (dividing heads " + std::to_string(p.heads) +
                             ") and block_n (dividing block_size " + std::to_string(p.block_size) + ")");
+    }
     if (p.batch == 0) return;
     const auto& lim = dev.physical().limits;
     // Heads and sequences index grid dimensions of the three passes (x, y and z).
@@ -149,13 +223,23 @@ class VulkanMlaDecode final : public Implementation {
     l.shared_bytes = u32((rows * 16 * (threads / cols) + (threads / cols) * rows * cols) * 4);
     dev.dispatch(l);
 
-    l.spirv = attend;
     l.buffers = {qs.get(), &args[arg::kv_cache].buffer(), &args[arg::block_tables].buffer(),
                  &args[arg::context_lens].buffer(), part_o.get(), part_ml.get()};
     l.groups = {u32(splits), u32(p.heads / hg), u32(p.batch)};
-    // + 4: the staging array a config does not use still takes one word.
-    l.shared_bytes = u32((hg * p.width() + hg * bn + threads + 3 * hg + 1) * 4 + bn * staged_row_bytes(p));
-    dev.dispatch(l);
+    if (coop) {
+      vulkan::Launch c = l;
+      c.spirv = "mla_attention/mla_decode_attend_coopmat.spv";
+      c.local_size = {u32(32 * nsg), 1, 1};
+      c.spec = {32, u32(nsg), u32(p.rank), u32(p.rope_dim)};
+      c.shared_bytes = u32(coopmat_shared(p.width(), nsg));
+      c.full_subgroups = true;
+      dev.dispatch(c);
+    } else {
+      l.spirv = attend;
+      // + 4: the staging array a config does not use still takes one word.
+      l.shared_bytes = u32((hg * p.width() + hg * bn + threads + 3 * hg + 1) * 4 + bn * staged_row_bytes(p));
+      dev.dispatch(l);
+    }
 
     l.spirv = combine;
     l.buffers = {part_o.get(), part_ml.get(), &args[arg::w_vc].buffer(), &args[arg::out].buffer()};
