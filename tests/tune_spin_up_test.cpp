@@ -16,16 +16,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Runs take `slow` ns until the device has been busy (no gap over `rest`) for `ramp`, then `fast`.
-class GovernedDevice final : public Device {
+class GovernedDevice final : public test::FakeDevice {
  public:
-  GovernedDevice(DeviceInfo info, Clock::duration ramp) : info_(std::move(info)), ramp_(ramp) {}
-  const DeviceInfo& info() const override { return info_; }
-  std::shared_ptr<Buffer> allocate(std::size_t bytes) override { return std::make_shared<Buffer>(bytes); }
-  void write(Buffer&, std::size_t, const void*, std::size_t) override {}
-  void read(const Buffer&, std::size_t, void*, std::size_t) override {}
-  using Device::copy;
-  void copy(const Buffer&, std::size_t, Buffer&, std::size_t, std::size_t) override {}
-  void synchronize() override {}
+  GovernedDevice(DeviceInfo info, Clock::duration ramp) : FakeDevice(std::move(info)), ramp_(ramp) {}
   double time_ns(const std::function<void()>& work) override {
     work();
     const auto now = Clock::now();
@@ -37,7 +30,6 @@ class GovernedDevice final : public Device {
   static constexpr auto rest = std::chrono::milliseconds(200);
 
  private:
-  DeviceInfo info_;
   Clock::duration ramp_;
   std::optional<Clock::time_point> last_;
   Clock::time_point busy_since_;

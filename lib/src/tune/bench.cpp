@@ -537,8 +537,8 @@ Measurement Bench::measure(const Config& c, double best_ns) {
   const TimingOptions& t = settings_.timing;
   std::vector<double> samples;
   try {
-    // A first run on a rested device says nothing about the candidate.
-    // After a spin-up its settled speed, not the first run's, decides abandonment.
+    // A first run on a rested device says nothing about the candidate: after a spin-up its
+    // settled speed decides abandonment.
     if (const auto spun = spin_up(c)) {
       first = spun->settled_ns;
       phases.next("spin-up (runs from " + format_g(spun->first_ns / 1e3) + " to " + format_g(spun->settled_ns / 1e3) + " us)");
