@@ -342,7 +342,8 @@ std::vector<Config> mma_configs(const Implementation& impl, const Invocation& in
   return out;
 }
 
-// The tensor-core attend pass (mla_decode_mma.cl) against the double reference: f16 and bf16,
+// The tensor-core passes (mla_decode_mma.cl's attend, mla_decode_mma_proj.cl's absorb and
+// merge-and-project) against the double reference: f16 and bf16,
 // every program of its space (warps x tile rows x staging: through registers or a cp.async ring
 // of two or three stages) with one to four parts, a second group of 16 heads that is mostly zero
 // rows, a row width of an odd number of k16 steps per k-group, contexts ending mid-tile and
@@ -368,6 +369,10 @@ TEST_P(MlaAttention, TensorCoreVariantMatchesTheReference) {
        {"v_head_dim", 32}, {"block_size", 16}},
       {{"batch", 3}, {"heads", 8}, {"context", 200}, {"kv_lora_rank", 128}, {"rope_dim", 64}, {"qk_nope_head_dim", 32},
        {"v_head_dim", 32}, {"block_size", 32}},
+      // The projections' edges: two absorb blocks of 32 sequences (the second mostly empty), ten
+      // merge groups of 4, three 16-column pairs of out for eight warps, one stage of w_vc.
+      {{"batch", 37}, {"heads", 16}, {"context", 96}, {"kv_lora_rank", 64}, {"rope_dim", 16}, {"qk_nope_head_dim", 48},
+       {"v_head_dim", 48}},
   };
   std::size_t runs = 0;
   for (DType t : {DType::f16, DType::bf16})

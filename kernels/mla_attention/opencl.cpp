@@ -13,9 +13,10 @@
 // seconds to build each program). 16-bit tiles are staged as stored: twice the rows or heads
 // fit in local memory (DeepSeek-V3 widths: 16 heads x 8 rows in 48 KiB).
 // On devices with tensor-core fragments (NVIDIA from sm_80) the `mma` variant runs the attend
-// pass of mla_decode_mma.cl instead (f16/bf16 on mma.sync through inline PTX, 16 heads a group),
-// between the same absorb and combine passes: the f32 dot products of mla_attend bind it to the
-// CUDA cores at these widths (about 31 FLOP a byte of cache).
+// pass of mla_decode_mma.cl instead (f16/bf16 on mma.sync through inline PTX, 16 heads a group):
+// the f32 dot products of mla_attend bind it to the CUDA cores at these widths (about 31 FLOP a
+// byte of cache). Around it, where the widths allow, the absorb and a merge-and-project pass of
+// mla_decode_mma_proj.cl, small GEMMs over the batch on the same tensor cores.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -34,6 +35,7 @@ namespace {
 
 constexpr const char* source_key = "mla_attention/mla_decode.cl";
 constexpr const char* mma_key = "mla_attention/mla_decode_mma.cl";
+constexpr const char* proj_key = "mla_attention/mla_decode_mma_proj.cl";
 
 const char* const scalar_v = "variant == \"scalar\"";
 const char* const mma_v = "variant == \"mma\"";
@@ -64,12 +66,35 @@ std::int64_t mma_local_bytes(std::int64_t buffers, std::int64_t bn, std::int64_t
   return 4 * (buffers * bn * (width / 2 + 4) + 64 * (bn + 8) + 16 * (bn / 2 + 4) + 16);
 }
 
+// The tensor-core projections around the mma attend pass (mla_decode_mma_proj.cl), where the
+// widths and local memory allow; otherwise mla_decode.cl's passes run around it. The merge takes
+// kMergeRows sequences a group (two groups' worth of warps a multiprocessor, each thread's loads
+// of every part in flight) and w_vc in stages of `kc` rows, the largest that fit.
+constexpr std::int64_t kMergeRows = 4;
+struct MmaProjections {
+  bool absorb = false;
+  std::int64_t kc = 0;  // rows of w_vc a stage of the merge; 0: mla_decode.cl's combine
+};
+MmaProjections mma_projections(const Problem& p, std::int64_t splits, std::int64_t local_mem) {
+  MmaProjections m;
+  m.absorb = p.nope_dim % 16 == 0 && (32 * (p.nope_dim + 8) + p.nope_dim * 72) * 2 <= local_mem;
+  if (p.v_dim % 16 == 0 && splits <= 32)
+    for (std::int64_t kc : {64, 32})
+      if (p.rank % kc == 0 && (2 * kc * (p.v_dim + 8) + 8 * (p.rank + 8)) * 2 + kMergeRows * 32 * 4 <= local_mem) {
+        m.kc = kc;
+        break;
+      }
+  return m;
+}
+
 class OpenCLMlaDecode final : public clc::Implementation {
  public:
   using clc::Implementation::Implementation;
   std::string_view kernel() const override { return "mla_decode"; }
   std::vector<ArgDef> args() const override { return decode_args(); }
-  std::vector<std::string> sources() const override { return {source_key, mma_key, clc::mma_source, clc::prelude_source}; }
+  std::vector<std::string> sources() const override {
+    return {source_key, mma_key, proj_key, clc::mma_source, clc::prelude_source};
+  }
 
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
     const bool mma = mma_offered(Problem::of(inv), dev);
@@ -202,14 +227,22 @@ class OpenCLMlaDecode final : public clc::Implementation {
     constexpr std::int64_t absorb_cols = 32, combine_cols = 32;
     def("AC", absorb_cols);
     def("VC", combine_cols);
-    auto absorb = dev.kernel(source_key, options, "mla_absorb");
-    auto combine = dev.kernel(source_key, options, "mla_combine");
+    const MmaProjections proj =
+        mma ? mma_projections(p, splits, static_cast<std::int64_t>(dev.info().local_mem)) : MmaProjections{};
+    const std::string widths = " -DRANK=" + std::to_string(p.rank) + " -DROPE=" + std::to_string(p.rope_dim) +
+                               " -DBF16=" + (p.dtype == DType::bf16 ? "1" : "0");
+    auto absorb = proj.absorb ? dev.kernel(proj_key, "-DNOPE=" + std::to_string(p.nope_dim) + widths, "mla_absorb_mma")
+                              : dev.kernel(source_key, options, "mla_absorb");
+    auto combine = proj.kc ? dev.kernel(proj_key,
+                                        "-DVDIM=" + std::to_string(p.v_dim) + " -DMR=" + std::to_string(kMergeRows) +
+                                            " -DKC=" + std::to_string(proj.kc) + " -DSTG=2" + widths,
+                                        "mla_merge_project_mma")
+                           : dev.kernel(source_key, options, "mla_combine");
     std::shared_ptr<clc::Kernel> attend;
     if (mma)
       attend = dev.kernel(mma_key,
-                          "-DNW=" + std::to_string(warps) + " -DBN=" + std::to_string(mma_bn) + " -DRANK=" +
-                              std::to_string(p.rank) + " -DROPE=" + std::to_string(p.rope_dim) +
-                              " -DBF16=" + (p.dtype == DType::bf16 ? "1" : "0") + " -DASYNC=" + std::to_string(async) +
+                          "-DNW=" + std::to_string(warps) + " -DBN=" + std::to_string(mma_bn) + widths +
+                              " -DASYNC=" + std::to_string(async) +
                               (async ? " -DSTAGES=" + std::to_string(stages) : std::string()),
                           "mla_attend_mma");
     else
@@ -222,12 +255,19 @@ class OpenCLMlaDecode final : public clc::Implementation {
     const int dtype = dtype_code(p.dtype);
     const auto t = static_cast<std::size_t>(threads);
     const auto row_groups = static_cast<std::size_t>(ceil_div(p.batch, rows));
-    dev.launch(*absorb,
-               clc::Range(static_cast<std::size_t>(ceil_div(p.rank, absorb_cols)) * t, static_cast<std::size_t>(p.heads),
-                          row_groups),
-               clc::Range(t, 1, 1), args[arg::q_nope], args[arg::q_pe], args[arg::w_kc], *qs,
-               static_cast<int>(p.batch), static_cast<int>(p.heads), static_cast<int>(p.nope_dim),
-               static_cast<float>(p.scale), dtype);
+    if (proj.absorb)
+      dev.launch(*absorb,
+                 clc::Range(static_cast<std::size_t>(p.rank / 64 + ceil_div(p.rope_dim, 64)) * 128,
+                            static_cast<std::size_t>(p.heads), static_cast<std::size_t>(ceil_div(p.batch, 32))),
+                 clc::Range(128, 1, 1), args[arg::q_nope], args[arg::q_pe], args[arg::w_kc], *qs,
+                 static_cast<int>(p.batch), static_cast<int>(p.heads), static_cast<float>(p.scale));
+    else
+      dev.launch(*absorb,
+                 clc::Range(static_cast<std::size_t>(ceil_div(p.rank, absorb_cols)) * t,
+                            static_cast<std::size_t>(p.heads), row_groups),
+                 clc::Range(t, 1, 1), args[arg::q_nope], args[arg::q_pe], args[arg::w_kc], *qs,
+                 static_cast<int>(p.batch), static_cast<int>(p.heads), static_cast<int>(p.nope_dim),
+                 static_cast<float>(p.scale), dtype);
     if (mma) {
       const auto nt = static_cast<std::size_t>(32 * warps);
       dev.launch(*attend,
@@ -244,11 +284,19 @@ class OpenCLMlaDecode final : public clc::Implementation {
                  *part_o, *part_ml, static_cast<int>(p.heads), static_cast<int>(p.block_size),
                  static_cast<int>(p.max_blocks), static_cast<int>(splits), dtype);
     }
-    dev.launch(*combine,
-               clc::Range(static_cast<std::size_t>(p.heads) * t, row_groups,
-                          static_cast<std::size_t>(ceil_div(p.v_dim, combine_cols))),
-               clc::Range(t, 1, 1), *part_o, *part_ml, args[arg::w_vc], args[arg::out], static_cast<int>(p.batch),
-               static_cast<int>(p.heads), static_cast<int>(splits), static_cast<int>(p.v_dim), dtype);
+    if (proj.kc) {
+      dev.launch(*combine,
+                 clc::Range(static_cast<std::size_t>(p.heads) * 256,
+                            static_cast<std::size_t>(ceil_div(p.batch, kMergeRows)), 1),
+                 clc::Range(256, 1, 1), *part_o, *part_ml, args[arg::w_vc], args[arg::out], static_cast<int>(p.batch),
+                 static_cast<int>(p.heads), static_cast<int>(splits));
+    } else {
+      dev.launch(*combine,
+                 clc::Range(static_cast<std::size_t>(p.heads) * t, row_groups,
+                            static_cast<std::size_t>(ceil_div(p.v_dim, combine_cols))),
+                 clc::Range(t, 1, 1), *part_o, *part_ml, args[arg::w_vc], args[arg::out], static_cast<int>(p.batch),
+                 static_cast<int>(p.heads), static_cast<int>(splits), static_cast<int>(p.v_dim), dtype);
+    }
   }
 };
 
