@@ -509,8 +509,22 @@ TEST(MlaDecodeOpenCL, TensorCoreVariantNeedsFragments) {
   EXPECT_TRUE(mma_configs(*impl, inv(DType::f16, 512, 8), gpu).empty()) << "row not a multiple of 16";
   const Config h = impl->heuristic(inv(DType::f16, 512, 64), gpu);
   EXPECT_EQ(h.text("variant"), "mma");
-  EXPECT_EQ(h.get("splits"), 8) << "a group of 16 heads for every two compute units";
   EXPECT_EQ(h.get("mma_async"), 1) << "the cp.async ring, measured faster on an H200";
+  EXPECT_EQ(h.get("mma_block_n"), 16);
+  EXPECT_EQ(h.get("splits"), 4) << "128 groups of 44 KiB in one wave of one a compute unit: 132 units, 48 KiB";
+  // An H200's OpenCL: fixed-size local arrays up to 227 KiB, so two stages of 64 rows (166 KiB, one
+  // group a multiprocessor) and 4 parts, the best of an exhaustive tune there.
+  DeviceInfo h200 = gpu;
+  h200.static_local_mem = 227 * 1024;
+  const Config big = impl->heuristic(inv(DType::f16, 512, 64), h200);
+  EXPECT_EQ(big.text("variant"), "mma");
+  EXPECT_EQ(big.get("mma_block_n"), 64);
+  EXPECT_EQ(big.get("mma_stages"), 2);
+  EXPECT_EQ(big.get("mma_warps"), 4);
+  EXPECT_EQ(big.get("splits"), 4);
+  const Config small = impl->heuristic(
+      mk.from_sizes({{"batch", 4}, {"heads", 16}, {"context", 8192}}, DType::f16, nlohmann::json::object()), h200);
+  EXPECT_EQ(small.get("splits"), 32) << "4 groups a part: parts until they fill the units";
   DeviceInfo cpu = gpu;
   cpu.cpu = true;
   EXPECT_TRUE(mma_configs(*impl, inv(DType::f16, 512, 64), cpu).empty()) << "a CPU driver";

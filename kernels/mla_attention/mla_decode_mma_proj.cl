@@ -37,12 +37,20 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void mla_absorb_mma(
   const int tid = get_local_id(0), h = get_group_id(1), b0 = get_group_id(2) * 32, n0 = get_group_id(0) * 64;
   const float s = scale * LOG2E;
   if (n0 >= RANK) {
+    // Every load before any store: the stores might alias the loads, so a loop of both would
+    // wait out one load's latency an element.
     const int n = n0 - RANK + tid % 64;
-    if (n < ROPE)
-      for (int b = b0 + tid / 64; b < min(batch, b0 + 32); b += 2) {
-        const size_t bh = (size_t)b * heads + h;
-        qs[bh * WIDTH + RANK + n] = s * ejk_load(q_pe, bh * ROPE + n, BF16 ? 2 : 1);
-      }
+    float v[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int b = b0 + tid / 64 + 2 * i;
+      v[i] = n < ROPE && b < batch ? ejk_load(q_pe, ((size_t)b * heads + h) * ROPE + n, BF16 ? 2 : 1) : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int b = b0 + tid / 64 + 2 * i;
+      if (n < ROPE && b < batch) qs[((size_t)b * heads + h) * WIDTH + RANK + n] = s * v[i];
+    }
   } else {
     const uint as = EJK_SMEM(a_s), ws = EJK_SMEM(w_s);
     for (int c = tid; c < 32 * (NOPE / 8); c += 128) {
@@ -104,7 +112,8 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void mla_absorb_mma(
 // out = o w_vc[h] with o the parts' o_lat merged by log-sum-exp and normalised, straight into the
 // projection's left operand in local memory (in the storage type, as the reference rounds it), for
 // MR sequences of one head and every column of out. w_vc[h] streams through a ring of STG
-// stages of KC rows, the first stages issued before the merge so that they land while it runs;
+// stages of KC rows (all of it at once where local memory holds it), the first stages issued
+// before the merge so that they land while it runs;
 // the eight warps split out's columns in pairs of n8 tiles, each over the whole latent rank, so
 // no partial sums cross warps. Rows MR-15 of mma.sync's A are zeros (rows 8-15 never loaded).
 // Parts that saw no token have l = 0 and weight 0; their o_lat is zeros. Grid (heads,

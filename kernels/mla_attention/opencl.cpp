@@ -68,22 +68,28 @@ std::int64_t mma_local_bytes(std::int64_t buffers, std::int64_t bn, std::int64_t
 
 // The tensor-core projections around the mma attend pass (mla_decode_mma_proj.cl), where the
 // widths and local memory allow; otherwise mla_decode.cl's passes run around it. The merge takes
-// kMergeRows sequences a group (two groups' worth of warps a multiprocessor, each thread's loads
-// of every part in flight) and w_vc in stages of `kc` rows, the largest that fit.
+// kMergeRows sequences a group (each thread's loads of every part in flight) and w_vc in stages
+// of `kc` rows, as many stages as fit up to all of w_vc[h] (one round trip: at DeepSeek-V3 widths
+// 136 KiB, where NVIDIA's fixed-size arrays may take 227 KiB), at least two.
 constexpr std::int64_t kMergeRows = 4;
 struct MmaProjections {
   bool absorb = false;
-  std::int64_t kc = 0;  // rows of w_vc a stage of the merge; 0: mla_decode.cl's combine
+  std::int64_t kc = 0;      // rows of w_vc a stage of the merge; 0: mla_decode.cl's combine
+  std::int64_t stages = 0;  // stages of the merge's ring
 };
 MmaProjections mma_projections(const Problem& p, std::int64_t splits, std::int64_t local_mem) {
   MmaProjections m;
   m.absorb = p.nope_dim % 16 == 0 && (32 * (p.nope_dim + 8) + p.nope_dim * 72) * 2 <= local_mem;
-  if (p.v_dim % 16 == 0 && splits <= 32)
-    for (std::int64_t kc : {64, 32})
-      if (p.rank % kc == 0 && (2 * kc * (p.v_dim + 8) + 8 * (p.rank + 8)) * 2 + kMergeRows * 32 * 4 <= local_mem) {
-        m.kc = kc;
-        break;
-      }
+  if (p.v_dim % 16 != 0 || splits > 32) return m;
+  const std::int64_t fixed = 8 * (p.rank + 8) * 2 + kMergeRows * 32 * 4;
+  for (std::int64_t kc : {64, 32}) {
+    const std::int64_t stage = kc * (p.v_dim + 8) * 2;
+    if (p.rank % kc == 0 && fixed + 2 * stage <= local_mem) {
+      m.kc = kc;
+      m.stages = std::clamp<std::int64_t>((local_mem - fixed) / stage, 2, std::max<std::int64_t>(2, p.rank / kc));
+      break;
+    }
+  }
   return m;
 }
 
@@ -120,8 +126,8 @@ class OpenCLMlaDecode final : public clc::Implementation {
           .constraint("mma_block_n >= 4 * mma_warps")
           .constraint("kv_lora_rank % (16 * mma_warps) == 0")
           .constraint("32 * mma_warps <= max_workgroup_size")
-          .constraint("mma_async == 1 || " + mma_local_text("1") + " <= local_mem")
-          .constraint(mma_local_text("mma_stages") + " <= local_mem")
+          .constraint("mma_async == 1 || " + mma_local_text("1") + " <= static_local_mem")
+          .constraint(mma_local_text("mma_stages") + " <= static_local_mem")
           .constraint("splits == 1 || splits * mma_block_n <= max_context");
     }
     return s;
@@ -139,18 +145,28 @@ class OpenCLMlaDecode final : public clc::Implementation {
     const bool cpu = clc::is_cpu(dev);
     const std::int64_t cus = std::max<std::int64_t>(1, dev.compute_units);
     // Tensor-core geometries: warps, tile rows, and the cp.async ring's stages or 0 for the
-    // register-staged path. The ring first: on an H200 at B32 H16 ctx 4096 (DeepSeek-V3 widths,
-    // where 48 KiB holds two stages of 16-row tiles only) it read 641 GB/s against the staged
-    // path's 604, the best of the 24 mma configs (bench/results/h200-2026-11-27/mla-async).
+    // register-staged path, largest tiles first: where fixed-size local arrays may pass 48 KiB
+    // (NVIDIA: 227 KiB from sm_90), an exhaustive tune of the 78 mma configs on an H200 at B32
+    // H16 ctx 4096 (DeepSeek-V3 widths) put two stages of 64 rows first, 32 rows 7% slower and
+    // 16 rows 9% (bench/results/h200-2026-11-27e/mla); within 48 KiB, two stages of 16 rows were
+    // the best of 24 (bench/results/h200-2026-11-27/mla-async). Then the most parts that keep
+    // every group in one wave, with as many groups a compute unit as its local memory fits (at
+    // most two: their registers fill one of NVIDIA's multiprocessors).
     struct MmaTry {
       std::int64_t warps, bn, stages;
     };
-    const std::vector<MmaTry> mma_tries{{4, 32, 2}, {4, 16, 2}, {8, 32, 2}, {4, 64, 2}, {8, 64, 2},
+    const std::vector<MmaTry> mma_tries{{4, 64, 2}, {4, 32, 2}, {4, 16, 2}, {8, 32, 2}, {8, 64, 2},
                                         {4, 32, 0}, {8, 32, 0}, {4, 16, 0}, {4, 64, 0}, {8, 64, 0}};
     for (const MmaTry& m : mma_tries) {
+      const std::int64_t local = mma_local_bytes(std::max<std::int64_t>(1, m.stages), m.bn, p.width());
+      const std::int64_t resident = std::clamp<std::int64_t>(static_cast<std::int64_t>(dev.static_local()) / local, 1, 2);
+      const std::int64_t groups = p.batch * ceil_div(p.heads, 16);
+      std::int64_t splits = 1;
+      while (splits < 32 && groups * splits * 2 <= resident * cus && splits * 2 * 256 <= p.capacity() &&
+             splits * 2 * m.bn <= p.capacity())
+        splits *= 2;
       Config c{{"variant", std::string("mma")}, {"mma_warps", m.warps}, {"mma_block_n", m.bn},
-               {"mma_async", std::int64_t{m.stages > 0}},
-               {"splits", pick_splits(p, p.batch * ceil_div(p.heads, 16), m.bn, (cus + 1) / 2)}};
+               {"mma_async", std::int64_t{m.stages > 0}}, {"splits", splits}};
       if (m.stages > 0) c.set("mma_stages", m.stages);
       if (s.admits(c)) return c;
     }
@@ -202,12 +218,13 @@ class OpenCLMlaDecode final : public clc::Implementation {
       const std::int64_t local = mma_local_bytes(stages, mma_bn, p.width());
       if ((warps != 4 && warps != 8) || (mma_bn != 16 && mma_bn != 32 && mma_bn != 64) || mma_bn < 4 * warps ||
           p.block_size % mma_bn || p.rank % (16 * warps) || (async != 0 && async != 1) || stages < 1 ||
-          (async == 1 && stages < 2) || local > static_cast<std::int64_t>(dev.info().local_mem))
+          (async == 1 && stages < 2) || local > static_cast<std::int64_t>(dev.info().static_local()))
         throw InvalidArgument("mla_decode opencl: config " + config.canonical() +
                               " needs mma_warps 4 or 8, mma_block_n 16, 32 or 64 (at least 4 mma_warps, dividing "
                               "block_size " + std::to_string(p.block_size) + "), kv_lora_rank a multiple of 16 mma_warps,"
                               " mma_async 0 or 1 (with mma_stages of at least 2) and " + std::to_string(local) +
-                              " bytes of local memory (the device has " + std::to_string(dev.info().local_mem) + ")");
+                              " bytes of local memory (the device has " + std::to_string(dev.info().static_local()) +
+                              " for fixed-size arrays)");
     }
     if (p.batch == 0) return;
 
@@ -228,14 +245,14 @@ class OpenCLMlaDecode final : public clc::Implementation {
     def("AC", absorb_cols);
     def("VC", combine_cols);
     const MmaProjections proj =
-        mma ? mma_projections(p, splits, static_cast<std::int64_t>(dev.info().local_mem)) : MmaProjections{};
+        mma ? mma_projections(p, splits, static_cast<std::int64_t>(dev.info().static_local())) : MmaProjections{};
     const std::string widths = " -DRANK=" + std::to_string(p.rank) + " -DROPE=" + std::to_string(p.rope_dim) +
                                " -DBF16=" + (p.dtype == DType::bf16 ? "1" : "0");
     auto absorb = proj.absorb ? dev.kernel(proj_key, "-DNOPE=" + std::to_string(p.nope_dim) + widths, "mla_absorb_mma")
                               : dev.kernel(source_key, options, "mla_absorb");
     auto combine = proj.kc ? dev.kernel(proj_key,
                                         "-DVDIM=" + std::to_string(p.v_dim) + " -DMR=" + std::to_string(kMergeRows) +
-                                            " -DKC=" + std::to_string(proj.kc) + " -DSTG=2" + widths,
+                                            " -DKC=" + std::to_string(proj.kc) + " -DSTG=" + std::to_string(proj.stages) + widths,
                                         "mla_merge_project_mma")
                            : dev.kernel(source_key, options, "mla_combine");
     std::shared_ptr<clc::Kernel> attend;

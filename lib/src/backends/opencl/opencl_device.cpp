@@ -22,6 +22,7 @@ struct OpenCLDevice::ProgramEntry {
 
 struct OpenCLDevice::Recording {
   std::vector<EventHandle> events;
+  std::size_t commands = 0;  // enqueued while recording, with or without an event
 };
 
 namespace {
@@ -158,7 +159,7 @@ void OpenCLDevice::copy(const Buffer& src, std::size_t src_offset, Buffer& dst, 
   if (bytes == 0) return;
   EventHandle event;
   check(clEnqueueCopyBuffer(queue_.get(), mem_of(src), mem_of(dst), src_offset, dst_offset, bytes, 0, nullptr,
-                            recording() ? event.out() : nullptr),
+                            event_slot(event)),
         "clEnqueueCopyBuffer");
   if (event) add_event(event.get());
 }
@@ -206,6 +207,14 @@ FencePtr OpenCLDevice::queue_download(const Buffer& src, std::size_t src_offset,
   });
 }
 
+cl_event* OpenCLDevice::event_slot(EventHandle& event) {
+  if (!recording()) return nullptr;
+  std::lock_guard lock(recording_mutex_);
+  bool first = false;
+  for (Recording* r : recordings_) first |= r->commands++ == 0;
+  return first ? event.out() : nullptr;
+}
+
 void OpenCLDevice::add_event(cl_event e) {
   std::lock_guard lock(recording_mutex_);
   for (Recording* r : recordings_) {
@@ -237,19 +246,29 @@ double OpenCLDevice::time_ns(const std::function<void()>& work) {
     throw;
   }
   stop();
+  // Commands that returned no event end no later than a marker behind them, which the in-order
+  // queue completes after them; its start time is not the work's, only its end.
+  EventHandle marker;
+  if (rec.commands > rec.events.size())
+    check(clEnqueueMarkerWithWaitList(queue_.get(), 0, nullptr, marker.out()), "clEnqueueMarkerWithWaitList");
   // The compute queue alone: transfers beside it are not part of `work`.
   check(clFinish(queue_.get()), "clFinish(" + info_.id() + ")");
   if (rec.events.empty()) return 0.0;
   cl_ulong first = std::numeric_limits<cl_ulong>::max(), last = 0;
-  for (const auto& e : rec.events) {
-    cl_ulong start = 0, end = 0;
-    check(clGetEventProfilingInfo(e.get(), CL_PROFILING_COMMAND_START, sizeof start, &start, nullptr),
-          "clGetEventProfilingInfo(START)");
+  auto end_of = [&](const EventHandle& e) {
+    cl_ulong end = 0;
     check(clGetEventProfilingInfo(e.get(), CL_PROFILING_COMMAND_END, sizeof end, &end, nullptr),
           "clGetEventProfilingInfo(END)");
-    first = std::min(first, start);
     last = std::max(last, end);
+  };
+  for (const auto& e : rec.events) {
+    cl_ulong start = 0;
+    check(clGetEventProfilingInfo(e.get(), CL_PROFILING_COMMAND_START, sizeof start, &start, nullptr),
+          "clGetEventProfilingInfo(START)");
+    first = std::min(first, start);
+    end_of(e);
   }
+  if (marker) end_of(marker);
   return last > first ? static_cast<double>(last - first) : 0.0;
 }
 
@@ -432,7 +451,7 @@ void OpenCLDevice::launch_args(clc::Kernel& kernel, const Range& global, const R
   if (global.count() == 0) return;
   EventHandle event;
   cl_int err = clEnqueueNDRangeKernel(queue_.get(), k.get(), global.dims, nullptr, global.size.data(),
-                                      local.size.data(), 0, nullptr, recording() ? event.out() : nullptr);
+                                      local.size.data(), 0, nullptr, event_slot(event));
   if (err != CL_SUCCESS) fail(err, "clEnqueueNDRangeKernel(" + k.name() + ")");
   if (event) add_event(event.get());
 }
