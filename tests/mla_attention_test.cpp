@@ -409,7 +409,8 @@ TEST_P(MlaAttention, TensorCoreVariantMatchesTheReference) {
   EXPECT_GT(runs, 20u);
 }
 
-// Vulkan's cooperative-matrix attend pass (mla_decode_attend_coopmat.comp) against the double
+// Vulkan's cooperative-matrix passes (mla_decode_attend_coopmat.comp, and around it
+// mla_decode_absorb_coopmat.comp and mla_decode_merge_coopmat.comp) against the double
 // reference: both subgroup counts with one to four parts, 32 heads (two groups of 16), a narrow
 // latent whose row is 5 steps of 16 columns, pages of 16 tokens, ragged contexts ending mid-tile
 // and mid-page and a context of 0, and DeepSeek-V3 widths. Runs where the device offers the
@@ -435,6 +436,10 @@ TEST_P(MlaAttention, VulkanCoopmatMatchesTheReference) {
        {"v_head_dim", 32}},
       {{"batch", 3}, {"heads", 16}, {"context", 150}, {"kv_lora_rank", 64}, {"rope_dim", 16}, {"qk_nope_head_dim", 32},
        {"v_head_dim", 32}, {"block_size", 16}},
+      // The projections' edges: two absorb blocks of 32 sequences, three merge groups of 16 (the
+      // last mostly past the batch), three column fragments for eight subgroups, one chunk of w_vc.
+      {{"batch", 37}, {"heads", 16}, {"context", 96}, {"kv_lora_rank", 64}, {"rope_dim", 16}, {"qk_nope_head_dim", 48},
+       {"v_head_dim", 48}},
   };
   std::size_t runs = 0;
   for (std::size_t si = 0; si < shapes.size(); ++si) {

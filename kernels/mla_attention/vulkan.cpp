@@ -6,6 +6,8 @@
 //            context, each staged tile of cache rows shared by the group's heads;
 //   combine  one group per (head, ROWS sequences, 32 columns of out): parts merged by
 //            log-sum-exp, then o_lat . w_vc.
+// With the cooperative-matrix attend pass, where the widths allow, the absorb and a
+// merge-and-project pass on cooperative matrices too (per head small GEMMs over the batch).
 // The absorb and combine groups take ROWS sequences each so that w_kc and w_vc are read once for
 // ROWS sequences, not once for each (at DeepSeek-V3 widths 128 KiB a head), as on OpenCL.
 // "16" modules read and write f16/bf16 through 16-bit storage; the others only f32, so devices
@@ -60,6 +62,27 @@ std::int64_t coopmat_shared(std::int64_t width, std::int64_t subgroups) {
   return (2 * 16 * (width + 8) + 16 * 24) * 2 + (subgroups * 256 + 128 + 256) * 4;
 }
 
+// The cooperative-matrix absorb and merge-and-project passes around that attend pass
+// (mla_decode_absorb_coopmat.comp, mla_decode_merge_coopmat.comp), where the widths and shared
+// memory allow; otherwise the scalar absorb and combine run around it. Their shared memory: the
+// absorb's 32 rows of q_nope and 64 columns of w_kc as f16 with its products in f32; the merge's
+// 16 rows of o and a chunk of `kc` rows of w_vc as f16 with the parts' weights and the products
+// in f32.
+std::int64_t absorb_coopmat_shared(const Problem& p) { return (32 * (p.nope_dim + 8) + p.nope_dim * 72) * 2 + 32 * 64 * 4; }
+std::int64_t merge_coopmat_shared(const Problem& p, std::int64_t kc) {
+  return (16 * (p.rank + 8) + kc * (p.v_dim + 8)) * 2 + (16 * 32 + 16 * p.v_dim) * 4;
+}
+bool absorb_coopmat(const Problem& p, std::int64_t local_mem) {
+  return p.nope_dim % 16 == 0 && absorb_coopmat_shared(p) <= local_mem;
+}
+// Rows of w_vc a chunk of the merge, the largest that fit; 0 where the scalar combine runs.
+std::int64_t merge_coopmat_chunk(const Problem& p, std::int64_t splits, std::int64_t local_mem) {
+  if (p.v_dim % 16 != 0 || splits > 32) return 0;
+  for (std::int64_t kc : {64, 32, 16})
+    if (p.rank % kc == 0 && merge_coopmat_shared(p, kc) <= local_mem) return kc;
+  return 0;
+}
+
 const char* const scalar_v = "variant == \"scalar\"";
 
 // 16-bit storage with an even row width is staged as stored, two elements a word.
@@ -78,6 +101,8 @@ class VulkanMlaDecode final : public Implementation {
                                "mla_attention/mla_decode_combine.spv", "mla_attention/mla_decode_combine16.spv"};
 #ifdef EJK_HAVE_COOPMAT
     s.push_back("mla_attention/mla_decode_attend_coopmat.spv");
+    s.push_back("mla_attention/mla_decode_absorb_coopmat.spv");
+    s.push_back("mla_attention/mla_decode_merge_coopmat.spv");
 #endif
     return s;
   }
@@ -217,11 +242,26 @@ class VulkanMlaDecode final : public Implementation {
     l.spec = {u32(hg), u32(bn), u32(p.rank), u32(p.rope_dim), stage16(p) ? 1u : 0u, u32(rows), u32(cols), u32(cols)};
     l.push = vulkan::push_bytes(push);
 
-    l.spirv = absorb;
-    l.buffers = {&args[arg::q_nope].buffer(), &args[arg::q_pe].buffer(), &args[arg::w_kc].buffer(), qs.get()};
-    l.groups = {u32((p.rank + cols - 1) / cols), u32(p.heads), u32(row_groups)};
-    l.shared_bytes = u32((rows * 16 * (threads / cols) + (threads / cols) * rows * cols) * 4);
-    dev.dispatch(l);
+    const std::int64_t local_mem = static_cast<std::int64_t>(info.local_mem);
+    const std::int64_t kc = coop ? merge_coopmat_chunk(p, splits, local_mem) : 0;
+    if (coop && absorb_coopmat(p, local_mem)) {
+      vulkan::Launch a;
+      a.spirv = "mla_attention/mla_decode_absorb_coopmat.spv";
+      a.local_size = {128, 1, 1};
+      a.spec = {u32(p.nope_dim), u32(p.rank), u32(p.rope_dim)};
+      a.push = vulkan::push_bytes(push);
+      a.buffers = {&args[arg::q_nope].buffer(), &args[arg::q_pe].buffer(), &args[arg::w_kc].buffer(), qs.get()};
+      a.groups = {u32(p.rank / 64 + (p.rope_dim + 63) / 64), u32(p.heads), u32((p.batch + 31) / 32)};
+      a.shared_bytes = u32(absorb_coopmat_shared(p));
+      a.full_subgroups = true;
+      dev.dispatch(a);
+    } else {
+      l.spirv = absorb;
+      l.buffers = {&args[arg::q_nope].buffer(), &args[arg::q_pe].buffer(), &args[arg::w_kc].buffer(), qs.get()};
+      l.groups = {u32((p.rank + cols - 1) / cols), u32(p.heads), u32(row_groups)};
+      l.shared_bytes = u32((rows * 16 * (threads / cols) + (threads / cols) * rows * cols) * 4);
+      dev.dispatch(l);
+    }
 
     l.buffers = {qs.get(), &args[arg::kv_cache].buffer(), &args[arg::block_tables].buffer(),
                  &args[arg::context_lens].buffer(), part_o.get(), part_ml.get()};
@@ -241,11 +281,24 @@ class VulkanMlaDecode final : public Implementation {
       dev.dispatch(l);
     }
 
-    l.spirv = combine;
-    l.buffers = {part_o.get(), part_ml.get(), &args[arg::w_vc].buffer(), &args[arg::out].buffer()};
-    l.groups = {u32(p.heads), u32(row_groups), u32((p.v_dim + cols - 1) / cols)};
-    l.shared_bytes = u32(rows * (p.rank + threads) * 4);
-    dev.dispatch(l);
+    if (kc) {
+      vulkan::Launch m;
+      m.spirv = "mla_attention/mla_decode_merge_coopmat.spv";
+      m.local_size = {256, 1, 1};
+      m.spec = {u32(p.rank), u32(p.v_dim), u32(kc)};
+      m.push = vulkan::push_bytes(push);
+      m.buffers = {part_o.get(), part_ml.get(), &args[arg::w_vc].buffer(), &args[arg::out].buffer()};
+      m.groups = {u32(p.heads), u32((p.batch + 15) / 16), 1};
+      m.shared_bytes = u32(merge_coopmat_shared(p, kc));
+      m.full_subgroups = true;
+      dev.dispatch(m);
+    } else {
+      l.spirv = combine;
+      l.buffers = {part_o.get(), part_ml.get(), &args[arg::w_vc].buffer(), &args[arg::out].buffer()};
+      l.groups = {u32(p.heads), u32(row_groups), u32((p.v_dim + cols - 1) / cols)};
+      l.shared_bytes = u32(rows * (p.rank + threads) * 4);
+      dev.dispatch(l);
+    }
   }
 };
 
