@@ -157,10 +157,10 @@ class OpenCLMlaDecode final : public clc::Implementation {
     };
     const std::vector<MmaTry> mma_tries{{4, 64, 2}, {4, 32, 2}, {4, 16, 2}, {8, 32, 2}, {8, 64, 2},
                                         {4, 32, 0}, {8, 32, 0}, {4, 16, 0}, {4, 64, 0}, {8, 64, 0}};
+    const std::int64_t groups = p.batch * ceil_div(p.heads, 16);  // a part's
     for (const MmaTry& m : mma_tries) {
       const std::int64_t local = mma_local_bytes(std::max<std::int64_t>(1, m.stages), m.bn, p.width());
       const std::int64_t resident = std::clamp<std::int64_t>(static_cast<std::int64_t>(dev.static_local()) / local, 1, 2);
-      const std::int64_t groups = p.batch * ceil_div(p.heads, 16);
       std::int64_t splits = 1;
       while (splits < 32 && groups * splits * 2 <= resident * cus && splits * 2 * 256 <= p.capacity() &&
              splits * 2 * m.bn <= p.capacity())
