@@ -46,4 +46,14 @@ inline std::int64_t pick_splits(const Problem& p, std::int64_t groups_per_part, 
   return splits;
 }
 
+// Splits of the context for the tensor-core passes: the most that keep every group in one wave
+// (`slots` groups at once: compute units times the groups each holds), parts of at least
+// `min_part` tokens.
+inline std::int64_t one_wave_splits(const Problem& p, std::int64_t groups_per_part, std::int64_t min_part,
+                                    std::int64_t slots) {
+  std::int64_t splits = 1;
+  while (splits < 32 && groups_per_part * splits * 2 <= slots && splits * 2 * min_part <= p.capacity()) splits *= 2;
+  return splits;
+}
+
 }  // namespace ejk::kernels::mla_attention

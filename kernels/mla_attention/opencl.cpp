@@ -161,12 +161,9 @@ class OpenCLMlaDecode final : public clc::Implementation {
     for (const MmaTry& m : mma_tries) {
       const std::int64_t local = mma_local_bytes(std::max<std::int64_t>(1, m.stages), m.bn, p.width());
       const std::int64_t resident = std::clamp<std::int64_t>(static_cast<std::int64_t>(dev.static_local()) / local, 1, 2);
-      std::int64_t splits = 1;
-      while (splits < 32 && groups * splits * 2 <= resident * cus && splits * 2 * 256 <= p.capacity() &&
-             splits * 2 * m.bn <= p.capacity())
-        splits *= 2;
       Config c{{"variant", std::string("mma")}, {"mma_warps", m.warps}, {"mma_block_n", m.bn},
-               {"mma_async", std::int64_t{m.stages > 0}}, {"splits", splits}};
+               {"mma_async", std::int64_t{m.stages > 0}},
+               {"splits", one_wave_splits(p, groups, std::max<std::int64_t>(256, m.bn), resident * cus)}};
       if (m.stages > 0) c.set("mma_stages", m.stages);
       if (s.admits(c)) return c;
     }

@@ -148,9 +148,7 @@ class VulkanMlaDecode final : public Implementation {
       // Tensor cores where offered, with parts until there is a group for every compute unit
       // and no more: on an H200 at B32 H16 ctx 4096 (DeepSeek-V3 widths) 4 parts (128 groups)
       // ran 136 us, 8 150 and 16 175, the parts' o_lat and their merge growing with them.
-      const std::int64_t groups = p.batch * (p.heads / 16);
-      std::int64_t splits = 1;
-      while (splits < 32 && groups * splits * 2 <= cus && splits * 2 * 16 <= p.capacity()) splits *= 2;
+      const std::int64_t splits = one_wave_splits(p, p.batch * (p.heads / 16), 16, cus);
       for (std::int64_t nsg : {4, 8}) {
         Config c{{"variant", std::string("coopmat")}, {"coop_subgroups", nsg}, {"splits", splits}};
         if (s.admits(c)) return c;
