@@ -56,10 +56,10 @@ bool coopmat_offered(const Problem& p, const DeviceInfo& dev) {
 #endif
 }
 
-// Its shared memory: q, a tile and P as f16 (rows padded by 8 halves), the subgroups' scores,
-// the row partials and the rescale factors as f32.
+// Its shared memory: a tile and P as f16 (rows padded by 8 halves; q is staged in the tile's
+// room), the subgroups' scores and the row partials as f32.
 std::int64_t coopmat_shared(std::int64_t width, std::int64_t subgroups) {
-  return (2 * 16 * (width + 8) + 16 * 24) * 2 + (subgroups * 256 + 128 + 256) * 4;
+  return (16 * (width + 8) + 16 * 24) * 2 + (subgroups * 256 + 128) * 4;
 }
 
 // The cooperative-matrix absorb and merge-and-project passes around that attend pass
@@ -131,7 +131,7 @@ class VulkanMlaDecode final : public Implementation {
       s.param("coop_subgroups", {4, 8}, "variant == \"coopmat\"")
           .constraint("kv_lora_rank % (16 * coop_subgroups) == 0")
           .constraint("32 * coop_subgroups <= max_workgroup_size")
-          .constraint("(2 * 16 * (kv_lora_rank + rope_dim + 8) + 16 * 24) * 2 + (coop_subgroups * 256 + 384) * 4 <= local_mem")
+          .constraint("(16 * (kv_lora_rank + rope_dim + 8) + 16 * 24) * 2 + (coop_subgroups * 256 + 128) * 4 <= local_mem")
           .constraint("splits == 1 || splits * 16 <= max_context");
     }
     return s;
@@ -145,10 +145,11 @@ class VulkanMlaDecode final : public Implementation {
     const ParamSpace s = space(inv, dev);
     const std::int64_t cus = std::max<std::int64_t>(1, dev.compute_units);
     if (coopmat_offered(p, dev)) {
-      // Tensor cores where offered, with parts until there is a group for every compute unit
-      // and no more: on an H200 at B32 H16 ctx 4096 (DeepSeek-V3 widths) 4 parts (128 groups)
-      // ran 136 us, 8 150 and 16 175, the parts' o_lat and their merge growing with them.
-      const std::int64_t splits = one_wave_splits(p, p.batch * (p.heads / 16), 16, cus);
+      // Tensor cores where offered, with parts until there are two groups for every compute
+      // unit (24 KiB of shared memory each at DeepSeek-V3 widths) and no more: on an H200 at B32
+      // H16 ctx 4096 8 parts (256 groups) ran 98 us, 4 116 and 16 117, the parts' o_lat and
+      // their merge growing with them.
+      const std::int64_t splits = one_wave_splits(p, p.batch * (p.heads / 16), 16, 2 * cus);
       for (std::int64_t nsg : {4, 8}) {
         Config c{{"variant", std::string("coopmat")}, {"coop_subgroups", nsg}, {"splits", splits}};
         if (s.admits(c)) return c;
