@@ -409,6 +409,32 @@ TEST_P(MlaAttention, TensorCoreVariantMatchesTheReference) {
   EXPECT_GT(runs, 20u);
 }
 
+// Two runs queued back to back, nothing read between them: the second takes the scratch the
+// first released (OpenCL, CUDA and Vulkan recycle it) while the first may still be in flight, and
+// both match the reference.
+TEST_P(MlaAttention, RunsQueuedBackToBackEachMatchTheReference) {
+  Context ctx(GetParam());
+  const mla::MlaDecodeKernel mk;
+  const Invocation inv =
+      mk.from_sizes({{"batch", 3}, {"heads", 16}, {"context", 200}, {"kv_lora_rank", 64}, {"rope_dim", 16},
+                     {"qk_nope_head_dim", 32}, {"v_head_dim", 32}, {"block_size", 16}},
+                    DType::f32, nlohmann::json::object());
+  const Implementation& impl = Registry::global().implementation(inv, ctx.device().info());
+  const Config c = impl.heuristic(inv, ctx.device().info());
+  std::vector<HostArrays> want;
+  std::vector<std::vector<Tensor>> runs;
+  for (std::uint64_t seed : {7, 8}) {
+    const HostArrays in = mk.inputs(inv, seed);
+    want.push_back(mk.reference(inv, in));
+    std::vector<Tensor> args;
+    for (std::size_t i = 0; i < inv.args.size(); ++i) args.push_back(ctx.from(inv.args[i].shape, inv.args[i].dtype, in[i]));
+    impl.run(inv, c, args, ctx.device());
+    runs.push_back(std::move(args));
+  }
+  for (std::size_t r = 0; r < runs.size(); ++r)
+    EXPECT_LE(test::relative_error(runs[r][mla::arg::out].read(), want[r][0]), mk.tolerance(inv)) << "run " << r << " " << c.canonical();
+}
+
 // Vulkan's cooperative-matrix passes (mla_decode_attend_coopmat.comp, and around it
 // mla_decode_absorb_coopmat.comp and mla_decode_merge_coopmat.comp) against the double
 // reference: both subgroup counts with one to four parts, 32 heads (two groups of 16), a narrow

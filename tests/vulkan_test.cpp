@@ -88,6 +88,29 @@ TEST_P(Vulkan, KernelVersionCoversItsShaders) {
 
 // The path discrete GPUs take: device-local tensors, uploads and downloads through staging
 // buffers recorded in the stream.
+// A released scratch buffer answers the next request it holds without wasting more than half
+// (dispatches run in submission order, each after a barrier on everything before it, so the next
+// run may reuse it); buffers held at once are distinct, and a request it cannot hold gets another.
+TEST_P(Vulkan, ScratchBuffersAreReusedOnceReleased) {
+  auto& d = device();
+  auto allocation = [](const Buffer& b) { return dynamic_cast<const vulkan::VulkanBuffer&>(b).allocation().get(); };
+  const vulkan::Allocation* first = nullptr;
+  {
+    auto a = d.scratch(1 << 20);
+    auto b = d.scratch(1 << 20);
+    EXPECT_NE(allocation(*a), allocation(*b));
+    EXPECT_GE(a->bytes(), std::size_t{1} << 20);
+    first = allocation(*a);
+  }
+  auto again = d.scratch((1 << 20) - 100);
+  auto other = d.scratch((1 << 20) - 100);
+  const std::set<const vulkan::Allocation*> reused{allocation(*again), allocation(*other)};
+  EXPECT_EQ(reused.count(first), 1u);
+  auto larger = d.scratch(3 << 20);
+  EXPECT_EQ(reused.count(allocation(*larger)), 0u);
+  EXPECT_GE(larger->bytes(), std::size_t{3} << 20);
+}
+
 TEST_P(Vulkan, StagingTransfersKeepTheirOrder) {
   auto dev = std::make_shared<vulkan::VulkanDevice>(index(), vulkan::DeviceOptions{.staging = true});
   Context ctx(dev);

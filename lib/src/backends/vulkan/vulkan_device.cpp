@@ -786,6 +786,10 @@ std::shared_ptr<Buffer> VulkanDevice::allocate(std::size_t bytes) {
   return std::make_shared<VulkanBuffer>(bytes, state_->allocate(bytes, Memory::device));
 }
 
+std::shared_ptr<Buffer> VulkanDevice::scratch(std::size_t bytes) {
+  return scratch_->take(bytes, [this](std::size_t n) { return allocate(n); });
+}
+
 void VulkanDevice::write(Buffer& dst, std::size_t offset, const void* src, std::size_t bytes) {
   State& s = *state_;
   const auto& b = buffer_of(dst, s.core.get(), "write");

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backends/vulkan/instance.hpp"
+#include "core/scratch_pool.hpp"
 #include "ejk/device.hpp"
 
 namespace ejk::vulkan {
@@ -85,6 +86,10 @@ class VulkanDevice final : public Device {
   const DeviceInfo& info() const override;
   // Throws ResourceError naming the size when it exceeds the largest storage buffer.
   std::shared_ptr<Buffer> allocate(std::size_t bytes) override;
+  // From a pool of this device's allocations: dispatches run in submission order, each after a
+  // barrier on everything before it, so a buffer one run released is free for the next run's;
+  // otherwise every run paid vkAllocateMemory and vkFreeMemory for each scratch buffer.
+  std::shared_ptr<Buffer> scratch(std::size_t bytes) override;
   void write(Buffer& dst, std::size_t offset, const void* src, std::size_t bytes) override;
   void read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) override;
   void read_ranges(std::span<const ReadRange> ranges) override;
@@ -130,6 +135,7 @@ class VulkanDevice final : public Device {
  private:
   struct State;
   std::unique_ptr<State> state_;
+  std::shared_ptr<ScratchPool> scratch_ = std::make_shared<ScratchPool>();  // shared with the buffers handed out
 };
 
 // The Vulkan device behind a Device reference; throws DeviceError when it is another backend's.
