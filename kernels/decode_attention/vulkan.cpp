@@ -5,6 +5,7 @@
 // (one pipeline per threads, block_k, rows, head_dim class; the stream pass adds the dtype, the
 // layout and whether head_dim is a multiple of 8); sizes and options are push constants.
 #include <algorithm>
+#include <bit>
 #include <memory>
 #include <string>
 
@@ -195,8 +196,14 @@ class VulkanDecode final : public Implementation {
     l.spirv = spirv;
     l.local_size = {u32(threads), 1, 1};
     l.spec = {u32(threads), u32(bk), u32(R), u32(bq), u32(dm)};
-    if (stream)
-      l.spec.insert(l.spec.end(), {u32(dtype_code(e.dtype)), u32(e.layout == Layout::paged), u32(e.head_dim % 8 == 0)});
+    if (stream) {
+      // log2 of a paged cache's page size where it is a power of two, else 32 (the shader divides).
+      std::uint32_t page_log2 = 32;
+      if (e.layout == Layout::paged && e.block_size > 0 && (e.block_size & (e.block_size - 1)) == 0)
+        page_log2 = u32(std::countr_zero(static_cast<std::uint64_t>(e.block_size)));
+      l.spec.insert(l.spec.end(),
+                    {u32(dtype_code(e.dtype)), u32(e.layout == Layout::paged), u32(e.head_dim % 8 == 0), page_log2});
+    }
     l.shared_bytes = u32(shared);
     if (blocks > 0 && e.num_seqs > 0) dispatch(splits, e.kv_heads, blocks, true, lim.maxComputeWorkGroupCount[2]);
 
