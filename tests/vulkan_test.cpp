@@ -86,8 +86,6 @@ TEST_P(Vulkan, KernelVersionCoversItsShaders) {
   EXPECT_EQ(Registry::global().version(impl).size(), 16u);
 }
 
-// The path discrete GPUs take: device-local tensors, uploads and downloads through staging
-// buffers recorded in the stream.
 // A released scratch buffer answers the next request it holds without wasting more than half
 // (dispatches run in submission order, each after a barrier on everything before it, so the next
 // run may reuse it); buffers held at once are distinct, and a request it cannot hold gets another.
@@ -111,6 +109,8 @@ TEST_P(Vulkan, ScratchBuffersAreReusedOnceReleased) {
   EXPECT_GE(larger->bytes(), std::size_t{3} << 20);
 }
 
+// The path discrete GPUs take: device-local tensors, uploads and downloads through staging
+// buffers recorded in the stream.
 TEST_P(Vulkan, StagingTransfersKeepTheirOrder) {
   auto dev = std::make_shared<vulkan::VulkanDevice>(index(), vulkan::DeviceOptions{.staging = true});
   Context ctx(dev);

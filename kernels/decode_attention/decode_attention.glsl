@@ -184,7 +184,7 @@ uint key_page(uint s, int t) {
 
 uint page_row(uint page, uint g, int t) {
   const uint tc = clamp_key(t, true);
-  const uint row = pow2_pages() ? tc & ((1u << page_shift()) - 1u) : tc % pc.block_size;
+  const uint row = pow2_pages() ? tc & (pc.block_size - 1u) : tc % pc.block_size;
   return (page * pc.kv_heads + g) * pc.block_size + row;
 }
 

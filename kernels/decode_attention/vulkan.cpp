@@ -199,7 +199,7 @@ class VulkanDecode final : public Implementation {
     if (stream) {
       // log2 of a paged cache's page size where it is a power of two, else 32 (the shader divides).
       std::uint32_t page_log2 = 32;
-      if (e.layout == Layout::paged && e.block_size > 0 && (e.block_size & (e.block_size - 1)) == 0)
+      if (e.layout == Layout::paged && std::has_single_bit(static_cast<std::uint64_t>(e.block_size)))
         page_log2 = u32(std::countr_zero(static_cast<std::uint64_t>(e.block_size)));
       l.spec.insert(l.spec.end(),
                     {u32(dtype_code(e.dtype)), u32(e.layout == Layout::paged), u32(e.head_dim % 8 == 0), page_log2});

@@ -64,9 +64,9 @@ shared float fs[RB + 128];
 
 uvec4 pk[PF];
 // The 16 rows from token t0 of sequence b (t0 a multiple of 16, so within one page), zeros
-// from row `rows` on (all of them where rows <= 0), into registers.
+// from row `rows` on, into registers.
 void fetch(uint b, int t0, int rows) {
-  const int page = rows > 0 ? block_tables[b * pc.max_blocks + uint(t0) / pc.block_size] : 0;
+  const int page = block_tables[b * pc.max_blocks + uint(t0) / pc.block_size];
   const uint base = (uint(page) * pc.block_size + uint(t0) % pc.block_size) * (WIDTH / 8);
   [[unroll]] for (uint t = 0; t < PF; ++t) {
     const uint u = gl_LocalInvocationID.x + t * THREADS;
@@ -88,8 +88,7 @@ fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> qf[QF];
 fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> o[FO];
 float m = NEG, l = 0.0;
 
-// The staged tile's scores (its first `rows` rows live, none where rows <= 0), the online
-// softmax, o_lat += P . c_kv.
+// The staged tile's scores (its first `rows` rows live), the online softmax, o_lat += P . c_kv.
 void tile(int rows) {
   const uint lid = gl_LocalInvocationID.x, s = gl_SubgroupID;
   // Softmax roles: head `row`, columns 2 part and 2 part + 1 (the first 128 invocations).

@@ -13,6 +13,6 @@ python3 -c "
 import json; d=json.load(open('$R/tune.json'))
 for c in d['benchmarks'][0]['candidates']: print(c.get('config'), c.get('median_ns'))"
 mkdir -p $R/sass; for f in $(grep -rl --binary-files=binary -F "$(printf '\x28\xb5\x2f\xfd')" $EJK_CACHE_DIR 2>/dev/null); do
-  n=$(basename $f | cut -c1-16); NVDISASM=/usr/local/cuda/bin/nvdisasm python3 $S/vulkan-sass.py $f $R/sass/$n.sass 2>&1 | head -1
+  n=$(basename $f | cut -c1-16); NVDISASM=/usr/local/cuda/bin/nvdisasm python3 bench/results/h200-2026-11-27d/scripts/vulkan-sass.py $f $R/sass/$n.sass 2>&1 | head -1
   echo "  LDL/STL: $(grep -c 'LDL\|STL' $R/sass/$n.sass) HMMA: $(grep -c HMMA $R/sass/$n.sass)"; done 2>&1 | grep -B1 "HMMA: [1-9]" | head -20
 cd $OUT && tar -czf r.tgz r && rm -rf r

@@ -10,6 +10,6 @@ for i in 1 2; do
   grep -h "GB/s=" $R/old-$i.txt $R/new-$i.txt | sed 's/.*manual_time *//' | cut -c1-70
 done
 mkdir -p $R/sass; for f in $(grep -rl --binary-files=binary -F "$(printf '\x28\xb5\x2f\xfd')" $EJK_CACHE_DIR 2>/dev/null); do
-  n=$(basename $f | cut -c1-16); NVDISASM=/usr/local/cuda/bin/nvdisasm timeout 60 python3 $S/vulkan-sass.py $f $R/sass/$n.sass 2>&1 | head -1
+  n=$(basename $f | cut -c1-16); NVDISASM=/usr/local/cuda/bin/nvdisasm timeout 60 python3 bench/results/h200-2026-11-27d/scripts/vulkan-sass.py $f $R/sass/$n.sass 2>&1 | head -1
   echo "  LDL/STL: $(grep -c 'LDL\|STL' $R/sass/$n.sass) HMMA: $(grep -c HMMA $R/sass/$n.sass) BAR: $(grep -c BAR $R/sass/$n.sass)"; done 2>&1 | head -20
 cd $OUT && tar -czf r.tgz r && rm -rf r

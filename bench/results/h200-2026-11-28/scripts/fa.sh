@@ -5,5 +5,5 @@ F='flash_attention_gpu/vulkan:0/(fwd|bwd)/heuristic'
 timeout 70 .old/bin/ejk_bench --benchmark_filter="$F" > $R/old.txt 2>&1
 timeout 70 ejk_bench --benchmark_filter="$F" > $R/new.txt 2>&1
 grep -h "manual_time" $R/old.txt $R/new.txt | sed 's/\/min_time:0.200\/manual_time//' | cut -c1-140
-timeout 60 python3 bench/results/h200-2026-11-28/scripts/fapeer.py > $R/peer.txt 2>&1; tail -5 $R/peer.txt
+timeout 60 python3 bench/results/h200-2026-11-27b/scripts/fapeer.py > $R/peer.txt 2>&1; tail -5 $R/peer.txt
 cd $OUT && tar -czf r.tgz r && rm -rf r

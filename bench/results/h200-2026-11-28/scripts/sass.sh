@@ -5,7 +5,7 @@ ND=$(command -v nvdisasm || ls /usr/local/cuda*/bin/nvdisasm | head -1); echo nv
 mkdir -p $R/sass
 for f in $(grep -rl --binary-files=binary -F "$(printf '\x28\xb5\x2f\xfd')" $EJK_CACHE_DIR 2>/dev/null); do
   n=$(basename $f | cut -c1-16)
-  NVDISASM=$ND python3 $S/vulkan-sass.py $f $R/sass/$n.sass 2>&1 | head -3
+  NVDISASM=$ND python3 bench/results/h200-2026-11-27d/scripts/vulkan-sass.py $f $R/sass/$n.sass 2>&1 | head -3
   echo "  LDL/STL: $(grep -c 'LDL\|STL' $R/sass/$n.sass) BAR: $(grep -c 'BAR' $R/sass/$n.sass) HMMA: $(grep -c HMMA $R/sass/$n.sass) size $(stat -c%s $f)"
 done
 cd $OUT && tar -czf r.tgz r && rm -rf r
