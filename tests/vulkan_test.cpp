@@ -10,6 +10,7 @@
 
 #include "backends/vulkan/vk_util.hpp"
 #include "backends/vulkan/vulkan_device.hpp"
+#include "common/vulkan_fragment_rows.hpp"
 #include "core/embedded.hpp"
 #include "matmul/matmul.hpp"
 #include "support.hpp"
@@ -402,6 +403,68 @@ TEST_P(Vulkan, CoopmatMatchesTheReference) {
     std::shuffle(configs.begin(), configs.end(), rng);
     configs.resize(std::min<std::size_t>(configs.size(), 24));
     for (const auto& cfg : configs) EXPECT_LE(run_case(ctx, DType::f16, c, cfg), tolerance(inv)) << cfg.canonical();
+  }
+}
+
+// A probe's output for a layout: element i of invocation l at position(l, i) = 16 r + c.
+template <class Position>
+std::vector<float> probe_of(std::uint32_t subgroup, Position position) {
+  std::vector<float> out(257, -1.f);
+  const std::uint32_t elements = 256 / subgroup;
+  for (std::uint32_t l = 0; l < subgroup; ++l)
+    for (std::uint32_t i = 0; i < elements; ++i) out[position(l, i)] = static_cast<float>(64 * l + i);
+  out[256] = static_cast<float>(elements);
+  return out;
+}
+
+TEST(VulkanFragmentRows, LayoutsOfRowGroupsAreRecognisedAndOthersRefused) {
+  using kernels::FragmentRows;
+  using kernels::fragment_rows_of;
+  // NVIDIA's mma.sync accumulator, two 16x8 halves: rows l / 4 and l / 4 + 8, four invocations a row.
+  const auto mma = probe_of(32, [](std::uint32_t l, std::uint32_t i) {
+    return (l / 4 + 8 * ((i / 2) % 2)) * 16 + 2 * (l % 4) + i % 2 + 8 * (i / 4);
+  });
+  EXPECT_EQ(fragment_rows_of(mma, 32), (FragmentRows{4, 0x22002200u, 0}));
+  // A column an invocation (RDNA's WMMA accumulator): element i on row 2 i + l / 16, sixteen invocations a row.
+  const auto wmma = probe_of(32, [](std::uint32_t l, std::uint32_t i) { return (2 * i + l / 16) * 16 + l % 16; });
+  EXPECT_EQ(fragment_rows_of(wmma, 32), (FragmentRows{16, 0x76543210u, 0}));
+  // Half a row an invocation with 64 invocations; a row an invocation with 16.
+  const auto halves = probe_of(64, [](std::uint32_t l, std::uint32_t i) { return (l / 4) * 16 + (l % 4) * 4 + i; });
+  EXPECT_EQ(fragment_rows_of(halves, 64), (FragmentRows{4, 0, 0}));
+  const auto whole = probe_of(16, [](std::uint32_t l, std::uint32_t i) { return l * 16 + i; });
+  EXPECT_EQ(fragment_rows_of(whole, 16), (FragmentRows{1, 0, 0}));
+  // Invocations sharing a row at different elements, rows held by scattered invocations, and
+  // malformed output: no row groups.
+  const auto shifted = probe_of(32, [](std::uint32_t l, std::uint32_t i) { return (l / 2) * 16 + (l % 2) * 8 + (i + l) % 8; });
+  EXPECT_EQ(fragment_rows_of(shifted, 32).lanes, 2u) << "the same rows at the same elements, columns aside";
+  const auto mixed = probe_of(32, [](std::uint32_t l, std::uint32_t i) { return ((l * 8 + i) * 37) % 256; });
+  EXPECT_EQ(fragment_rows_of(mixed, 32).lanes, 0u);
+  const auto apart = probe_of(32, [](std::uint32_t l, std::uint32_t i) { return (l % 16) * 16 + (l / 16) * 8 + i; });
+  EXPECT_EQ(fragment_rows_of(apart, 32).lanes, 0u) << "a row on invocations l and l + 16, not an aligned group";
+  auto twice = mma;
+  twice[5] = twice[6];
+  EXPECT_EQ(fragment_rows_of(twice, 32).lanes, 0u);
+  auto short_length = mma;
+  short_length[256] = 4;
+  EXPECT_EQ(fragment_rows_of(short_length, 32).lanes, 0u);
+}
+
+// On a device with cooperative matrices the probe runs and, where it finds row groups, reports
+// the subgroup's own layout consistently on every call.
+TEST_P(Vulkan, FragmentRowsProbeRuns) {
+  const auto rows = kernels::fragment_rows(device());
+  EXPECT_EQ(kernels::fragment_rows(device()), rows);
+  if (!device().info().offers({16, 16, 16, DType::f16, DType::f32})) {
+    EXPECT_EQ(rows.lanes, 0u);
+    GTEST_SKIP() << device().info().name << " has no 16x16x16 f16 cooperative matrices";
+  }
+  RecordProperty("fragment_row_lanes", static_cast<int>(rows.lanes));
+  if (rows.lanes > 0) {
+    EXPECT_LE(rows.lanes, device().info().subgroup_size);
+    EXPECT_EQ(rows.lanes & (rows.lanes - 1), 0u);
+  }
+  if (device().info().vendor.find("NVIDIA") != std::string::npos) {
+    EXPECT_EQ(rows.lanes, 4u) << "NVIDIA's fragments spread a row over four invocations";
   }
 }
 

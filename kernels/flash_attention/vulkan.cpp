@@ -18,6 +18,7 @@
 #include "backends/vulkan/vulkan_device.hpp"
 #include "common/builtin.hpp"
 #include "common/ceil_div.hpp"
+#include "common/vulkan_fragment_rows.hpp"
 #include "ejk/error.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "flash_attention/program.hpp"
@@ -98,12 +99,20 @@ bool coopmat_offered(const Problem& p, const DeviceInfo& dev) {
 #endif
 }
 
-// Shared memory of the cooperative-matrix forward (its hs and fs arrays).
-std::int64_t coopmat_shared(std::int64_t subgroups, std::int64_t bk, std::int64_t d, std::int64_t sg, std::int64_t stages) {
+// Shared memory of the cooperative-matrix forward (its hs and fs arrays), with the softmax in
+// registers or through shared memory.
+std::int64_t coopmat_shared(std::int64_t subgroups, std::int64_t bk, std::int64_t d, std::int64_t sg, std::int64_t stages,
+                            bool registers) {
   const std::int64_t rows = 16 * subgroups;
-  const std::int64_t halves = rows * (d + 8) + stages * 2 * bk * (d + 8) + rows * (bk + 8);
-  const std::int64_t floats = rows * bk + rows * (sg / 16) + rows;
+  const std::int64_t halves = std::max(rows * (d + 8), stages * 2 * bk * (d + 8)) + (registers ? 0 : rows * (bk + 8));
+  const std::int64_t floats = registers ? subgroups * 256 + 256 : rows * bk + rows * (sg / 16) + rows;
   return halves * 2 + (floats + 3) / 4 * 16;
+}
+
+// The probe's lanes of the device's fragment rows: the device behind `dev` opened (devices are
+// shared) to run it once.
+std::uint32_t row_lanes(const DeviceInfo& dev) {
+  return fragment_rows(vulkan::vulkan_device(*open_device(dev.id()))).lanes;
 }
 
 const char* const scalar_v = "variant == \"scalar\"";
@@ -152,17 +161,24 @@ void add_vulkan_params(ParamSpace& s, std::vector<Value> variants, const Problem
     s.constraint(n("4 * (block_q * " + ds + " + block_k * " + ds + " + block_q * (block_k + 1) + block_q * threads_x) <= local_mem"));
   }
   if (coop) {
-    // Subgroups of 16 query rows each; key blocks of 16 to 64; one or two buffers of k and v.
+    // Subgroups of 16 query rows each; key blocks of 16 to 64; one or two buffers of k and v; the
+    // softmax in registers where the device's fragment layout allows it (fragment_row_lanes,
+    // kernels/common/vulkan_fragment_rows.hpp), else through shared memory. Shared memory as
+    // coopmat_shared() counts it.
+    const std::string room = "2 * max(16 * subgroups * (head_dim + 8), coop_stages * 2 * coop_block_k * (head_dim + 8))";
     s.param("subgroups", {1, 2, 4, 8}, coop_v)
         .param("coop_block_k", {16, 32, 64}, coop_v)
         .param("coop_stages", {1, 2}, coop_v)
+        .param("coop_softmax", {std::string("registers"), std::string("shared")}, coop_v)
         .constraint("subgroup_size * subgroups <= max_workgroup_size && subgroup_size * subgroups <= max_workgroup_x")
         .constraint("subgroups == 1 || 16 * subgroups < 2 * seq_q")
         .constraint("coop_block_k == 16 || coop_block_k < 2 * seq_k")
         .constraint("coop_stages == 1 || coop_block_k < seq_k")
-        .constraint("2 * (16 * subgroups * (head_dim + 8) + coop_stages * 2 * coop_block_k * (head_dim + 8) + "
-                    "16 * subgroups * (coop_block_k + 8))"
-                    " + 16 * ((16 * subgroups * (coop_block_k + subgroup_size / 16 + 1) + 3) / 4) <= local_mem");
+        .constraint("coop_softmax == \"shared\" || fragment_row_lanes > 0")
+        .constraint("coop_softmax == \"shared\" || " + room + " + 16 * ((subgroups * 256 + 256 + 3) / 4) <= local_mem")
+        .constraint("coop_softmax == \"registers\" || " + room + " + 2 * 16 * subgroups * (coop_block_k + 8)" +
+                    " + 16 * ((16 * subgroups * (coop_block_k + subgroup_size / 16 + 1) + 3) / 4) <= local_mem")
+        .bind({{"fragment_row_lanes", std::int64_t{row_lanes(dev)}}});
   }
   s.bind({{"head_dim_class", head_dim_class(p.head_dim)},
           {"max_workgroup_x", std::int64_t{lim.maxComputeWorkGroupSize[0]}},
@@ -179,10 +195,15 @@ std::vector<Config> vulkan_candidates(const DeviceInfo& dev, bool backward, cons
   if (vulkan::physical_device(dev.index).cpu)
     return {cfg(32, 32, 8, 4), cfg(16, 32, 8, 4), cfg(16, 16, 8, 4), cfg(8, 16, 8, 4), cfg(8, 8, 8, 4), cfg(8, 8, 4, 8)};
   if (backward) return {cfg(16, 32, 16, 8), cfg(16, 16, 16, 8), cfg(8, 16, 16, 8), cfg(8, 8, 8, 8), cfg(8, 8, 4, 8)};
-  // Tensor cores where the space offers them (f16, head_dim a multiple of 16): on the H100 this
-  // config won an exhaustive tune at B4 H16 S4096 D128 (45.8 TFLOP/s, 1.19x 4 subgroups with
-  // 32-key blocks) and at most sizes of 200 to 512 queries.
-  return {Config{{"variant", std::string("coopmat")}, {"subgroups", 2}, {"coop_block_k", 16}, {"coop_stages", 1}},
+  // Tensor cores where the space offers them (f16, head_dim a multiple of 16).
+  auto coop = [](std::int64_t subgroups, std::int64_t bk, std::int64_t stages, const char* softmax) {
+    return Config{{"variant", std::string("coopmat")}, {"subgroups", subgroups}, {"coop_block_k", bk},
+                  {"coop_stages", stages}, {"coop_softmax", std::string(softmax)}};
+  };
+  // On the H200 (B4 H16 S4096 D128) 8 x 16 rows with 16-key blocks and the softmax in registers
+  // won a tune of the register configs (bench/results/h200-2026-11-28b/fa-reg4); the shared
+  // softmax's best before that was 2 x 16 rows, 16-key blocks.
+  return {coop(8, 16, 1, "registers"), coop(4, 16, 1, "registers"), coop(2, 16, 1, "shared"),
           cfg(32, 32, 16, 8), cfg(16, 32, 16, 8), cfg(16, 16, 16, 8), cfg(8, 16, 16, 8), cfg(8, 8, 8, 8), cfg(8, 8, 4, 8)};
 }
 
@@ -219,9 +240,9 @@ vulkan::VulkanDevice& device_for(const Problem& p, Device& device) {
 // after the pass's arrays.
 void walk(vulkan::Launch& l, const BlockLists* lists, bool backward) {
   if (!lists) return;
-  if (l.spec.size() < 6) l.spec.resize(6, 1);
-  l.spec.push_back(u32(lists->block_q));
-  l.spec.push_back(u32(lists->block_k));
+  if (l.spec.size() < 8) l.spec.resize(8, 1);
+  l.spec[6] = u32(lists->block_q);
+  l.spec[7] = u32(lists->block_k);
   l.buffers.push_back(&lists->kv_counts->buffer());
   l.buffers.push_back(&lists->kv_indices->buffer());
   if (backward) {
@@ -243,14 +264,22 @@ void run_coopmat(const Problem& p, const Config& config, std::span<const Tensor>
     throw InvalidArgument(text + "needs f16 q, k, v with head_dim a multiple of 16 and a device with 16x16x16 f16 "
                           "cooperative matrices, 16-bit storage, float16 and full subgroups of 16, 32 or 64 (" +
                           info.id() + ": " + info.name + ")");
-  // Configs from before pipeline stages existed have one.
+  // Configs from before pipeline stages and the register softmax existed have one stage and the
+  // shared softmax.
   const std::int64_t nsg = config.get("subgroups"), bk = config.get("coop_block_k"), sg = info.subgroup_size,
                      stages = config.has("coop_stages") ? config.get("coop_stages") : 1;
+  const std::string softmax = config.has("coop_softmax") ? config.text("coop_softmax") : "shared";
   if (nsg <= 0 || bk <= 0 || bk % 16 != 0 || bk % (2 * (sg / 16)) != 0 || (stages != 1 && stages != 2))
     throw InvalidArgument(text + "needs positive subgroups, coop_block_k a positive multiple of 16 and coop_stages 1 or 2");
+  if (softmax != "registers" && softmax != "shared")
+    throw InvalidArgument(text + "needs coop_softmax \"registers\" or \"shared\"");
   if (sg * nsg > info.max_workgroup_size)
     throw InvalidArgument(text + "exceeds the device's workgroup size " + std::to_string(info.max_workgroup_size));
-  const std::int64_t shared = coopmat_shared(nsg, bk, p.head_dim, sg, stages);
+  const FragmentRows rows = softmax == "registers" ? fragment_rows(dev) : FragmentRows{};
+  if (softmax == "registers" && rows.lanes == 0)
+    throw InvalidArgument(text + "needs a device whose fragments keep each row on an aligned group of invocations "
+                          "for coop_softmax \"registers\" (" + info.id() + ": " + info.name + "); \"shared\" runs anywhere");
+  const std::int64_t shared = coopmat_shared(nsg, bk, p.head_dim, sg, stages, rows.lanes > 0);
   if (shared > static_cast<std::int64_t>(info.local_mem))
     throw InvalidArgument(text + "needs " + std::to_string(shared) + " bytes of shared memory for head_dim " +
                           std::to_string(p.head_dim) + ", the device has " + std::to_string(info.local_mem));
@@ -258,8 +287,9 @@ void run_coopmat(const Problem& p, const Config& config, std::span<const Tensor>
   l.spirv = lists ? "flash_attention/flash_attention_fwd_coopmat_sparse.spv" : "flash_attention/flash_attention_fwd_coopmat.spv";
   l.local_size = {u32(sg * nsg), 1, 1};
   // The shared constants: BQ = 16 subgroups, BK, DMAX = head_dim, RX = subgroup size, RY = subgroups;
-  // then the shader's own STAGES.
-  l.spec = {u32(16 * nsg), u32(bk), u32(p.head_dim), u32(sg), u32(nsg), u32(stages)};
+  // then the shader's own STAGES, SPARSE's blocks (walk) and the fragment's rows.
+  l.spec = {u32(16 * nsg), u32(bk), u32(p.head_dim), u32(sg), u32(nsg), u32(stages), 1, 1, rows.lanes, rows.first_lo,
+            rows.first_hi};
   for (std::size_t i = 0; i < fwd::count; ++i) l.buffers.push_back(&args[i].buffer());
   walk(l, lists, false);
   l.shared_bytes = u32(shared);
@@ -374,6 +404,7 @@ class VulkanForward final : public VulkanBase {
     std::vector<std::string> s{module("fwd", false), module("fwd", true)};
 #ifdef EJK_HAVE_COOPMAT
     s.push_back("flash_attention/flash_attention_fwd_coopmat.spv");
+    s.push_back("common/rows_coopmat.spv");
 #endif
     return s;
   }

@@ -254,6 +254,8 @@ bool describe(VkInstance instance, VkPhysicalDevice pd, int index, PhysicalDevic
   out.timeline = f12.timelineSemaphore;
   out.push_descriptor = has(VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
   out.full_subgroups = size_control && fsize.computeFullSubgroups;
+  out.subgroup_shuffle = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                         (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
   // glslang's cooperative-matrix SPIR-V declares the Vulkan memory model.
   out.coopmat_nv = coop_ext && fcoop.cooperativeMatrix && f12.vulkanMemoryModel;
   out.integrated = base.deviceType == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU || base.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;

@@ -36,6 +36,7 @@ struct PhysicalDevice {
   bool timeline = false;       // timelineSemaphore (Vulkan 1.2 requires it)
   bool push_descriptor = false;
   bool full_subgroups = false;  // computeFullSubgroups (VK_EXT_subgroup_size_control)
+  bool subgroup_shuffle = false;  // subgroupShuffle* in compute shaders
   bool coopmat_nv = false;      // VK_NV_cooperative_matrix with cooperativeMatrix and vulkanMemoryModel
   bool integrated = false;      // integrated GPU or CPU: host-visible device memory is as fast
   bool cpu = false;             // a CPU implementation such as lavapipe
