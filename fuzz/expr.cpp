@@ -56,10 +56,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   Values values(nul == std::string_view::npos ? std::string_view() : in.substr(nul + 1));
   ejk::Vars vars;
   for (const auto& n : names) vars[n] = values.next();
+  std::optional<std::int64_t> full;
   try {
-    (void)e->eval(vars);
+    full = e->eval(vars);
   } catch (const ejk::InvalidArgument&) {
     // text used as a number, division by zero
+  }
+  // With a name unknown, a value is one the known names decide: the same as with any value for it.
+  if (!names.empty() && full) {
+    try {
+      const auto known = e->eval_known(vars, {names.front()});
+      if (known && *known != *full) ejk::fuzz::finding("a value decided without a name differs from the full one", text);
+    } catch (const ejk::InvalidArgument&) {
+    }
   }
   if (!names.empty()) {
     vars.erase(names.front());

@@ -1,6 +1,7 @@
 // dtype conversions, expressions, parameter spaces, configs and invocations.
 #include <cmath>
 #include <limits>
+#include <set>
 #include <thread>
 
 #include "backends/program_store.hpp"
@@ -62,6 +63,36 @@ TEST(ParamSpace, EnumeratesFiltersAndExplains) {
   EXPECT_NE(s.mismatch(Config{{"algo", std::string("native")}, {"tile", 8}}).find("wpt"), std::string::npos);
   EXPECT_NE(s.mismatch(Config{{"algo", std::string("native")}, {"tile", 12}, {"wpt", 1}}).find("candidate"), std::string::npos);
   EXPECT_NE(s.describe().find("where tile * wpt <= limit"), std::string::npos);
+}
+
+TEST(Expr, UnknownNamesLeaveOnlyWhatTheKnownOnesDecide) {
+  const Vars v{{"a", std::int64_t{6}}, {"b", std::int64_t{0}}, {"algo", std::string("blas")}};
+  const std::set<std::string, std::less<>> unknown{"tile"};
+  auto known = [&](const char* text) { return Expr::parse(text).eval_known(v, unknown); };
+  EXPECT_EQ(known("algo == \"native\" && tile > 8"), 0);
+  EXPECT_EQ(known("tile > 8 && algo == \"native\""), 0);
+  EXPECT_EQ(known("tile > 8 || a == 6"), 1);
+  EXPECT_EQ(known("a == 6 || tile / b > 1"), 1) << "a decided side leaves the other unread";
+  EXPECT_EQ(known("tile > 8"), std::nullopt);
+  EXPECT_EQ(known("algo == \"blas\" && tile > 8"), std::nullopt);
+  EXPECT_EQ(known("!(tile > 8) || a < 0"), std::nullopt);
+  EXPECT_EQ(known("min(tile, 4) < a"), std::nullopt);
+  EXPECT_EQ(known("a * 2 == 12"), 1);
+  EXPECT_THROW(known("a / b > 1 && tile > 8"), InvalidArgument);
+}
+
+// A constraint holds for a config that lacks one of its parameters unless the values the config
+// has make it false: a recipe's `variant == "x" && p > 1` refuses every other variant.
+TEST(ParamSpace, ConstraintsOverOtherVariantsParametersAreDecidedByTheRest) {
+  ParamSpace s;
+  s.param("algo", std::vector<Value>{std::string("native"), std::string("blas")})
+      .param("tile", {8, 16, 32}, "algo == \"native\"")
+      .param("depth", {1, 2}, "algo == \"blas\"")
+      .constraint("tile <= 16")
+      .constraint("algo == \"native\" && tile >= 16 || algo == \"blas\" && depth == 2");
+  std::vector<std::string> got;
+  for (const auto& c : s.enumerate()) got.push_back(c.canonical());
+  EXPECT_EQ(got, (std::vector<std::string>{R"({"algo":"native","tile":16})", R"({"algo":"blas","depth":2})"}));
 }
 
 TEST(Config, CanonicalJsonIsSortedAndRoundTrips) {

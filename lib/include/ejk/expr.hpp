@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,6 +31,10 @@ class EJK_API Expr {
   static Expr parse(std::string_view text);  // throws InvalidArgument with the column
   // Throws InvalidArgument for unknown names, division by zero and 64-bit overflow.
   std::int64_t eval(const Vars& vars) const;
+  // As eval, with the names in `unknown` having no value (parameters a config lacks): `a && b`
+  // is 0 where either side is 0 and `a || b` 1 where either side is nonzero, whatever the other;
+  // anything else that reads an unknown name has no value (nullopt).
+  std::optional<std::int64_t> eval_known(const Vars& vars, const std::set<std::string, std::less<>>& unknown) const;
   const std::string& text() const { return text_; }
   std::vector<std::string> names() const;  // identifiers it reads
 

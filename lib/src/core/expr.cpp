@@ -196,42 +196,56 @@ std::int64_t as_int(const Value& v, const std::string& text) {
   eval_fail(text, "text \"" + std::get<std::string>(v) + "\" used as a number");
 }
 
-Value eval_node(const Expr::Node& n, const Vars& vars, const std::string& text) {
+// nullopt where the value depends on a name in `unknown` (none when it is null).
+using Unknown = std::set<std::string, std::less<>>;
+std::optional<Value> eval_node(const Expr::Node& n, const Vars& vars, const Unknown* unknown, const std::string& text) {
   switch (n.kind) {
-    case Expr::Node::number: return n.value;
-    case Expr::Node::text_literal: return n.text;
+    case Expr::Node::number: return Value{n.value};
+    case Expr::Node::text_literal: return Value{n.text};
     case Expr::Node::name: {
+      if (unknown && unknown->count(n.text)) return std::nullopt;
       auto it = vars.find(n.text);
       if (it == vars.end()) eval_fail(text, "unknown name '" + n.text + "'");
       return it->second;
     }
     case Expr::Node::unary: {
-      std::int64_t v = as_int(eval_node(*n.kids[0], vars, text), text);
-      return n.text == "!" ? std::int64_t{!v} : arith("-", 0, v, text);
+      const auto x = eval_node(*n.kids[0], vars, unknown, text);
+      if (!x) return std::nullopt;
+      const std::int64_t v = as_int(*x, text);
+      return Value{n.text == "!" ? std::int64_t{!v} : arith("-", 0, v, text)};
     }
     case Expr::Node::call: {
-      std::int64_t a = as_int(eval_node(*n.kids[0], vars, text), text);
-      std::int64_t b = as_int(eval_node(*n.kids[1], vars, text), text);
-      return n.text == "min" ? std::min(a, b) : std::max(a, b);
+      const auto x = eval_node(*n.kids[0], vars, unknown, text), y = eval_node(*n.kids[1], vars, unknown, text);
+      if (!x || !y) return std::nullopt;
+      const std::int64_t a = as_int(*x, text), b = as_int(*y, text);
+      return Value{n.text == "min" ? std::min(a, b) : std::max(a, b)};
     }
     case Expr::Node::binary: {
       const std::string& op = n.text;
-      Value va = eval_node(*n.kids[0], vars, text);
-      if (op == "&&" && !as_int(va, text)) return std::int64_t{0};
-      if (op == "||" && as_int(va, text)) return std::int64_t{1};
-      Value vb = eval_node(*n.kids[1], vars, text);
-      if (op == "==") return std::int64_t{va == vb};
-      if (op == "!=") return std::int64_t{va != vb};
-      std::int64_t a = as_int(va, text), b = as_int(vb, text);
-      if (op == "&&" || op == "||") return std::int64_t{b != 0};
-      if (op == "<") return std::int64_t{a < b};
-      if (op == "<=") return std::int64_t{a <= b};
-      if (op == ">") return std::int64_t{a > b};
-      if (op == ">=") return std::int64_t{a >= b};
-      return arith(op, a, b, text);
+      const auto va = eval_node(*n.kids[0], vars, unknown, text);
+      // A known side decides && (false) and || (true) alone; the other side is read only when
+      // it may matter, as C reads it.
+      if (op == "&&" || op == "||") {
+        const std::int64_t decides = op == "||" ? 1 : 0;
+        if (va && (as_int(*va, text) != 0) == (decides != 0)) return Value{decides};
+        const auto vb = eval_node(*n.kids[1], vars, unknown, text);
+        if (vb && (as_int(*vb, text) != 0) == (decides != 0)) return Value{decides};
+        if (!va || !vb) return std::nullopt;
+        return Value{1 - decides};
+      }
+      const auto vb = eval_node(*n.kids[1], vars, unknown, text);
+      if (!va || !vb) return std::nullopt;
+      if (op == "==") return Value{std::int64_t{*va == *vb}};
+      if (op == "!=") return Value{std::int64_t{*va != *vb}};
+      const std::int64_t a = as_int(*va, text), b = as_int(*vb, text);
+      if (op == "<") return Value{std::int64_t{a < b}};
+      if (op == "<=") return Value{std::int64_t{a <= b}};
+      if (op == ">") return Value{std::int64_t{a > b}};
+      if (op == ">=") return Value{std::int64_t{a >= b}};
+      return Value{arith(op, a, b, text)};
     }
   }
-  return std::int64_t{0};
+  return Value{std::int64_t{0}};
 }
 
 }  // namespace
@@ -243,7 +257,13 @@ Expr Expr::parse(std::string_view text) {
   return e;
 }
 
-std::int64_t Expr::eval(const Vars& vars) const { return as_int(eval_node(*root_, vars, text_), text_); }
+std::int64_t Expr::eval(const Vars& vars) const { return as_int(*eval_node(*root_, vars, nullptr, text_), text_); }
+
+std::optional<std::int64_t> Expr::eval_known(const Vars& vars, const std::set<std::string, std::less<>>& unknown) const {
+  const auto v = eval_node(*root_, vars, &unknown, text_);
+  if (!v) return std::nullopt;
+  return as_int(*v, text_);
+}
 
 std::vector<std::string> Expr::names() const {
   std::set<std::string> out;

@@ -1,6 +1,7 @@
 #include "ejk/space.hpp"
 
 #include <algorithm>
+#include <set>
 
 #include "ejk/error.hpp"
 
@@ -48,12 +49,15 @@ Vars with_config(const Vars& bound, const Config& c) {
 const Expr* ParamSpace::violated(const Config& c) const {
   Vars vars = with_config(bound_, c);
   for (const auto& e : constraints_) {
-    // A constraint over a parameter that does not apply to this config holds vacuously.
-    bool applies = true;
+    // Parameters that do not apply to this config (another variant's) have no value: a
+    // constraint fails only where the values the config has make it false, so
+    // `variant == "a" && x > 1` refuses every other variant, and `x > 1` alone none of them.
+    std::set<std::string, std::less<>> absent;
     for (const auto& name : e.names())
       if (!c.has(name) && std::any_of(params_.begin(), params_.end(), [&](const Param& p) { return p.name == name; }))
-        applies = false;
-    if (applies && !e.eval(vars)) return &e;
+        absent.insert(name);
+    const auto v = absent.empty() ? std::optional<std::int64_t>(e.eval(vars)) : e.eval_known(vars, absent);
+    if (v && *v == 0) return &e;
   }
   return nullptr;
 }
