@@ -56,7 +56,7 @@ const Expr* ParamSpace::violated(const Config& c) const {
     for (const auto& name : e.names())
       if (!c.has(name) && std::any_of(params_.begin(), params_.end(), [&](const Param& p) { return p.name == name; }))
         absent.insert(name);
-    const auto v = absent.empty() ? std::optional<std::int64_t>(e.eval(vars)) : e.eval_known(vars, absent);
+    const auto v = e.eval_known(vars, absent);
     if (v && *v == 0) return &e;
   }
   return nullptr;
