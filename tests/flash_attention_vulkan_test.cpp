@@ -94,6 +94,54 @@ TEST_P(FlashAttentionVulkan, CooperativeMatrixForwardMatchesTheReference) {
   for (const auto& c : coop_configs(packed)) expect_close(packed, c, "packed");
 }
 
+// The tensor-core backward, where the forward's is offered: every config of its part of the
+// space on a plain case, and the smallest and largest with every option at once (dbias
+// included) and with packed input; the sums of dsoftmax_aux and a broadcast dbias too.
+TEST_P(FlashAttentionVulkan, CooperativeMatrixBackwardMatchesTheReference) {
+  Context ctx(GetParam());
+  const fa::FlashAttentionBwdKernel bk;
+  auto coop_configs = [&](const Invocation& inv) {
+    const auto& impl = Registry::global().implementation(inv, ctx.device().info());
+    std::vector<Config> out;
+    for (const auto& c : impl.space(inv, ctx.device().info()).enumerate())
+      if (c.has("variant") && c.text("variant") == "coopmat") out.push_back(c);
+    return out;
+  };
+  auto expect_close = [&](const Invocation& inv, const Config& c, const std::string& label) {
+    const HostArrays in = bk.inputs(inv, 12);
+    const HostArrays got = test::run_implementation(ctx, inv, in, fa::bwd::dq, c);
+    const HostArrays want = bk.reference(inv, in);
+    const char* names[] = {"dq", "dk", "dv", "dbias", "dsoftmax_aux"};
+    for (std::size_t i = 0; i < 5; ++i)
+      EXPECT_LE(test::relative_error(got[i], want[i]), bk.tolerance(inv)) << label << " " << c.canonical() << ": " << names[i];
+  };
+  const Invocation plain = invocation(true, 64, DType::f16, nlohmann::json::object(), {{"seq_q", 150}, {"seq_k", 170}});
+  const auto configs = coop_configs(plain);
+  if (configs.empty()) GTEST_SKIP() << ctx.device().info().name << " offers no cooperative-matrix flash attention";
+  for (const auto& c : configs) expect_close(plain, c, "plain");
+
+  const nlohmann::json all = {{"causal", true}, {"window_left", 50}, {"logits_soft_cap", 5.0}, {"dropout", 0.1},
+                              {"bias", "heads"}, {"sinks", true}, {"segments", true}};
+  for (std::int64_t dim : {128, 256}) {
+    const Invocation inv = invocation(true, dim, DType::f16, all, {{"seq_q", 100}, {"seq_k", 130}});
+    const auto cs = coop_configs(inv);
+    ASSERT_FALSE(cs.empty()) << dim;
+    expect_close(inv, cs.front(), "all options, head_dim " + std::to_string(dim));
+    expect_close(inv, cs.back(), "all options, head_dim " + std::to_string(dim));
+  }
+  const Invocation shared = invocation(true, 64, DType::f16, {{"bias", "shared"}, {"sinks", true}},
+                                       {{"seq_q", 70}, {"seq_k", 90}});
+  for (const auto& c : coop_configs(shared)) expect_close(shared, c, "broadcast bias");
+
+  // Packed input: causal over sequences of 30 queries and 23 or 24 keys.
+  const TensorSpec q{{90, 4, 64}, DType::f16}, k{{70, 2, 64}, DType::f16}, cu{{4}, DType::i32};
+  const TensorSpec lse{{4, 90}, DType::f32};
+  const TensorSpec args[] = {q, k, k, q, q, lse, fa::absent(), fa::absent(), cu, cu, fa::absent(), fa::absent(),
+                             q, k, k, fa::absent(), fa::absent()};
+  const Invocation packed = fa::backward_invocation(args, {.causal = true, .max_seqlen_q = 30, .max_seqlen_k = 24});
+  for (const auto& c : coop_configs(packed)) expect_close(packed, c, "packed");
+}
+
 TEST_P(FlashAttentionVulkan, ConfigsOutsideTheSpaceAreRefused) {
   Context ctx(GetParam());
   auto expect_refused = [&](const Invocation& inv, std::size_t first_output, const Config& c, const std::string& needle) {

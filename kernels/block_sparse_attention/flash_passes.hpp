@@ -116,7 +116,14 @@ inline void add_layout_constraints(ParamSpace& s, bool backward) {
     if (!backward) s.constraint("block_q % (16 * mma_warps * mma_tiles) == 0");
     else s.constraint("block_q % (16 * mma_warps) == 0 && block_k % (16 * mma_warps) == 0 && block_q % mma_block_q == 0");
   }
-  if (has("subgroups")) s.constraint("block_q % (16 * subgroups) == 0 && block_k % coop_block_k == 0");
+  // Cooperative matrices: forward 16 subgroups query rows over coop_block_k keys; backward dk/dv
+  // 16 subgroups keys over coop_block_q queries, dq 16 subgroups query rows over coop_block_k keys.
+  if (has("subgroups")) {
+    if (!backward) s.constraint("block_q % (16 * subgroups) == 0 && block_k % coop_block_k == 0");
+    else
+      s.constraint("block_q % (16 * subgroups) == 0 && block_k % (16 * subgroups) == 0 && block_q % coop_block_q == 0 && "
+                   "block_k % coop_block_k == 0");
+  }
 }
 
 }  // namespace ejk::kernels::block_sparse_attention

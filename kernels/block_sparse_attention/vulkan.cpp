@@ -43,7 +43,8 @@ const std::vector<std::string>& modules() {
       "flash_attention/flash_attention_fwd_sparse16.spv",       "flash_attention/flash_attention_dq_sparse16.spv",
       "flash_attention/flash_attention_dkdv_sparse16.spv",      "flash_attention/flash_attention_prep16.spv",
 #ifdef EJK_HAVE_COOPMAT
-      "flash_attention/flash_attention_fwd_coopmat_sparse.spv",
+      "flash_attention/flash_attention_fwd_coopmat_sparse.spv", "flash_attention/flash_attention_dkdv_coopmat_sparse.spv",
+      "flash_attention/flash_attention_dq_coopmat_sparse.spv",   "common/rows_coopmat.spv",
 #endif
   };
   return m;

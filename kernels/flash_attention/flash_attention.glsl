@@ -23,6 +23,9 @@
 #define FA_DQ 3
 #define FA_FINISH 4
 #define FA_FWD_CM 5  // forward on cooperative matrices: flash_attention_fwd_coopmat.comp has its main
+#define FA_DKDV_CM 6  // backward on cooperative matrices: flash_attention_bwd_coopmat.glsl has their mains
+#define FA_DQ_CM 7
+#define FA_COOPMAT (PASS == FA_FWD_CM || PASS == FA_DKDV_CM || PASS == FA_DQ_CM)
 
 layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 
@@ -301,7 +304,7 @@ int walk_next(inout Walk w) {
 
 // ---- staging -------------------------------------------------------------------------------
 
-#if PASS != FA_FWD_CM
+#if !FA_COOPMAT
 #if PASS == FA_FWD
 const uint SH = BQ * DS + BK * DS + BQ * KS + BQ * RX;
 #elif PASS == FA_DKDV
@@ -367,7 +370,7 @@ void setup() {
   ty = gl_LocalInvocationID.y;
   tid = ty * RX + tx;
 }
-#endif  // PASS != FA_FWD_CM
+#endif  // !FA_COOPMAT
 
 #if PASS == FA_FWD
 // ---- forward -------------------------------------------------------------------------------

@@ -83,12 +83,13 @@ std::string module(const char* pass, bool wide) {
   return std::string("flash_attention/flash_attention_") + pass + (wide ? "16" : "") + ".spv";
 }
 
-// The cooperative-matrix forward (flash_attention_fwd_coopmat.comp) needs f16 q, k, v, a head_dim
-// that is a multiple of 16, 16x16x16 f16 x f16 -> f32 fragments, and subgroups of 16, 32 or 64.
+// The cooperative-matrix passes (flash_attention_fwd_coopmat.comp, flash_attention_bwd_coopmat.glsl)
+// need f16 q, k, v, a head_dim that is a multiple of 16, 16x16x16 f16 x f16 -> f32 fragments, and
+// subgroups of 16, 32 or 64.
 bool coopmat_offered(const Problem& p, const DeviceInfo& dev) {
 #ifdef EJK_HAVE_COOPMAT
   const auto& pd = vulkan::physical_device(dev.index);
-  if (p.backward || p.dtype != DType::f16 || p.head_dim % 16 != 0 || !pd.storage16 || !pd.float16 || !pd.full_subgroups)
+  if (p.dtype != DType::f16 || p.head_dim % 16 != 0 || !pd.storage16 || !pd.float16 || !pd.full_subgroups)
     return false;
   if (dev.subgroup_size != 16 && dev.subgroup_size != 32 && dev.subgroup_size != 64) return false;
   return dev.offers({16, 16, 16, DType::f16, DType::f32});
@@ -111,6 +112,16 @@ std::int64_t coopmat_shared(std::int64_t subgroups, std::int64_t bk, std::int64_
 
 // The probe's lanes of the device's fragment rows: the device behind `dev` opened (devices are
 // shared) to run it once.
+// Shared memory of the cooperative-matrix backward's passes (flash_attention_bwd_coopmat.glsl):
+// dk/dv with 16 subgroups keys and query tiles of bq, dq with 16 subgroups queries and key blocks
+// of bk.
+std::int64_t coopmat_dkdv_shared(std::int64_t subgroups, std::int64_t bq, std::int64_t d) {
+  return 2 * (2 * 16 * subgroups + 2 * bq) * (d + 8) + (2 * bq + 256 + subgroups * 256 + 3) / 4 * 16;
+}
+std::int64_t coopmat_dq_shared(std::int64_t subgroups, std::int64_t bk, std::int64_t d) {
+  return 2 * std::max(2 * 16 * subgroups, 2 * bk) * (d + 8) + (2 * 16 * subgroups + 256 + subgroups * 256 + 3) / 4 * 16;
+}
+
 std::uint32_t row_lanes(const DeviceInfo& dev) {
   return fragment_rows(vulkan::vulkan_device(*open_device(dev.id()))).lanes;
 }
@@ -124,7 +135,7 @@ void add_vulkan_params(ParamSpace& s, std::vector<Value> variants, const Problem
                        const TileNames& names) {
   const bool backward = p.backward;
   const auto& lim = vulkan::physical_device(dev.index).limits;
-  const bool coop = !backward && coopmat_offered(p, dev);
+  const bool coop = coopmat_offered(p, dev);
   // The constraints below name the scalar tile block_q and block_k; other names replace them
   // as whole words.
   const std::regex tq("\\bblock_q\\b"), tk("\\bblock_k\\b");
@@ -134,8 +145,7 @@ void add_vulkan_params(ParamSpace& s, std::vector<Value> variants, const Problem
   // The shader's DS, the padded shared row stride.
   const std::string ds = "(((head_dim_class + threads_x - 1) / threads_x) * threads_x + 1)";
   const std::string wd = "((head_dim_class + threads_x - 1) / threads_x)";
-  // The backward has only the scalar variant; naming it keeps the scalar configs of both
-  // kernels interchangeable.
+  // Naming the scalar variant keeps the scalar configs of both kernels interchangeable.
   variants.push_back(std::string("scalar"));
   if (coop) variants.push_back(std::string("coopmat"));
   s.param("variant", variants)
@@ -160,7 +170,21 @@ void add_vulkan_params(ParamSpace& s, std::vector<Value> variants, const Problem
   } else {
     s.constraint(n("4 * (block_q * " + ds + " + block_k * " + ds + " + block_q * (block_k + 1) + block_q * threads_x) <= local_mem"));
   }
-  if (coop) {
+  if (coop && backward) {
+    // Both passes' workgroups of 16-row subgroups (dk/dv: 16 keys each, dq: 16 queries each);
+    // the dk/dv pass's query tiles and the dq pass's key blocks of 16 to 64.
+    s.param("subgroups", {1, 2, 4, 8}, coop_v)
+        .param("coop_block_q", {16, 32, 64}, coop_v)
+        .param("coop_block_k", {16, 32, 64}, coop_v)
+        .constraint("subgroup_size * subgroups <= max_workgroup_size && subgroup_size * subgroups <= max_workgroup_x")
+        .constraint("subgroups == 1 || 16 * subgroups < 2 * max(seq_q, seq_k)")
+        .constraint("coop_block_q == 16 || coop_block_q < 2 * seq_q")
+        .constraint("coop_block_k == 16 || coop_block_k < 2 * seq_k")
+        .constraint("2 * (2 * 16 * subgroups + 2 * coop_block_q) * (head_dim + 8) + "
+                    "16 * ((2 * coop_block_q + 256 + subgroups * 256 + 3) / 4) <= local_mem")
+        .constraint("2 * max(2 * 16 * subgroups, 2 * coop_block_k) * (head_dim + 8) + "
+                    "16 * ((2 * 16 * subgroups + 256 + subgroups * 256 + 3) / 4) <= local_mem");
+  } else if (coop) {
     // Subgroups of 16 query rows each; key blocks of 16 to 64; one or two buffers of k and v; the
     // softmax in registers where the device's fragment layout allows it (fragment_row_lanes,
     // kernels/common/vulkan_fragment_rows.hpp), else through shared memory. Shared memory as
@@ -194,7 +218,15 @@ std::vector<Config> vulkan_candidates(const DeviceInfo& dev, bool backward, cons
   // from more invocations.
   if (vulkan::physical_device(dev.index).cpu)
     return {cfg(32, 32, 8, 4), cfg(16, 32, 8, 4), cfg(16, 16, 8, 4), cfg(8, 16, 8, 4), cfg(8, 8, 8, 4), cfg(8, 8, 4, 8)};
-  if (backward) return {cfg(16, 32, 16, 8), cfg(16, 16, 16, 8), cfg(8, 16, 16, 8), cfg(8, 8, 8, 8), cfg(8, 8, 4, 8)};
+  if (backward) {
+    auto coop = [](std::int64_t subgroups, std::int64_t bq, std::int64_t bk) {
+      return Config{{"variant", std::string("coopmat")}, {"subgroups", subgroups}, {"coop_block_q", bq}, {"coop_block_k", bk}};
+    };
+    // On the H200 (B4 H16 S4096 D128) 4 x 16 keys (dk/dv) and queries (dq) with 16-row tiles and
+    // blocks won a tune of every config of 2 to 8 subgroups (bench/results/h200-2026-11-28c/).
+    return {coop(4, 16, 16), coop(2, 16, 16), cfg(16, 32, 16, 8), cfg(16, 16, 16, 8),
+            cfg(8, 16, 16, 8), cfg(8, 8, 8, 8), cfg(8, 8, 4, 8)};
+  }
   // Tensor cores where the space offers them (f16, head_dim a multiple of 16).
   auto coop = [](std::int64_t subgroups, std::int64_t bk, std::int64_t stages, const char* softmax) {
     return Config{{"variant", std::string("coopmat")}, {"subgroups", subgroups}, {"coop_block_k", bk},
@@ -299,6 +331,30 @@ void run_coopmat(const Problem& p, const Config& config, std::span<const Tensor>
   launch(dev, l, push, ceil_div(p.seq_q, 16 * nsg), p.heads, p.batch);
 }
 
+// The cooperative-matrix backward's config, checked as the space checks it.
+struct CoopBackward {
+  std::int64_t subgroups = 0, block_q = 0, block_k = 0;
+};
+
+CoopBackward coop_backward(const Problem& p, const Config& config, const DeviceInfo& info) {
+  const std::string text = "flash_attention_bwd vulkan: config " + config.canonical() + " ";
+  if (!coopmat_offered(p, info))
+    throw InvalidArgument(text + "needs f16 q, k, v with head_dim a multiple of 16 and a device with 16x16x16 f16 "
+                          "cooperative matrices, 16-bit storage, float16 and full subgroups of 16, 32 or 64 (" +
+                          info.id() + ": " + info.name + ")");
+  const CoopBackward c{config.get("subgroups"), config.get("coop_block_q"), config.get("coop_block_k")};
+  if (c.subgroups <= 0 || c.block_q <= 0 || c.block_q % 16 != 0 || c.block_k <= 0 || c.block_k % 16 != 0)
+    throw InvalidArgument(text + "needs positive subgroups and coop_block_q, coop_block_k positive multiples of 16");
+  if (info.subgroup_size * c.subgroups > info.max_workgroup_size)
+    throw InvalidArgument(text + "exceeds the device's workgroup size " + std::to_string(info.max_workgroup_size));
+  const std::int64_t shared = std::max(coopmat_dkdv_shared(c.subgroups, c.block_q, p.head_dim),
+                                       coopmat_dq_shared(c.subgroups, c.block_k, p.head_dim));
+  if (shared > static_cast<std::int64_t>(info.local_mem))
+    throw InvalidArgument(text + "needs " + std::to_string(shared) + " bytes of shared memory for head_dim " +
+                          std::to_string(p.head_dim) + ", the device has " + std::to_string(info.local_mem));
+  return c;
+}
+
 }  // namespace
 
 void vulkan_forward(const Problem& p, const Config& config, std::span<const Tensor> args, Device& device,
@@ -325,9 +381,12 @@ void vulkan_forward(const Problem& p, const Config& config, std::span<const Tens
 void vulkan_backward(const Problem& p, const Config& config, std::span<const Tensor> args, Device& device,
                      const BlockLists* lists) {
   auto& dev = device_for(p, device);
-  if (config.has("variant") && config.text("variant") != "scalar")
-    throw InvalidArgument("flash_attention_bwd vulkan: unknown variant '" + config.text("variant") + "' (scalar)");
-  const TileGeometry g = geometry(config, p, dev.info());
+  const std::string variant = config.has("variant") ? config.text("variant") : "scalar";
+  if (variant != "scalar" && variant != "coopmat")
+    throw InvalidArgument("flash_attention_bwd vulkan: unknown variant '" + variant + "' (scalar, coopmat)");
+  const bool coop = variant == "coopmat";
+  const TileGeometry g = coop ? TileGeometry{} : geometry(config, p, dev.info());
+  const CoopBackward c = coop ? coop_backward(p, config, dev.info()) : CoopBackward{};
   const bool wide = needs16(p) || dev.physical().storage16;
 
   // Scratch: delta per row, the prep pass's dsoftmax_aux shares, and where the bias is
@@ -358,18 +417,39 @@ void vulkan_backward(const Problem& p, const Config& config, std::span<const Ten
   launch(dev, l, push, prep_blocks, p.heads, p.batch);
 
   // The tiled passes walk the lists where given.
-  spirv = pass_module("dkdv", wide, lists);
-  l.spirv = spirv;
-  l.local_size = {u32(g.rx), u32(g.ry), 1};
-  l.spec = {u32(g.bq), u32(g.bk), u32(g.d), u32(g.rx), u32(g.ry)};
-  walk(l, lists, true);
-  l.shared_bytes = u32(g.dkdv_bytes());
-  launch(dev, l, push, ceil_div(p.seq_k, g.bk), p.kv_heads, p.batch);
+  if (coop) {
+    const std::string sparse = lists ? "_sparse" : "";
+    const std::uint32_t rows = u32(16 * c.subgroups), sg = dev.info().subgroup_size;
+    spirv = "flash_attention/flash_attention_dkdv_coopmat" + sparse + ".spv";
+    l.spirv = spirv;
+    l.local_size = {sg * u32(c.subgroups), 1, 1};
+    l.full_subgroups = true;
+    l.spec = {u32(c.block_q), rows, u32(p.head_dim), sg, u32(c.subgroups)};
+    walk(l, lists, true);
+    l.shared_bytes = u32(coopmat_dkdv_shared(c.subgroups, c.block_q, p.head_dim));
+    launch(dev, l, push, ceil_div(p.seq_k, rows), p.kv_heads, p.batch);
 
-  spirv = pass_module("dq", wide, lists);
-  l.spirv = spirv;
-  l.shared_bytes = u32(g.dq_bytes());
-  launch(dev, l, push, ceil_div(p.seq_q, g.bq), p.heads, p.batch);
+    spirv = "flash_attention/flash_attention_dq_coopmat" + sparse + ".spv";
+    l.spirv = spirv;
+    l.spec[0] = rows;
+    l.spec[1] = u32(c.block_k);
+    l.shared_bytes = u32(coopmat_dq_shared(c.subgroups, c.block_k, p.head_dim));
+    launch(dev, l, push, ceil_div(p.seq_q, rows), p.heads, p.batch);
+    l.full_subgroups = false;
+  } else {
+    spirv = pass_module("dkdv", wide, lists);
+    l.spirv = spirv;
+    l.local_size = {u32(g.rx), u32(g.ry), 1};
+    l.spec = {u32(g.bq), u32(g.bk), u32(g.d), u32(g.rx), u32(g.ry)};
+    walk(l, lists, true);
+    l.shared_bytes = u32(g.dkdv_bytes());
+    launch(dev, l, push, ceil_div(p.seq_k, g.bk), p.kv_heads, p.batch);
+
+    spirv = pass_module("dq", wide, lists);
+    l.spirv = spirv;
+    l.shared_bytes = u32(g.dq_bytes());
+    launch(dev, l, push, ceil_div(p.seq_q, g.bq), p.heads, p.batch);
+  }
 
   spirv = module("finish", wide);
   l.spirv = spirv;
@@ -425,6 +505,10 @@ class VulkanBackward final : public VulkanBase {
     std::vector<std::string> s;
     for (const char* pass : {"prep", "dkdv", "dq", "finish"})
       for (bool wide : {false, true}) s.push_back(module(pass, wide));
+#ifdef EJK_HAVE_COOPMAT
+    s.push_back("flash_attention/flash_attention_dkdv_coopmat.spv");
+    s.push_back("flash_attention/flash_attention_dq_coopmat.spv");
+#endif
     return s;
   }
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override { return vulkan_space(inv, dev, true); }

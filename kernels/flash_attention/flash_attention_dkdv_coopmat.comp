@@ -1,0 +1,5 @@
+#version 450
+// flash_attention's backward dkdv pass on cooperative matrices. See flash_attention_bwd_coopmat.glsl.
+#extension GL_GOOGLE_include_directive : require
+#define PASS FA_DKDV_CM
+#include "flash_attention_bwd_coopmat.glsl"

@@ -1,0 +1,7 @@
+#version 450
+// The cooperative-matrix backward dq pass walking a block layout's lists (block_sparse_attention).
+// See flash_attention_bwd_coopmat.glsl and flash_attention.glsl's SPARSE.
+#extension GL_GOOGLE_include_directive : require
+#define PASS FA_DQ_CM
+#define SPARSE 1
+#include "flash_attention_bwd_coopmat.glsl"
