@@ -265,24 +265,24 @@ void softmax_registers(uint s, uint kbuf, int i0, int j0) {
       sc[jb][e] = x;
       mx[row_first(e)] = max(mx[row_first(e)], x);
     }
-  float alpha[FL];
+  float alpha[FL], sum[FL];
   [[unroll]] for (uint e = 0; e < FL; ++e)
     if (row_first(e) == e) {
       const float mn = max(rm[e], rows_max(mx[e]));
       alpha[e] = mn == NEG ? 1.0 : exp2(rm[e] - mn);
       rm[e] = mn;
-      mx[e] = 0.0;  // from here on the block's share of the row sum
+      sum[e] = 0.0;  // the block's share of the row sum
     }
   [[unroll]] for (uint jb = 0; jb < FK; ++jb)
     [[unroll]] for (uint e = 0; e < FL; ++e) {
       const float mr = rm[row_first(e)];
       float p = mr == NEG ? 0.0 : exp2(sc[jb][e] - mr);
-      mx[row_first(e)] += p;
+      sum[row_first(e)] += p;
       if (flag(F_DROPOUT) && p != 0.0) p *= keep(head, qrow + int(rc[e] / 16), j0 + int(jb * 16 + rc[e] % 16));
       sc[jb][e] = p;
     }
   [[unroll]] for (uint e = 0; e < FL; ++e)
-    if (row_first(e) == e) rl[e] = rl[e] * alpha[e] + mx[e];
+    if (row_first(e) == e) rl[e] = rl[e] * alpha[e] + sum[e];
   [[unroll]] for (uint f = 0; f < FD; ++f)
     [[unroll]] for (uint e = 0; e < FL; ++e) o[f][e] *= alpha[row_first(e)];
 

@@ -110,8 +110,6 @@ std::int64_t coopmat_shared(std::int64_t subgroups, std::int64_t bk, std::int64_
   return halves * 2 + (floats + 3) / 4 * 16;
 }
 
-// The probe's lanes of the device's fragment rows: the device behind `dev` opened (devices are
-// shared) to run it once.
 // Shared memory of the cooperative-matrix backward's passes (flash_attention_bwd_coopmat.glsl):
 // dk/dv with 16 subgroups keys and query tiles of bq, dq with 16 subgroups queries and key blocks
 // of bk.
@@ -122,6 +120,8 @@ std::int64_t coopmat_dq_shared(std::int64_t subgroups, std::int64_t bk, std::int
   return 2 * std::max(2 * 16 * subgroups, 2 * bk) * (d + 8) + (2 * 16 * subgroups + 256 + subgroups * 256 + 3) / 4 * 16;
 }
 
+// The probe's lanes of the device's fragment rows: the device behind `dev` opened (devices are
+// shared) to run it once.
 std::uint32_t row_lanes(const DeviceInfo& dev) {
   return fragment_rows(vulkan::vulkan_device(*open_device(dev.id()))).lanes;
 }
