@@ -146,7 +146,7 @@ TEST_P(FlashAttentionVulkan, ConfigsOutsideTheSpaceAreRefused) {
   Context ctx(GetParam());
   auto expect_refused = [&](const Invocation& inv, std::size_t first_output, const Config& c, const std::string& needle) {
     const auto& impl = Registry::global().implementation(inv, ctx.device().info());
-    if (c.get("threads_x") > 0) {
+    if (c.get("threads_x", 0) > 0) {
       EXPECT_FALSE(impl.space(inv, ctx.device().info()).admits(c)) << c.canonical();
     }
     const HostArrays in = Registry::global().kernel(inv.kernel).inputs(inv, 1);
@@ -166,6 +166,17 @@ TEST_P(FlashAttentionVulkan, ConfigsOutsideTheSpaceAreRefused) {
   expect_refused(b, fa::bwd::dq, cfg(16, 8, 8, 16), "block_k % threads_y == 0");
   expect_refused(f, fa::fwd::out, cfg(64, 64, 32, 16), "bytes of shared memory");
   expect_refused(f, fa::fwd::out, cfg(8, 8, 0, 8), "positive");
+  // The cooperative-matrix passes need f16 (and, on devices without them, cooperative matrices).
+  const Config coop_fwd{{"variant", std::string("coopmat")}, {"subgroups", 4}, {"coop_block_k", 16}};
+  const Config coop_bwd{{"variant", std::string("coopmat")}, {"subgroups", 4}, {"coop_block_q", 16}, {"coop_block_k", 16}};
+  expect_refused(f, fa::fwd::out, coop_fwd, "needs f16 q, k, v");
+  expect_refused(b, fa::bwd::dq, coop_bwd, "needs f16 q, k, v");
+  const Invocation b16 = invocation(true, 64, DType::f16, nlohmann::json::object());
+  Config odd = coop_bwd;
+  odd.set("coop_block_q", 24);
+  const auto configs = Registry::global().implementation(b16, ctx.device().info()).space(b16, ctx.device().info()).enumerate();
+  const bool offered = std::any_of(configs.begin(), configs.end(), [](const Config& c) { return c.text("variant") == "coopmat"; });
+  expect_refused(b16, fa::bwd::dq, odd, offered ? "positive multiples of 16" : "cooperative matrices");
 }
 
 INSTANTIATE_TEST_SUITE_P(All, FlashAttentionVulkan, ::testing::ValuesIn(test::devices(Backend::vulkan)),

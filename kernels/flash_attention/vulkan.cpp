@@ -100,6 +100,13 @@ bool coopmat_offered(const Problem& p, const DeviceInfo& dev) {
 #endif
 }
 
+void require_coopmat(const Problem& p, const DeviceInfo& info, const std::string& text) {
+  if (!coopmat_offered(p, info))
+    throw InvalidArgument(text + "needs f16 q, k, v with head_dim a multiple of 16 and a device with 16x16x16 f16 "
+                          "cooperative matrices, 16-bit storage, float16 and full subgroups of 16, 32 or 64 (" +
+                          info.id() + ": " + info.name + ")");
+}
+
 // Shared memory of the cooperative-matrix forward (its hs and fs arrays), with the softmax in
 // registers or through shared memory.
 std::int64_t coopmat_shared(std::int64_t subgroups, std::int64_t bk, std::int64_t d, std::int64_t sg, std::int64_t stages,
@@ -292,10 +299,7 @@ void run_coopmat(const Problem& p, const Config& config, std::span<const Tensor>
                  const BlockLists* lists) {
   const DeviceInfo& info = dev.info();
   const std::string text = "flash_attention vulkan: config " + config.canonical() + " ";
-  if (!coopmat_offered(p, info))
-    throw InvalidArgument(text + "needs f16 q, k, v with head_dim a multiple of 16 and a device with 16x16x16 f16 "
-                          "cooperative matrices, 16-bit storage, float16 and full subgroups of 16, 32 or 64 (" +
-                          info.id() + ": " + info.name + ")");
+  require_coopmat(p, info, text);
   // Configs from before pipeline stages and the register softmax existed have one stage and the
   // shared softmax.
   const std::int64_t nsg = config.get("subgroups"), bk = config.get("coop_block_k"), sg = info.subgroup_size,
@@ -338,10 +342,7 @@ struct CoopBackward {
 
 CoopBackward coop_backward(const Problem& p, const Config& config, const DeviceInfo& info) {
   const std::string text = "flash_attention_bwd vulkan: config " + config.canonical() + " ";
-  if (!coopmat_offered(p, info))
-    throw InvalidArgument(text + "needs f16 q, k, v with head_dim a multiple of 16 and a device with 16x16x16 f16 "
-                          "cooperative matrices, 16-bit storage, float16 and full subgroups of 16, 32 or 64 (" +
-                          info.id() + ": " + info.name + ")");
+  require_coopmat(p, info, text);
   const CoopBackward c{config.get("subgroups"), config.get("coop_block_q"), config.get("coop_block_k")};
   if (c.subgroups <= 0 || c.block_q <= 0 || c.block_q % 16 != 0 || c.block_k <= 0 || c.block_k % 16 != 0)
     throw InvalidArgument(text + "needs positive subgroups and coop_block_q, coop_block_k positive multiples of 16");
