@@ -49,6 +49,33 @@ TEST_F(Cli, RunPrintsATableAndGoogleBenchmarkJson) {
   EXPECT_FALSE(b.contains("roofline"));
 }
 
+// --passes: each kernel launch of one more run under its row and in the JSON; on the cpu device
+// the whole run, on Vulkan each dispatch (matmul: one) by its module's name.
+TEST_F(Cli, RunPassesListsEachLaunch) {
+  auto r = ejk("run tiny.yaml --passes --json run.json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("\n  (all) "), std::string::npos) << r.out;
+  auto j = nlohmann::json::parse(read("run.json"));
+  ASSERT_EQ(j["benchmarks"][0]["passes"].size(), 1u);
+  EXPECT_EQ(j["benchmarks"][0]["passes"][0]["name"], "(all)");
+  EXPECT_GT(j["benchmarks"][0]["passes"][0]["ns"].get<double>(), 0);
+
+  auto v = ejk("--device vulkan:0 run tiny.yaml --passes --json vk.json");
+  ASSERT_EQ(v.code, 0) << v.out;
+  auto k = nlohmann::json::parse(read("vk.json"));
+  const auto& passes = k["benchmarks"][0]["passes"];
+  ASSERT_GE(passes.size(), 1u);
+  for (const auto& p : passes) {
+    EXPECT_NE(p["name"].get<std::string>().find("matmul"), std::string::npos) << p;
+    EXPECT_GE(p["ns"].get<double>(), 0);
+  }
+  EXPECT_NE(v.out.find("\n  " + passes[0]["name"].get<std::string>() + " "), std::string::npos) << v.out;
+  // Without the flag, no passes.
+  auto plain = ejk("run tiny.yaml --json plain.json");
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  EXPECT_FALSE(nlohmann::json::parse(read("plain.json"))["benchmarks"][0].contains("passes"));
+}
+
 // Ctrl-C during a long run: the workload under way finishes, the JSON file holds every finished
 // row (the ones printed), and the exit code says it was interrupted.
 TEST_F(Cli, AnInterruptedRunKeepsItsFinishedRows) {

@@ -335,6 +335,36 @@ TEST_P(DeviceBuffers, TimingIsPositive) {
   EXPECT_GT(ns, 0.0);
 }
 
+TEST_P(DeviceBuffers, PassesAreTimedLaunchByLaunch) {
+  Context ctx(GetParam());
+  Tensor a = ctx.random({256, 256}, DType::f32);
+  matmul(ctx, a, a);  // selection and compilation before the timing
+  const auto passes = ctx.device().time_passes([&] {
+    matmul(ctx, a, a);
+    matmul(ctx, a, a);
+  });
+  const Backend b = ctx.device().info().backend;
+  if (b != Backend::opencl && b != Backend::vulkan) {
+    ASSERT_EQ(passes.size(), 1u);
+    EXPECT_EQ(passes[0].name, "(all)");
+    EXPECT_GT(passes[0].ns, 0.0);
+    return;
+  }
+  // The same launches for each of the two products, named after their kernels (OpenCL's
+  // matmul: xgemm; Vulkan's: its module).
+  ASSERT_GE(passes.size(), 2u);
+  ASSERT_EQ(passes.size() % 2, 0u);
+  double total = 0;
+  for (std::size_t i = 0; i < passes.size(); ++i) {
+    EXPECT_FALSE(passes[i].name.empty());
+    EXPECT_NE(passes[i].name, "(all)");
+    EXPECT_EQ(passes[i].name, passes[(i + passes.size() / 2) % passes.size()].name);
+    EXPECT_GE(passes[i].ns, 0.0);
+    total += passes[i].ns;
+  }
+  EXPECT_GT(total, 0.0);
+}
+
 INSTANTIATE_TEST_SUITE_P(All, DeviceBuffers, ::testing::ValuesIn(test::devices()),
                          [](const auto& p) { return test::test_name(p.param); });
 

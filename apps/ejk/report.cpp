@@ -95,9 +95,16 @@ std::string line(const Row& r, std::size_t w, bool tuning, bool roofline) {
                        human_time(t), r.speedup > 0 ? fmt::format("{:.2f}x", r.speedup) : "-", rate(r.flops, t, "FLOP/s"),
                        fmt::format("{}/{}", r.evaluations, r.space), roofline_cell(r, roofline), r.config,
                        r.note.empty() ? "" : "  (" + r.note + ")");
-  return fmt::format("{:<{}}  {:>10}  {:>6}  {:>14}  {:>12}  {:<10}  {}{}\n", r.name, w, human_time(t),
-                     t > 0 ? fmt::format("{:.1f}%", 100 * r.stats.iqr_ns / t) : "-", rate(r.flops, t, "FLOP/s"),
-                     rate(r.bytes, t, "B/s"), r.tier, roofline_cell(r, roofline), r.config);
+  std::string out = fmt::format("{:<{}}  {:>10}  {:>6}  {:>14}  {:>12}  {:<10}  {}{}\n", r.name, w, human_time(t),
+                                t > 0 ? fmt::format("{:.1f}%", 100 * r.stats.iqr_ns / t) : "-",
+                                rate(r.flops, t, "FLOP/s"), rate(r.bytes, t, "B/s"), r.tier, roofline_cell(r, roofline),
+                                r.config);
+  double total = 0;
+  for (const auto& p : r.passes) total += p.ns;
+  for (const auto& p : r.passes)
+    out += fmt::format("  {:<{}}  {:>10}  {:>5.1f}%\n", p.name, w > 2 ? w - 2 : w, human_time(p.ns),
+                       total > 0 ? 100 * p.ns / total : 0.0);
+  return out;
 }
 
 }  // namespace
@@ -154,6 +161,11 @@ nlohmann::json benchmark_json(const DeviceInfo& device, const std::vector<Row>& 
       if (r.bytes > 0) b["GB/s"] = r.bytes / r.stats.median_ns;
     }
     if (!r.samples_ns.empty()) b["samples_ns"] = r.samples_ns;
+    if (!r.passes.empty()) {
+      nlohmann::json list = nlohmann::json::array();
+      for (const auto& p : r.passes) list.push_back({{"name", p.name}, {"ns", p.ns}});
+      b["passes"] = std::move(list);
+    }
     if (!r.reason.empty()) b["reason"] = r.reason;
     if (r.evaluations > 0) {
       b["evaluations"] = r.evaluations;

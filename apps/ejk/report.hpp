@@ -37,6 +37,8 @@ struct Row {
   std::optional<Config> heuristic;
   // Against the device's measured ceilings; absent when it has none (ejk devices --measure).
   std::optional<Roofline> roofline;
+  // ejk run --passes: one more run of the selected config, launch by launch (Device::time_passes).
+  std::vector<PassTime> passes;
 };
 
 // The device's ceilings from the persistent cache `ex` reads; nullopt when none were measured

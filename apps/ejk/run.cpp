@@ -20,6 +20,7 @@ namespace {
 struct RunFlags {
   std::string path;
   bool check = false;
+  bool passes = false;
 };
 
 // One executor per device, created on first use.
@@ -42,7 +43,7 @@ class Executors {
   std::map<std::string, std::optional<Ceilings>> ceilings_;
 };
 
-int run_workset(const Workset& w, const Globals& g, bool check) {
+int run_workset(const Workset& w, const Globals& g, bool check, bool passes) {
   Executors executors;
   Progress progress(w.items.size(), !g.quiet);
   Report report(w.names(), false, !g.quiet, g.json_path, progress,
@@ -65,6 +66,7 @@ int run_workset(const Workset& w, const Globals& g, bool check) {
       auto select = [&](std::span<const Tensor> args) {
         s = *ex.run(item.invocation, args);
         ex.device().synchronize();
+        if (passes) row.passes = ex.device().time_passes([&] { ex.run(item.invocation, args); });
         return s.config;
       };
       Measurement m = measure(item.invocation, select, ex.device(), run_timing(), check);
@@ -118,7 +120,9 @@ void add_run(CLI::App& app, Globals& g) {
                                         "  example: ejk run recipes/quickstart.yaml --json run.json");
   run->add_option("workload", flags->path, "recipe (.yaml) or trace (.jsonl)")->required();
   run->add_flag("--check", flags->check, "also check every output against the kernel's reference");
-  run->callback([flags, &g] { g.exit_code = run_workset(load_workset(flags->path, g), g, flags->check); });
+  run->add_flag("--passes", flags->passes,
+                "also time each kernel launch of one run (OpenCL: profiling events; Vulkan: timestamps; elsewhere the whole run)");
+  run->callback([flags, &g] { g.exit_code = run_workset(load_workset(flags->path, g), g, flags->check, flags->passes); });
 
   auto* replay = app.add_subcommand("replay", "re-run the invocations of a recorded trace, checking their results\n"
                                               "  example: ejk replay trace.jsonl --json replay.json");
@@ -127,7 +131,7 @@ void add_run(CLI::App& app, Globals& g) {
   replay->add_flag("!--no-check", rflags->check, "time only, without checking results")->default_val(true);
   replay->callback([rflags, &g] {
     if (!is_trace(rflags->path)) throw InvalidArgument("replay takes a trace (.jsonl), got " + rflags->path);
-    g.exit_code = run_workset(load_workset(rflags->path, g), g, rflags->check);
+    g.exit_code = run_workset(load_workset(rflags->path, g), g, rflags->check, false);
   });
 
   auto* record = app.add_subcommand(
@@ -144,7 +148,7 @@ void add_run(CLI::App& app, Globals& g) {
     setenv("EJK_RECORD", out->c_str(), 1);
     if (command->size() == 1 && !is_trace((*command)[0]) && std::filesystem::exists((*command)[0]) &&
         ((*command)[0].ends_with(".yaml") || (*command)[0].ends_with(".yml"))) {
-      g.exit_code = run_workset(load_workset((*command)[0], g), g, false);
+      g.exit_code = run_workset(load_workset((*command)[0], g), g, false, false);
       return;
     }
     std::vector<char*> argv;

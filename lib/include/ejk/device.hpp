@@ -124,6 +124,13 @@ struct ReadRange {
   void* dst = nullptr;
 };
 
+// One kernel launch of timed work (Device::time_passes): the kernel's name and its duration on the
+// device's clock.
+struct PassTime {
+  std::string name;
+  double ns = 0;
+};
+
 class EJK_API Device {
  public:
   virtual ~Device() = default;
@@ -185,6 +192,12 @@ class EJK_API Device {
   // Runs `work` (which submits device work), waits for it and returns its duration in
   // nanoseconds on the device's own clock: profiling events, timestamp queries or steady_clock.
   virtual double time_ns(const std::function<void()>& work) = 0;
+  // Runs `work` as time_ns does and returns the time of each kernel launch it made, in launch
+  // order: each launch's profiling event (OpenCL), or the time from the end of the launch
+  // before to the end of this one (Vulkan: a timestamp after each dispatch; what ran between two
+  // dispatches counts to the later one). Devices that do not tell launches apart (this
+  // implementation: the CPU, CUDA) return one entry, "(all)", with time_ns.
+  virtual std::vector<PassTime> time_passes(const std::function<void()>& work);
 
  protected:
   // The part of fill_uniform in whole blocks: first and count are multiples of 4. This one makes

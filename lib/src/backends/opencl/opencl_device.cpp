@@ -22,7 +22,9 @@ struct OpenCLDevice::ProgramEntry {
 
 struct OpenCLDevice::Recording {
   std::vector<EventHandle> events;
-  std::size_t commands = 0;  // enqueued while recording, with or without an event
+  std::vector<std::string> kernels;  // per event: its kernel's name, or empty
+  std::size_t commands = 0;          // enqueued while recording, with or without an event
+  bool every = false;                // an event for every command (time_passes)
 };
 
 namespace {
@@ -210,16 +212,17 @@ FencePtr OpenCLDevice::queue_download(const Buffer& src, std::size_t src_offset,
 cl_event* OpenCLDevice::event_slot(EventHandle& event) {
   if (!recording()) return nullptr;
   std::lock_guard lock(recording_mutex_);
-  bool first = false;
-  for (Recording* r : recordings_) first |= r->commands++ == 0;
-  return first ? event.out() : nullptr;
+  bool wanted = false;
+  for (Recording* r : recordings_) wanted |= r->commands++ == 0 || r->every;
+  return wanted ? event.out() : nullptr;
 }
 
-void OpenCLDevice::add_event(cl_event e) {
+void OpenCLDevice::add_event(cl_event e, std::string_view kernel) {
   std::lock_guard lock(recording_mutex_);
   for (Recording* r : recordings_) {
     clRetainEvent(e);
     r->events.emplace_back(e);
+    r->kernels.emplace_back(kernel);
   }
 }
 
@@ -270,6 +273,40 @@ double OpenCLDevice::time_ns(const std::function<void()>& work) {
   }
   if (marker) end_of(marker);
   return last > first ? static_cast<double>(last - first) : 0.0;
+}
+
+std::vector<PassTime> OpenCLDevice::time_passes(const std::function<void()>& work) {
+  Recording rec;
+  rec.every = true;
+  {
+    std::lock_guard lock(recording_mutex_);
+    recordings_.push_back(&rec);
+    recording_.fetch_add(1, std::memory_order_release);
+  }
+  auto stop = [&] {
+    std::lock_guard lock(recording_mutex_);
+    recordings_.erase(std::find(recordings_.begin(), recordings_.end(), &rec));
+    recording_.fetch_sub(1, std::memory_order_release);
+  };
+  try {
+    work();
+  } catch (...) {
+    stop();
+    throw;
+  }
+  stop();
+  check(clFinish(queue_.get()), "clFinish(" + info_.id() + ")");
+  std::vector<PassTime> out;
+  for (std::size_t i = 0; i < rec.events.size(); ++i) {
+    if (rec.kernels[i].empty()) continue;
+    cl_ulong start = 0, end = 0;
+    check(clGetEventProfilingInfo(rec.events[i].get(), CL_PROFILING_COMMAND_START, sizeof start, &start, nullptr),
+          "clGetEventProfilingInfo(START)");
+    check(clGetEventProfilingInfo(rec.events[i].get(), CL_PROFILING_COMMAND_END, sizeof end, &end, nullptr),
+          "clGetEventProfilingInfo(END)");
+    out.push_back({rec.kernels[i], end > start ? static_cast<double>(end - start) : 0.0});
+  }
+  return out;
 }
 
 ProgramHandle OpenCLDevice::from_binary(const std::string& stored_key, std::string_view options) {
@@ -453,7 +490,7 @@ void OpenCLDevice::launch_args(clc::Kernel& kernel, const Range& global, const R
   cl_int err = clEnqueueNDRangeKernel(queue_.get(), k.get(), global.dims, nullptr, global.size.data(),
                                       local.size.data(), 0, nullptr, event_slot(event));
   if (err != CL_SUCCESS) fail(err, "clEnqueueNDRangeKernel(" + k.name() + ")");
-  if (event) add_event(event.get());
+  if (event) add_event(event.get(), k.name());
 }
 
 OpenCLDevice& opencl_device(Device& d) {

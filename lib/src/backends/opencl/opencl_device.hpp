@@ -103,6 +103,8 @@ class OpenCLDevice final : public clc::Device {
   // event; the result is last end - first start on the device clock, 0 when nothing was
   // submitted.
   double time_ns(const std::function<void()>& work) override;
+  // Every kernel launch of `work` with its profiling event.
+  std::vector<PassTime> time_passes(const std::function<void()>& work) override;
 
   cl_platform_id platform() const { return platform_; }
   cl_device_id id() const { return device_; }
@@ -147,7 +149,8 @@ class OpenCLDevice final : public clc::Device {
   // about 14 us of host time to enqueue a kernel with a profiling event against 5 without, which
   // left the device idle between the short passes of a decode. Counts the command.
   cl_event* event_slot(EventHandle& event);
-  void add_event(cl_event e);
+  // `kernel`: the launch's kernel name, empty for other commands.
+  void add_event(cl_event e, std::string_view kernel = {});
 
   cl_platform_id platform_;
   cl_device_id device_;

@@ -178,6 +178,11 @@ struct VulkanDevice::State {
   std::optional<ProgramStore> store;
   std::map<std::string, std::string, std::less<>> spirv_hashes;  // module key -> sha256 of its bytes
   OwnedQueryPool queries;
+  // time_passes: its pool (made on first use) and the names of the dispatches timed so far;
+  // query 0 marks the start, query i + 1 the end of dispatch i.
+  static constexpr std::uint32_t pass_queries_count = 1024;
+  OwnedQueryPool pass_queries;
+  std::vector<std::string>* passes = nullptr;
   std::map<std::string, OwnedShaderModule, std::less<>> modules;
   std::map<std::pair<std::uint32_t, std::uint32_t>, Layout> layouts;
   std::unordered_map<std::string, Pipeline> pipelines;
@@ -1121,6 +1126,58 @@ double VulkanDevice::time_ns(const std::function<void()>& work) {
   return static_cast<double>((ticks[1] - ticks[0]) & mask) * static_cast<double>(s.pd.timestamp_period);
 }
 
+std::vector<PassTime> VulkanDevice::time_passes(const std::function<void()>& work) {
+  State& s = *state_;
+  if (!s.pd.timestamp_bits) return Device::time_passes(work);
+  thread_local bool inside = false;
+  if (inside) throw InvalidArgument("time_passes: work must not time itself (nested time_passes on " + s.id() + ")");
+  struct Flag {
+    bool& f;
+    explicit Flag(bool& x) : f(x) { f = true; }
+    ~Flag() { f = false; }
+  } flag(inside);
+  std::lock_guard timing(s.timing);
+  std::vector<std::string> names;
+  {
+    std::lock_guard lock(s.mutex);
+    if (!s.pass_queries) {
+      auto q = make<VkQueryPoolCreateInfo>(VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO);
+      q.queryType = VK_QUERY_TYPE_TIMESTAMP;
+      q.queryCount = State::pass_queries_count;
+      VkQueryPool qp;
+      check(vkCreateQueryPool(s.device(), &q, nullptr, &qp), "vkCreateQueryPool");
+      s.pass_queries = OwnedQueryPool(s.device(), qp);
+    }
+    s.wait_all();
+    VkCommandBuffer cmd = s.begin_command();
+    vkCmdResetQueryPool(cmd, s.pass_queries.get(), 0, State::pass_queries_count);
+    vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, s.pass_queries.get(), 0);
+    s.passes = &names;
+  }
+  auto stop = [&] {
+    std::lock_guard lock(s.mutex);
+    s.passes = nullptr;
+    s.wait_all();
+  };
+  try {
+    work();
+  } catch (...) {
+    stop();
+    throw;
+  }
+  stop();
+  std::vector<std::uint64_t> ticks(names.size() + 1);
+  check(vkGetQueryPoolResults(s.device(), s.pass_queries.get(), 0, static_cast<std::uint32_t>(ticks.size()),
+                              ticks.size() * sizeof ticks[0], ticks.data(), sizeof ticks[0],
+                              VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+        "vkGetQueryPoolResults");
+  const std::uint64_t mask = s.pd.timestamp_bits >= 64 ? ~0ull : (1ull << s.pd.timestamp_bits) - 1;
+  std::vector<PassTime> out;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    out.push_back({names[i], static_cast<double>((ticks[i + 1] - ticks[i]) & mask) * static_cast<double>(s.pd.timestamp_period)});
+  return out;
+}
+
 void VulkanDevice::dispatch(const Launch& l) {
   State& s = *state_;
   const auto& lim = s.pd.limits;
@@ -1184,6 +1241,14 @@ void VulkanDevice::dispatch(const Launch& l) {
     vkCmdPushConstants(cmd, p.layout->pipeline.get(), VK_SHADER_STAGE_COMPUTE_BIT, 0, push_size, padded.data());
   }
   vkCmdDispatch(cmd, l.groups[0], l.groups[1], l.groups[2]);
+  if (s.passes && s.passes->size() + 1 < State::pass_queries_count) {
+    vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, s.pass_queries.get(),
+                        static_cast<std::uint32_t>(s.passes->size() + 1));
+    // The module's name without its folder and extension: "flash_attention_dkdv_coopmat".
+    std::string name(l.spirv.substr(l.spirv.rfind('/') + 1));
+    if (name.size() > 4 && name.ends_with(".spv")) name.resize(name.size() - 4);
+    s.passes->push_back(std::move(name));
+  }
   for (const Buffer* b : l.buffers) s.recording->keep.push_back(static_cast<const VulkanBuffer*>(b)->allocation());
   s.after_command();
 }

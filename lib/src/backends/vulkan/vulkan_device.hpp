@@ -111,6 +111,8 @@ class VulkanDevice final : public Device {
   void order_after(const FencePtr& fence) override;
   // Timestamp queries before and after `work` (which must not call time_ns itself).
   double time_ns(const std::function<void()>& work) override;
+  // A timestamp after every dispatch of `work`, up to 1023 of them.
+  std::vector<PassTime> time_passes(const std::function<void()>& work) override;
 
   // Records a dispatch; batches are submitted at synchronize, read and time_ns, or once they
   // hold enough commands. Throws ResourceError when the launch exceeds the device's limits and
