@@ -1,8 +1,6 @@
 // flash_attention on Vulkan beyond the backend-independent tests: the largest head_dim of each
 // size class (the shader's DMAX specialization), bitwise-deterministic gradients, and configs
 // that reach run() without the space.
-#include <algorithm>
-
 #include "flash_attention/flash_attention.hpp"
 #include "support.hpp"
 
@@ -16,6 +14,15 @@ Invocation invocation(bool backward, std::int64_t dim, DType t, const nlohmann::
   sizes.merge(std::map<std::string, std::int64_t>{{"batch", 2}, {"seq_q", 21}, {"seq_k", 37}, {"heads", 4},
                                                   {"kv_heads", 2}, {"head_dim", dim}});
   return fa::recipe_invocation(backward, sizes, t, options);
+}
+
+// The cooperative-matrix configs of the invocation's space on ctx's device (none where it has none).
+std::vector<Config> coopmat_configs(const Context& ctx, const Invocation& inv) {
+  const auto& impl = Registry::global().implementation(inv, ctx.device().info());
+  std::vector<Config> out;
+  for (const auto& c : impl.space(inv, ctx.device().info()).enumerate())
+    if (c.has("variant") && c.text("variant") == "coopmat") out.push_back(c);
+  return out;
 }
 
 class FlashAttentionVulkan : public ::testing::TestWithParam<std::string> {};
@@ -58,13 +65,6 @@ TEST_P(FlashAttentionVulkan, GradientsAreBitwiseRepeatable) {
 TEST_P(FlashAttentionVulkan, CooperativeMatrixForwardMatchesTheReference) {
   Context ctx(GetParam());
   const fa::FlashAttentionKernel fk;
-  auto coop_configs = [&](const Invocation& inv) {
-    const auto& impl = Registry::global().implementation(inv, ctx.device().info());
-    std::vector<Config> out;
-    for (const auto& c : impl.space(inv, ctx.device().info()).enumerate())
-      if (c.has("variant") && c.text("variant") == "coopmat") out.push_back(c);
-    return out;
-  };
   auto expect_close = [&](const Invocation& inv, const Config& c, const std::string& label) {
     const HostArrays in = fk.inputs(inv, 11);
     const HostArrays got = test::run_implementation(ctx, inv, in, fa::fwd::out, c);
@@ -73,7 +73,7 @@ TEST_P(FlashAttentionVulkan, CooperativeMatrixForwardMatchesTheReference) {
     EXPECT_LE(test::relative_error(got[1], want[1]), fk.tolerance(inv)) << label << " " << c.canonical() << ": lse";
   };
   const Invocation plain = invocation(false, 64, DType::f16, nlohmann::json::object(), {{"seq_q", 150}, {"seq_k", 170}});
-  const auto configs = coop_configs(plain);
+  const auto configs = coopmat_configs(ctx, plain);
   if (configs.empty()) GTEST_SKIP() << ctx.device().info().name << " offers no cooperative-matrix flash attention";
   for (const auto& c : configs) expect_close(plain, c, "plain");
 
@@ -81,7 +81,7 @@ TEST_P(FlashAttentionVulkan, CooperativeMatrixForwardMatchesTheReference) {
                               {"bias", "heads"}, {"sinks", true}, {"segments", true}};
   for (std::int64_t dim : {128, 256}) {
     const Invocation inv = invocation(false, dim, DType::f16, all, {{"seq_q", 100}, {"seq_k", 130}});
-    const auto cs = coop_configs(inv);
+    const auto cs = coopmat_configs(ctx, inv);
     ASSERT_FALSE(cs.empty()) << dim;
     expect_close(inv, cs.front(), "all options, head_dim " + std::to_string(dim));
     expect_close(inv, cs.back(), "all options, head_dim " + std::to_string(dim));
@@ -91,7 +91,7 @@ TEST_P(FlashAttentionVulkan, CooperativeMatrixForwardMatchesTheReference) {
   const TensorSpec q{{90, 4, 64}, DType::f16}, k{{70, 2, 64}, DType::f16}, cu{{4}, DType::i32};
   const TensorSpec args[] = {q, k, k, fa::absent(), fa::absent(), cu, cu, fa::absent(), fa::absent(), q, {{4, 90}, DType::f32}};
   const Invocation packed = fa::forward_invocation(args, {.causal = true, .max_seqlen_q = 30, .max_seqlen_k = 24});
-  for (const auto& c : coop_configs(packed)) expect_close(packed, c, "packed");
+  for (const auto& c : coopmat_configs(ctx, packed)) expect_close(packed, c, "packed");
 }
 
 // The tensor-core backward, where the forward's is offered: every config of its part of the
@@ -100,13 +100,6 @@ TEST_P(FlashAttentionVulkan, CooperativeMatrixForwardMatchesTheReference) {
 TEST_P(FlashAttentionVulkan, CooperativeMatrixBackwardMatchesTheReference) {
   Context ctx(GetParam());
   const fa::FlashAttentionBwdKernel bk;
-  auto coop_configs = [&](const Invocation& inv) {
-    const auto& impl = Registry::global().implementation(inv, ctx.device().info());
-    std::vector<Config> out;
-    for (const auto& c : impl.space(inv, ctx.device().info()).enumerate())
-      if (c.has("variant") && c.text("variant") == "coopmat") out.push_back(c);
-    return out;
-  };
   auto expect_close = [&](const Invocation& inv, const Config& c, const std::string& label) {
     const HostArrays in = bk.inputs(inv, 12);
     const HostArrays got = test::run_implementation(ctx, inv, in, fa::bwd::dq, c);
@@ -116,7 +109,7 @@ TEST_P(FlashAttentionVulkan, CooperativeMatrixBackwardMatchesTheReference) {
       EXPECT_LE(test::relative_error(got[i], want[i]), bk.tolerance(inv)) << label << " " << c.canonical() << ": " << names[i];
   };
   const Invocation plain = invocation(true, 64, DType::f16, nlohmann::json::object(), {{"seq_q", 150}, {"seq_k", 170}});
-  const auto configs = coop_configs(plain);
+  const auto configs = coopmat_configs(ctx, plain);
   if (configs.empty()) GTEST_SKIP() << ctx.device().info().name << " offers no cooperative-matrix flash attention";
   for (const auto& c : configs) expect_close(plain, c, "plain");
 
@@ -124,14 +117,14 @@ TEST_P(FlashAttentionVulkan, CooperativeMatrixBackwardMatchesTheReference) {
                               {"bias", "heads"}, {"sinks", true}, {"segments", true}};
   for (std::int64_t dim : {128, 256}) {
     const Invocation inv = invocation(true, dim, DType::f16, all, {{"seq_q", 100}, {"seq_k", 130}});
-    const auto cs = coop_configs(inv);
+    const auto cs = coopmat_configs(ctx, inv);
     ASSERT_FALSE(cs.empty()) << dim;
     expect_close(inv, cs.front(), "all options, head_dim " + std::to_string(dim));
     expect_close(inv, cs.back(), "all options, head_dim " + std::to_string(dim));
   }
   const Invocation shared = invocation(true, 64, DType::f16, {{"bias", "shared"}, {"sinks", true}},
                                        {{"seq_q", 70}, {"seq_k", 90}});
-  for (const auto& c : coop_configs(shared)) expect_close(shared, c, "broadcast bias");
+  for (const auto& c : coopmat_configs(ctx, shared)) expect_close(shared, c, "broadcast bias");
 
   // Packed input: causal over sequences of 30 queries and 23 or 24 keys.
   const TensorSpec q{{90, 4, 64}, DType::f16}, k{{70, 2, 64}, DType::f16}, cu{{4}, DType::i32};
@@ -139,7 +132,7 @@ TEST_P(FlashAttentionVulkan, CooperativeMatrixBackwardMatchesTheReference) {
   const TensorSpec args[] = {q, k, k, q, q, lse, fa::absent(), fa::absent(), cu, cu, fa::absent(), fa::absent(),
                              q, k, k, fa::absent(), fa::absent()};
   const Invocation packed = fa::backward_invocation(args, {.causal = true, .max_seqlen_q = 30, .max_seqlen_k = 24});
-  for (const auto& c : coop_configs(packed)) expect_close(packed, c, "packed");
+  for (const auto& c : coopmat_configs(ctx, packed)) expect_close(packed, c, "packed");
 }
 
 TEST_P(FlashAttentionVulkan, ConfigsOutsideTheSpaceAreRefused) {
@@ -174,9 +167,7 @@ TEST_P(FlashAttentionVulkan, ConfigsOutsideTheSpaceAreRefused) {
   const Invocation b16 = invocation(true, 64, DType::f16, nlohmann::json::object());
   Config odd = coop_bwd;
   odd.set("coop_block_q", 24);
-  const auto configs = Registry::global().implementation(b16, ctx.device().info()).space(b16, ctx.device().info()).enumerate();
-  const bool offered = std::any_of(configs.begin(), configs.end(), [](const Config& c) { return c.text("variant") == "coopmat"; });
-  expect_refused(b16, fa::bwd::dq, odd, offered ? "positive multiples of 16" : "cooperative matrices");
+  expect_refused(b16, fa::bwd::dq, odd, coopmat_configs(ctx, b16).empty() ? "cooperative matrices" : "positive multiples of 16");
 }
 
 INSTANTIATE_TEST_SUITE_P(All, FlashAttentionVulkan, ::testing::ValuesIn(test::devices(Backend::vulkan)),

@@ -230,8 +230,7 @@ void OpenCLDevice::record(cl_event event) {
   if (event && recording()) add_event(event);
 }
 
-double OpenCLDevice::time_ns(const std::function<void()>& work) {
-  Recording rec;
+void OpenCLDevice::record_into(Recording& rec, const std::function<void()>& work) {
   {
     std::lock_guard lock(recording_mutex_);
     recordings_.push_back(&rec);
@@ -249,6 +248,22 @@ double OpenCLDevice::time_ns(const std::function<void()>& work) {
     throw;
   }
   stop();
+}
+
+namespace {
+
+cl_ulong profiling(cl_event e, cl_profiling_info what) {
+  cl_ulong t = 0;
+  check(clGetEventProfilingInfo(e, what, sizeof t, &t, nullptr),
+        what == CL_PROFILING_COMMAND_START ? "clGetEventProfilingInfo(START)" : "clGetEventProfilingInfo(END)");
+  return t;
+}
+
+}  // namespace
+
+double OpenCLDevice::time_ns(const std::function<void()>& work) {
+  Recording rec;
+  record_into(rec, work);
   // Commands that returned no event end no later than a marker behind them, which the in-order
   // queue completes after them; its start time is not the work's, only its end.
   EventHandle marker;
@@ -258,52 +273,24 @@ double OpenCLDevice::time_ns(const std::function<void()>& work) {
   check(clFinish(queue_.get()), "clFinish(" + info_.id() + ")");
   if (rec.events.empty()) return 0.0;
   cl_ulong first = std::numeric_limits<cl_ulong>::max(), last = 0;
-  auto end_of = [&](const EventHandle& e) {
-    cl_ulong end = 0;
-    check(clGetEventProfilingInfo(e.get(), CL_PROFILING_COMMAND_END, sizeof end, &end, nullptr),
-          "clGetEventProfilingInfo(END)");
-    last = std::max(last, end);
-  };
   for (const auto& e : rec.events) {
-    cl_ulong start = 0;
-    check(clGetEventProfilingInfo(e.get(), CL_PROFILING_COMMAND_START, sizeof start, &start, nullptr),
-          "clGetEventProfilingInfo(START)");
-    first = std::min(first, start);
-    end_of(e);
+    first = std::min(first, profiling(e.get(), CL_PROFILING_COMMAND_START));
+    last = std::max(last, profiling(e.get(), CL_PROFILING_COMMAND_END));
   }
-  if (marker) end_of(marker);
+  if (marker) last = std::max(last, profiling(marker.get(), CL_PROFILING_COMMAND_END));
   return last > first ? static_cast<double>(last - first) : 0.0;
 }
 
 std::vector<PassTime> OpenCLDevice::time_passes(const std::function<void()>& work) {
   Recording rec;
   rec.every = true;
-  {
-    std::lock_guard lock(recording_mutex_);
-    recordings_.push_back(&rec);
-    recording_.fetch_add(1, std::memory_order_release);
-  }
-  auto stop = [&] {
-    std::lock_guard lock(recording_mutex_);
-    recordings_.erase(std::find(recordings_.begin(), recordings_.end(), &rec));
-    recording_.fetch_sub(1, std::memory_order_release);
-  };
-  try {
-    work();
-  } catch (...) {
-    stop();
-    throw;
-  }
-  stop();
+  record_into(rec, work);
   check(clFinish(queue_.get()), "clFinish(" + info_.id() + ")");
   std::vector<PassTime> out;
   for (std::size_t i = 0; i < rec.events.size(); ++i) {
     if (rec.kernels[i].empty()) continue;
-    cl_ulong start = 0, end = 0;
-    check(clGetEventProfilingInfo(rec.events[i].get(), CL_PROFILING_COMMAND_START, sizeof start, &start, nullptr),
-          "clGetEventProfilingInfo(START)");
-    check(clGetEventProfilingInfo(rec.events[i].get(), CL_PROFILING_COMMAND_END, sizeof end, &end, nullptr),
-          "clGetEventProfilingInfo(END)");
+    const cl_ulong start = profiling(rec.events[i].get(), CL_PROFILING_COMMAND_START),
+                   end = profiling(rec.events[i].get(), CL_PROFILING_COMMAND_END);
     out.push_back({rec.kernels[i], end > start ? static_cast<double>(end - start) : 0.0});
   }
   return out;

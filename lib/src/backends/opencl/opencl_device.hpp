@@ -143,6 +143,8 @@ class OpenCLDevice final : public clc::Device {
   void keep_binary(const std::string& stored_key, cl_program program);
   void set_raw(const ClKernel& k, cl_uint index, std::size_t size, const void* value) const;
 
+  // Runs `work` with `rec` among the recordings, so that its commands' events land there.
+  void record_into(Recording& rec, const std::function<void()>& work);
   bool recording() const { return recording_.load(std::memory_order_acquire) > 0; }
   // Where a command enqueued now should return its event: only the first command of a timing
   // in progress needs one (time_ns closes every timing with a marker), and NVIDIA's OpenCL takes

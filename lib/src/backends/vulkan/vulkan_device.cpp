@@ -297,14 +297,7 @@ struct VulkanDevice::State {
     pipeline_cache = OwnedPipelineCache(dev, cache);
     store = ProgramStore::open("vulkan", !pd.cpu);
 
-    if (pd.timestamp_bits) {
-      auto q = make<VkQueryPoolCreateInfo>(VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO);
-      q.queryType = VK_QUERY_TYPE_TIMESTAMP;
-      q.queryCount = 2;
-      VkQueryPool qp;
-      check(vkCreateQueryPool(dev, &q, nullptr, &qp), "vkCreateQueryPool");
-      queries = OwnedQueryPool(dev, qp);
-    }
+    if (pd.timestamp_bits) queries = timestamp_pool(2);
   }
 
   ~State() {
@@ -589,6 +582,21 @@ struct VulkanDevice::State {
     if (!t || (t->timeline() != computed.get() && t->timeline() != moved.get()))
       throw InvalidArgument(id() + ": a fence of another device or backend");
     return t;
+  }
+
+  OwnedQueryPool timestamp_pool(std::uint32_t count) const {
+    auto q = make<VkQueryPoolCreateInfo>(VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO);
+    q.queryType = VK_QUERY_TYPE_TIMESTAMP;
+    q.queryCount = count;
+    VkQueryPool qp;
+    check(vkCreateQueryPool(device(), &q, nullptr, &qp), "vkCreateQueryPool");
+    return OwnedQueryPool(device(), qp);
+  }
+
+  // Nanoseconds between two timestamps of the compute queue (which wrap at timestamp_bits).
+  double elapsed_ns(std::uint64_t from, std::uint64_t to) const {
+    const std::uint64_t mask = pd.timestamp_bits >= 64 ? ~0ull : (1ull << pd.timestamp_bits) - 1;
+    return static_cast<double>((to - from) & mask) * static_cast<double>(pd.timestamp_period);
   }
 
   void wait_all() {
@@ -1057,6 +1065,24 @@ const VulkanHostBuffer& host_buffer_of(const HostBuffer& b, const Core* core, co
   return *vb;
 }
 
+// Marks this thread as inside time_ns or time_passes for its lifetime; timing work that times
+// itself is refused (the second timing's queue waits would land inside the first's).
+class TimingScope {
+ public:
+  TimingScope(const char* what, const std::string& device) {
+    if (inside_)
+      throw InvalidArgument(std::string(what) + ": work must not time itself (nested " + what + " on " + device + ")");
+    inside_ = true;
+  }
+  ~TimingScope() { inside_ = false; }
+  TimingScope(const TimingScope&) = delete;
+  TimingScope& operator=(const TimingScope&) = delete;
+
+ private:
+  static thread_local bool inside_;
+};
+thread_local bool TimingScope::inside_ = false;
+
 }  // namespace
 
 FencePtr VulkanDevice::queue_upload(const HostBuffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,
@@ -1081,13 +1107,7 @@ FencePtr VulkanDevice::queue_download(const Buffer& src, std::size_t src_offset,
 
 double VulkanDevice::time_ns(const std::function<void()>& work) {
   State& s = *state_;
-  thread_local bool inside = false;
-  if (inside) throw InvalidArgument("time_ns: work must not time itself (nested time_ns on " + s.id() + ")");
-  struct Flag {
-    bool& f;
-    explicit Flag(bool& x) : f(x) { f = true; }
-    ~Flag() { f = false; }
-  } flag(inside);
+  const TimingScope scope("time_ns", s.id());
   std::lock_guard timing(s.timing);
   if (!s.pd.timestamp_bits) {
     synchronize();
@@ -1122,32 +1142,18 @@ double VulkanDevice::time_ns(const std::function<void()>& work) {
                                 VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
           "vkGetQueryPoolResults");
   }
-  const std::uint64_t mask = s.pd.timestamp_bits >= 64 ? ~0ull : (1ull << s.pd.timestamp_bits) - 1;
-  return static_cast<double>((ticks[1] - ticks[0]) & mask) * static_cast<double>(s.pd.timestamp_period);
+  return s.elapsed_ns(ticks[0], ticks[1]);
 }
 
 std::vector<PassTime> VulkanDevice::time_passes(const std::function<void()>& work) {
   State& s = *state_;
   if (!s.pd.timestamp_bits) return Device::time_passes(work);
-  thread_local bool inside = false;
-  if (inside) throw InvalidArgument("time_passes: work must not time itself (nested time_passes on " + s.id() + ")");
-  struct Flag {
-    bool& f;
-    explicit Flag(bool& x) : f(x) { f = true; }
-    ~Flag() { f = false; }
-  } flag(inside);
+  const TimingScope scope("time_passes", s.id());
   std::lock_guard timing(s.timing);
   std::vector<std::string> names;
   {
     std::lock_guard lock(s.mutex);
-    if (!s.pass_queries) {
-      auto q = make<VkQueryPoolCreateInfo>(VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO);
-      q.queryType = VK_QUERY_TYPE_TIMESTAMP;
-      q.queryCount = State::pass_queries_count;
-      VkQueryPool qp;
-      check(vkCreateQueryPool(s.device(), &q, nullptr, &qp), "vkCreateQueryPool");
-      s.pass_queries = OwnedQueryPool(s.device(), qp);
-    }
+    if (!s.pass_queries) s.pass_queries = s.timestamp_pool(State::pass_queries_count);
     s.wait_all();
     VkCommandBuffer cmd = s.begin_command();
     vkCmdResetQueryPool(cmd, s.pass_queries.get(), 0, State::pass_queries_count);
@@ -1171,10 +1177,8 @@ std::vector<PassTime> VulkanDevice::time_passes(const std::function<void()>& wor
                               ticks.size() * sizeof ticks[0], ticks.data(), sizeof ticks[0],
                               VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
         "vkGetQueryPoolResults");
-  const std::uint64_t mask = s.pd.timestamp_bits >= 64 ? ~0ull : (1ull << s.pd.timestamp_bits) - 1;
   std::vector<PassTime> out;
-  for (std::size_t i = 0; i < names.size(); ++i)
-    out.push_back({names[i], static_cast<double>((ticks[i + 1] - ticks[i]) & mask) * static_cast<double>(s.pd.timestamp_period)});
+  for (std::size_t i = 0; i < names.size(); ++i) out.push_back({names[i], s.elapsed_ns(ticks[i], ticks[i + 1])});
   return out;
 }
 
