@@ -220,6 +220,12 @@ bool describe(VkInstance instance, VkPhysicalDevice pd, int index, PhysicalDevic
   if (size_control) *std::exchange(tail, &fsize.pNext) = &fsize;
   const bool coop_ext = has(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
   if (coop_ext) *std::exchange(tail, &fcoop.pNext) = &fcoop;
+  auto fkhr = make<CoopMatFeaturesKhr>(coopmat_khr_features_type);
+  const bool khr_ext = has(coopmat_khr_extension);
+  if (khr_ext) *std::exchange(tail, &fkhr.pNext) = &fkhr;
+  auto fcoop2 = make<CoopMat2FeaturesNv>(coopmat2_nv_features_type);
+  const bool coop2_ext = has(coopmat2_nv_extension);
+  if (coop2_ext) *std::exchange(tail, &fcoop2.pNext) = &fcoop2;
   vkGetPhysicalDeviceFeatures2(pd, &features);
 
   std::uint32_t nfam = 0;
@@ -258,6 +264,9 @@ bool describe(VkInstance instance, VkPhysicalDevice pd, int index, PhysicalDevic
                          (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
   // glslang's cooperative-matrix SPIR-V declares the Vulkan memory model.
   out.coopmat_nv = coop_ext && fcoop.cooperativeMatrix && f12.vulkanMemoryModel;
+  // The KHR form of ejk's NV shaders (coopmat_khr.hpp) where the device has both.
+  out.coopmat_khr = out.coopmat_nv && khr_ext && fkhr.cooperativeMatrix;
+  out.coopmat_conversions = out.coopmat_khr && coop2_ext && fcoop2.cooperativeMatrixConversions;
   out.integrated = base.deviceType == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU || base.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   out.cpu = base.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   vkGetPhysicalDeviceMemoryProperties(pd, &out.memory);

@@ -38,8 +38,34 @@ struct PhysicalDevice {
   bool full_subgroups = false;  // computeFullSubgroups (VK_EXT_subgroup_size_control)
   bool subgroup_shuffle = false;  // subgroupShuffle* in compute shaders
   bool coopmat_nv = false;      // VK_NV_cooperative_matrix with cooperativeMatrix and vulkanMemoryModel
+  bool coopmat_khr = false;     // VK_KHR_cooperative_matrix with cooperativeMatrix (besides NV's)
+  bool coopmat_conversions = false;  // VK_NV_cooperative_matrix2's cooperativeMatrixConversions
   bool integrated = false;      // integrated GPU or CPU: host-visible device memory is as fast
   bool cpu = false;             // a CPU implementation such as lavapipe
+};
+
+// VK_KHR_cooperative_matrix and VK_NV_cooperative_matrix2 postdate the Vulkan headers ejk
+// builds with on Debian 12: their feature structures, as the registry defines them.
+inline constexpr const char* coopmat_khr_extension = "VK_KHR_cooperative_matrix";
+inline constexpr auto coopmat_khr_features_type = static_cast<VkStructureType>(1000506000);
+struct CoopMatFeaturesKhr {
+  VkStructureType sType;
+  void* pNext;
+  VkBool32 cooperativeMatrix;
+  VkBool32 cooperativeMatrixRobustBufferAccess;
+};
+inline constexpr const char* coopmat2_nv_extension = "VK_NV_cooperative_matrix2";
+inline constexpr auto coopmat2_nv_features_type = static_cast<VkStructureType>(1000593000);
+struct CoopMat2FeaturesNv {
+  VkStructureType sType;
+  void* pNext;
+  VkBool32 cooperativeMatrixWorkgroupScope;
+  VkBool32 cooperativeMatrixFlexibleDimensions;
+  VkBool32 cooperativeMatrixReductions;
+  VkBool32 cooperativeMatrixConversions;
+  VkBool32 cooperativeMatrixPerElementOperations;
+  VkBool32 cooperativeMatrixTensorAddressing;
+  VkBool32 cooperativeMatrixBlockLoads;
 };
 
 class Instance {

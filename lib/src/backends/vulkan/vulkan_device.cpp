@@ -9,10 +9,12 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 
 #include "backends/program_store.hpp"
+#include "backends/vulkan/coopmat_khr.hpp"
 #include "backends/vulkan/vk_util.hpp"
 #include "core/backend_registry.hpp"
 #include "core/difference.hpp"
@@ -142,6 +144,15 @@ CopyPath copy_path_from_env() {
   throw InvalidArgument("EJK_VULKAN_COPY=" + std::string(value) + ": expected transfer, shader or auto");
 }
 
+bool coopmat_khr_from_env() {
+  const char* v = std::getenv("EJK_VULKAN_COOPMAT");
+  if (!v || !*v) return true;
+  const std::string_view value(v);
+  if (value == "khr") return true;
+  if (value == "nv") return false;
+  throw InvalidArgument("EJK_VULKAN_COOPMAT=" + std::string(value) + ": expected khr or nv");
+}
+
 struct VulkanDevice::State {
   struct Batch {
     VkCommandBuffer cmd = VK_NULL_HANDLE;
@@ -169,6 +180,8 @@ struct VulkanDevice::State {
   bool full_subgroups = false;
   bool map_device_memory = false;  // tensors live in mapped memory: no staging copies
   CopyPath copy_path = CopyPath::automatic;
+  bool coopmat_khr = false;          // cooperative-matrix modules go in their KHR form
+  bool coopmat_conversions = false;  // ... also those that convert a matrix's use
   PFN_vkCmdPushDescriptorSetKHR push_descriptor_fn = nullptr;
 
   mutable std::mutex mutex;  // the stream, the caches and the queue
@@ -176,7 +189,7 @@ struct VulkanDevice::State {
   OwnedPipelineCache pipeline_cache;
   // Each pipeline's cache data kept across processes; by default on every device but CPUs.
   std::optional<ProgramStore> store;
-  std::map<std::string, std::string, std::less<>> spirv_hashes;  // module key -> sha256 of its bytes
+  std::map<std::string, std::string, std::less<>> spirv_hashes;  // module key -> sha256 of the words built
   OwnedQueryPool queries;
   // time_passes: its pool (made on first use) and the names of the dispatches timed so far;
   // query 0 marks the start, query i + 1 the end of dispatch i.
@@ -254,6 +267,20 @@ struct VulkanDevice::State {
       extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
       fcoop.cooperativeMatrix = VK_TRUE;
       *std::exchange(tail, &fcoop.pNext) = &fcoop;
+    }
+    auto fkhr = make<CoopMatFeaturesKhr>(coopmat_khr_features_type);
+    auto fcoop2 = make<CoopMat2FeaturesNv>(coopmat2_nv_features_type);
+    coopmat_khr = pd.coopmat_khr && options.coopmat_khr;
+    if (coopmat_khr) {
+      extensions.push_back(coopmat_khr_extension);
+      fkhr.cooperativeMatrix = VK_TRUE;
+      *std::exchange(tail, &fkhr.pNext) = &fkhr;
+    }
+    coopmat_conversions = coopmat_khr && pd.coopmat_conversions;
+    if (coopmat_conversions) {
+      extensions.push_back(coopmat2_nv_extension);
+      fcoop2.cooperativeMatrixConversions = VK_TRUE;
+      *std::exchange(tail, &fcoop2.pNext) = &fcoop2;
     }
     push_descriptors = pd.push_descriptor && options.push_descriptors;
     map_device_memory = pd.integrated && !options.staging;
@@ -639,9 +666,16 @@ struct VulkanDevice::State {
     auto it = modules.find(key);
     if (it != modules.end()) return it->second.get();
     const auto& file = detail::embedded(key);
+    std::span<const std::uint32_t> words(reinterpret_cast<const std::uint32_t*>(file.data), file.size / 4);
+    KhrModule khr;
+    if (coopmat_khr) {
+      khr = coopmat_to_khr(words);
+      if (!khr.words.empty() && (!khr.conversions || coopmat_conversions)) words = khr.words;
+    }
+    spirv_hashes.insert_or_assign(std::string(key), detail::sha256_hex(std::string_view(reinterpret_cast<const char*>(words.data()), words.size_bytes())));
     auto mi = make<VkShaderModuleCreateInfo>(VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO);
-    mi.codeSize = file.size;
-    mi.pCode = reinterpret_cast<const std::uint32_t*>(file.data);
+    mi.codeSize = words.size_bytes();
+    mi.pCode = words.data();
     VkShaderModule m;
     check(vkCreateShaderModule(device(), &mi, nullptr, &m), "vkCreateShaderModule");
     return modules.emplace(std::string(key), OwnedShaderModule(device(), m)).first->second.get();
@@ -713,12 +747,7 @@ struct VulkanDevice::State {
     std::string stored_key;
     bool seeded = false;
     if (store) {
-      auto h = spirv_hashes.find(l.spirv);
-      if (h == spirv_hashes.end()) {
-        const auto& file = detail::embedded(l.spirv);
-        h = spirv_hashes.emplace(std::string(l.spirv), detail::sha256_hex(std::string_view(reinterpret_cast<const char*>(file.data), file.size))).first;
-      }
-      stored_key = pd.info.fingerprint() + '\n' + h->second + '\n' + key;
+      stored_key = pd.info.fingerprint() + '\n' + spirv_hashes.at(std::string(l.spirv)) + '\n' + key;
       const auto stored = store->load(stored_key);
       auto pci = make<VkPipelineCacheCreateInfo>(VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO);
       if (stored) {
@@ -1277,6 +1306,7 @@ std::vector<DeviceInfo> vulkan_devices() {
 std::shared_ptr<Device> open_vulkan(int index) {
   vulkan::DeviceOptions options;
   options.copy = vulkan::copy_path_from_env();
+  options.coopmat_khr = vulkan::coopmat_khr_from_env();
   return std::make_shared<vulkan::VulkanDevice>(index, options);
 }
 

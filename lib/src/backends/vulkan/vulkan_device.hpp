@@ -69,6 +69,12 @@ inline constexpr std::size_t shader_copy_min_bytes = std::size_t{1} << 20;
 // InvalidArgument naming the variable and the value otherwise.
 CopyPath copy_path_from_env();
 
+// $EJK_VULKAN_COOPMAT: unset, empty or `khr`: cooperative-matrix shaders run in their KHR form
+// where the device has VK_KHR_cooperative_matrix (and VK_NV_cooperative_matrix2's conversions
+// where they need them), else as compiled; `nv`: always as compiled (GL_NV_cooperative_matrix).
+// Throws InvalidArgument naming the variable and the value otherwise.
+bool coopmat_khr_from_env();
+
 struct DeviceOptions {
   // Off: descriptor sets come from per-batch pools even where VK_KHR_push_descriptor exists.
   bool push_descriptors = true;
@@ -76,6 +82,7 @@ struct DeviceOptions {
   // (integrated GPUs and CPUs map it instead), as they do on discrete GPUs.
   bool staging = false;
   CopyPath copy = CopyPath::automatic;  // what copy() does; open_device takes $EJK_VULKAN_COPY
+  bool coopmat_khr = true;  // open_device takes $EJK_VULKAN_COOPMAT
 };
 
 class VulkanDevice final : public Device {

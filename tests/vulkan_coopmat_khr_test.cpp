@@ -1,0 +1,154 @@
+// The translation of ejk's GL_NV_cooperative_matrix shaders into SPV_KHR_cooperative_matrix
+// (backends/vulkan/coopmat_khr.hpp): every embedded cooperative-matrix module translates, no NV
+// instruction is left, every multiply's operands are typed A, B and accumulator (after a
+// conversion where the module needs one), and only modules that change a matrix's use ask for
+// NV_cooperative_matrix2. Running the translated modules is the cooperative-matrix kernel tests'
+// part on devices with VK_KHR_cooperative_matrix.
+#ifdef EJK_HAVE_VULKAN
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backends/vulkan/coopmat_khr.hpp"
+#include "backends/vulkan/vulkan_device.hpp"
+#include "core/embedded.hpp"
+#include "ejk/error.hpp"
+
+namespace ejk {
+namespace {
+
+struct Parsed {
+  std::map<std::uint32_t, std::vector<std::uint32_t>> defs;  // result id -> its instruction
+  std::vector<std::vector<std::uint32_t>> insts;
+  std::map<std::uint32_t, std::uint32_t> constants;  // OpConstant id -> value
+  std::set<std::uint32_t> types;                     // matrix types
+};
+
+Parsed parse(const std::vector<std::uint32_t>& w) {
+  Parsed p;
+  for (std::size_t i = 5; i < w.size();) {
+    std::uint32_t n = w[i] >> 16;
+    std::vector<std::uint32_t> in(w.begin() + static_cast<std::ptrdiff_t>(i), w.begin() + static_cast<std::ptrdiff_t>(i + n));
+    std::uint32_t op = in[0] & 0xffff;
+    if (op == 4456) p.defs[in[1]] = in, p.types.insert(in[1]);  // OpTypeCooperativeMatrixKHR
+    if (op == 43) p.constants[in[2]] = in[3];                     // OpConstant
+    // A value of a matrix type (types come before their values; ids are unique).
+    if (op != 4456 && in.size() >= 3 && p.types.count(in[1])) p.defs[in[2]] = in;
+    p.insts.push_back(std::move(in));
+    i += n;
+  }
+  return p;
+}
+
+std::vector<std::uint32_t> words_of(const detail::EmbeddedFile& f) {
+  std::vector<std::uint32_t> w(f.size / 4);
+  std::memcpy(w.data(), f.data, w.size() * 4);
+  return w;
+}
+
+// The use (0 A, 1 B, 2 accumulator) of a value's matrix type.
+std::uint32_t use_of(const Parsed& p, std::uint32_t value) {
+  const auto& def = p.defs.at(value);
+  const auto& type = p.defs.at(def[1]);
+  return p.constants.at(type[6]);
+}
+
+std::vector<std::string> coopmat_modules() {
+  std::vector<std::string> keys;
+  for (const auto* f : detail::embedded_files()) {
+    std::string k = f->key;
+    if (k.ends_with(".spv") && k.find("coopmat") != std::string::npos) keys.push_back(k);
+  }
+  return keys;
+}
+
+TEST(VulkanCoopmatKhr, EveryCooperativeMatrixShaderTranslates) {
+  auto keys = coopmat_modules();
+#ifdef EJK_HAVE_COOPMAT
+  ASSERT_GE(keys.size(), 8u);
+#endif
+  for (const auto& key : keys) {
+    SCOPED_TRACE(key);
+    auto nv = words_of(detail::embedded(key));
+    auto khr = vulkan::coopmat_to_khr(nv);
+    ASSERT_FALSE(khr.words.empty());
+    EXPECT_EQ(khr.words[0], 0x07230203u);
+    auto p = parse(khr.words);
+    int muladds = 0;
+    bool conversion_instruction = false;
+    for (const auto& in : p.insts) {
+      std::uint32_t op = in[0] & 0xffff;
+      EXPECT_FALSE(op >= 5358 && op <= 5362) << "NV cooperative-matrix opcode " << op << " left";
+      if (op == 17) {
+        EXPECT_NE(in[1], 5357u) << "CooperativeMatrixNV capability left";
+      }
+      if (op == 5293) conversion_instruction = true;
+      if (op == 4459) {  // OpCooperativeMatrixMulAddKHR: type, result, a, b, c
+        ++muladds;
+        EXPECT_EQ(use_of(p, in[3]), 0u);
+        EXPECT_EQ(use_of(p, in[4]), 1u);
+        EXPECT_EQ(p.constants.at(p.defs.at(in[1])[6]), 2u);
+      }
+      if (op == 115 && p.types.count(in[1]) && p.defs.count(in[3])) {
+        // An FConvert between matrices of different uses is what needs the NV conversions.
+        if (use_of(p, in[2]) != use_of(p, in[3])) conversion_instruction = true;
+      }
+    }
+    if (key.find("rows_coopmat") == std::string::npos) {
+      EXPECT_GT(muladds, 0);
+    }
+    EXPECT_EQ(khr.conversions, conversion_instruction);
+  }
+}
+
+TEST(VulkanCoopmatKhr, UsesFollowWhereMatricesFlow) {
+  // matmul multiplies straight from loads; flash attention's probabilities go from an
+  // accumulator to an operand.
+  EXPECT_FALSE(vulkan::coopmat_to_khr(words_of(detail::embedded("matmul/matmul_coopmat.spv"))).conversions);
+  EXPECT_TRUE(vulkan::coopmat_to_khr(words_of(detail::embedded("flash_attention/flash_attention_fwd_coopmat.spv"))).conversions);
+}
+
+TEST(VulkanCoopmatKhr, ModulesWithoutCooperativeMatricesAreLeftAlone) {
+  EXPECT_TRUE(vulkan::coopmat_to_khr(words_of(detail::embedded("common/copy.spv"))).words.empty());
+  std::vector<std::uint32_t> junk{1, 2, 3};
+  EXPECT_THROW(vulkan::coopmat_to_khr(junk), CompileError);
+  // Cut inside an instruction.
+  auto truncated = words_of(detail::embedded("matmul/matmul_coopmat.spv"));
+  std::size_t i = 5;
+  while ((truncated[i] >> 16) < 3) i += truncated[i] >> 16;
+  truncated.resize(i + 2);
+  EXPECT_THROW(vulkan::coopmat_to_khr(truncated), CompileError);
+}
+
+TEST(VulkanCoopmatKhr, EnvironmentPicksTheFormAndRejectsOthersByName) {
+  const char* old = std::getenv("EJK_VULKAN_COOPMAT");
+  std::string saved = old ? old : "";
+  ::unsetenv("EJK_VULKAN_COOPMAT");
+  EXPECT_TRUE(vulkan::coopmat_khr_from_env());
+  ::setenv("EJK_VULKAN_COOPMAT", "nv", 1);
+  EXPECT_FALSE(vulkan::coopmat_khr_from_env());
+  ::setenv("EJK_VULKAN_COOPMAT", "khr", 1);
+  EXPECT_TRUE(vulkan::coopmat_khr_from_env());
+  ::setenv("EJK_VULKAN_COOPMAT", "amd", 1);
+  try {
+    vulkan::coopmat_khr_from_env();
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("EJK_VULKAN_COOPMAT=amd"), std::string::npos) << e.what();
+  }
+  if (old) {
+    ::setenv("EJK_VULKAN_COOPMAT", saved.c_str(), 1);
+  } else {
+    ::unsetenv("EJK_VULKAN_COOPMAT");
+  }
+}
+
+}  // namespace
+}  // namespace ejk
+
+#endif  // EJK_HAVE_VULKAN
