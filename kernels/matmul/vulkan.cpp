@@ -158,13 +158,15 @@ class VulkanMatmul final : public Implementation {
     std::vector<Try> tries;
     auto shapes = usable_shapes(dev);
     if (p.dtype == DType::f16 && !shapes.empty()) {
-      // 16 x 8 x 16 where offered: NVIDIA's driver transposes each use of a B fragment with
-      // MOVM, and a 16 x 8 one is transposed once for the subgroup's rows of a (an H200: 5%).
+      // 16 x 16 x 16 where offered. In the KHR form (docs/backends/vulkan.md) each B fragment is
+      // loaded once for the subgroup's rows of a; a tune of 88 configs at f16 4096^3 on an H200
+      // put 128 x 128 tiles of 2 x 2 subgroups with two tiles in flight first (556 us, 247
+      // TFLOP/s), 128 x 256 at 568 and 16 subgroups' 256 x 128 at 578 (h200-2026-11-28e).
       std::string mma = shape_name(shapes.front());
       for (const auto& sh : shapes)
-        if (sh.n == 16 && sh.k == 16) mma = shape_name(sh);
-      for (const auto& sh : shapes)
         if (sh.n == 8 && sh.k == 16) mma = shape_name(sh);
+      for (const auto& sh : shapes)
+        if (sh.m == 16 && sh.n == 16 && sh.k == 16) mma = shape_name(sh);
       const std::int64_t lv = largest_vec(lda, ldb, {8, 4, 2, 1});
       auto cm = [&](std::int64_t sgm, std::int64_t sgn, std::int64_t tm, std::int64_t tn, std::int64_t bk, std::int64_t buffers,
                     std::int64_t ahead = 1) {
@@ -174,10 +176,7 @@ class VulkanMatmul final : public Implementation {
                    sgm * tm, sgn * tn};
       };
       if (p.m <= 32) tries.push_back(cm(1, 4, 16, 32, 64, 2));
-      // 256 x 128 from 16 subgroups, two tiles in flight: 677 us at f16 4096^3 on an H200
-      // against 802 for 128 x 256 with one (a tune of 16 around both, h200-2026-11-27d).
-      tries.push_back(cm(4, 4, 64, 32, 32, 1, 2));
-      tries.push_back(cm(2, 4, 64, 64, 32, 1));  // 128 x 256
+      tries.push_back(cm(2, 2, 64, 64, 32, 1, 2));  // 128 x 128
       tries.push_back(cm(2, 2, 64, 64, 32, 2));  // 128 x 128
       tries.push_back(cm(2, 2, 32, 64, 32, 2));  // 64 x 128
       tries.push_back(cm(2, 2, 32, 32, 32, 2));  // 64 x 64
