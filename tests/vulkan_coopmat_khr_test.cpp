@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "backends/vulkan/coopmat_khr.hpp"
 #include "backends/vulkan/vulkan_device.hpp"
+#include "vulkan_coopmat_khr_modules.hpp"
 #include "core/embedded.hpp"
 #include "ejk/error.hpp"
 
@@ -67,6 +69,42 @@ std::vector<std::string> coopmat_modules() {
   return keys;
 }
 
+// What a translated module holds: no NV instruction (checked), its products (each checked for
+// operands typed A, B and accumulator), its use conversions, and its loads' layouts in order.
+struct Translated {
+  int products = 0;
+  int converts = 0;               // OpCooperativeMatrixConvertNV
+  bool use_changes = false;       // a converting instruction between matrices of different uses
+  std::vector<std::uint32_t> load_layouts;
+};
+
+Translated check(const vulkan::KhrModule& khr) {
+  Translated t;
+  EXPECT_FALSE(khr.words.empty());
+  if (khr.words.empty()) return t;
+  EXPECT_EQ(khr.words[0], 0x07230203u);
+  auto p = parse(khr.words);
+  for (const auto& in : p.insts) {
+    std::uint32_t op = in[0] & 0xffff;
+    EXPECT_FALSE(op >= 5358 && op <= 5362) << "NV cooperative-matrix opcode " << op << " left";
+    if (op == 17) {
+      EXPECT_NE(in[1], 5357u) << "CooperativeMatrixNV capability left";
+    }
+    if (op == 5293) ++t.converts, t.use_changes = true;
+    if (op == 4457) t.load_layouts.push_back(p.constants.at(in[4]));  // type, result, pointer, layout
+    if (op == 4459) {  // OpCooperativeMatrixMulAddKHR: type, result, a, b, c
+      ++t.products;
+      EXPECT_EQ(use_of(p, in[3]), 0u);
+      EXPECT_EQ(use_of(p, in[4]), 1u);
+      EXPECT_EQ(p.constants.at(p.defs.at(in[1])[6]), 2u);
+    }
+    if (op == 115 && p.types.count(in[1]) && p.defs.count(in[3]) && use_of(p, in[2]) != use_of(p, in[3]))
+      t.use_changes = true;
+  }
+  EXPECT_EQ(khr.conversions, t.use_changes);
+  return t;
+}
+
 TEST(VulkanCoopmatKhr, EveryCooperativeMatrixShaderTranslates) {
   auto keys = coopmat_modules();
 #ifdef EJK_HAVE_COOPMAT
@@ -74,35 +112,32 @@ TEST(VulkanCoopmatKhr, EveryCooperativeMatrixShaderTranslates) {
 #endif
   for (const auto& key : keys) {
     SCOPED_TRACE(key);
-    auto nv = words_of(detail::embedded(key));
-    auto khr = vulkan::coopmat_to_khr(nv);
-    ASSERT_FALSE(khr.words.empty());
-    EXPECT_EQ(khr.words[0], 0x07230203u);
-    auto p = parse(khr.words);
-    int muladds = 0;
-    bool conversion_instruction = false;
-    for (const auto& in : p.insts) {
-      std::uint32_t op = in[0] & 0xffff;
-      EXPECT_FALSE(op >= 5358 && op <= 5362) << "NV cooperative-matrix opcode " << op << " left";
-      if (op == 17) {
-        EXPECT_NE(in[1], 5357u) << "CooperativeMatrixNV capability left";
-      }
-      if (op == 5293) conversion_instruction = true;
-      if (op == 4459) {  // OpCooperativeMatrixMulAddKHR: type, result, a, b, c
-        ++muladds;
-        EXPECT_EQ(use_of(p, in[3]), 0u);
-        EXPECT_EQ(use_of(p, in[4]), 1u);
-        EXPECT_EQ(p.constants.at(p.defs.at(in[1])[6]), 2u);
-      }
-      if (op == 115 && p.types.count(in[1]) && p.defs.count(in[3])) {
-        // An FConvert between matrices of different uses is what needs the NV conversions.
-        if (use_of(p, in[2]) != use_of(p, in[3])) conversion_instruction = true;
-      }
-    }
+    const Translated t = check(vulkan::coopmat_to_khr(words_of(detail::embedded(key))));
     if (key.find("rows_coopmat") == std::string::npos) {
-      EXPECT_GT(muladds, 0);
+      EXPECT_GT(t.products, 0);
     }
-    EXPECT_EQ(khr.conversions, conversion_instruction);
+  }
+}
+
+TEST(VulkanCoopmatKhr, AMultiplyingAccumulatorIsConvertedWhereItIsAnOperand) {
+  // y = a b + 0 in f16, then s = y 0 + 0 in f32: y and the zero matrix are accumulators that
+  // the second product takes as A and B.
+  const std::vector<std::uint32_t> nv(std::begin(test::coopmat_use_change_spirv), std::end(test::coopmat_use_change_spirv));
+  const auto khr = vulkan::coopmat_to_khr(nv);
+  EXPECT_TRUE(khr.conversions);
+  const Translated t = check(khr);
+  EXPECT_EQ(t.products, 2);
+  EXPECT_EQ(t.converts, 2);
+  EXPECT_EQ(t.load_layouts, (std::vector<std::uint32_t>{0, 1}));  // a row-major, b column-major
+}
+
+TEST(VulkanCoopmatKhr, OneMatrixAsBothOperandsIsRefusedByName) {
+  const std::vector<std::uint32_t> nv(std::begin(test::coopmat_a_and_b_spirv), std::end(test::coopmat_a_and_b_spirv));
+  try {
+    vulkan::coopmat_to_khr(nv);
+    ADD_FAILURE() << "no error";
+  } catch (const CompileError& e) {
+    EXPECT_NE(std::string(e.what()).find("both operand A and B"), std::string::npos) << e.what();
   }
 }
 

@@ -182,9 +182,14 @@ class Translator {
   }
 
   void classify() {
+    bool in_function = false;
     for (const Inst& in : insts_) {
       auto op = in.op();
       bool typed = has_type_and_result(op);
+      in_function = in_function || op == OpFunction;
+      // Inside functions a matrix type as the first operand is a result type: an instruction
+      // the translation does not know makes a matrix.
+      if (in_function && !typed && in.w.size() >= 3 && coop_types_.count(in.w[1])) unsupported(in);
       bool result_coop = typed && coop_types_.count(in.w[1]) > 0;
       if ((op == OpUndef || op == OpConstantNull || op == OpConstantComposite || op == OpSpecConstantComposite) &&
           result_coop) {
