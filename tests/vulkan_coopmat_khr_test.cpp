@@ -158,6 +158,22 @@ TEST(VulkanCoopmatKhr, ModulesWithoutCooperativeMatricesAreLeftAlone) {
   while ((truncated[i] >> 16) < 3) i += truncated[i] >> 16;
   truncated.resize(i + 2);
   EXPECT_THROW(vulkan::coopmat_to_khr(truncated), CompileError);
+  // An instruction too short for the operands the translation reads: the first cooperative-matrix
+  // load cut to three words, the module's length kept.
+  auto short_load = words_of(detail::embedded("matmul/matmul_coopmat.spv"));
+  for (std::size_t j = 5; j < short_load.size(); j += short_load[j] >> 16)
+    if ((short_load[j] & 0xffff) == 5359) {  // OpCooperativeMatrixLoadNV
+      const std::uint32_t n = short_load[j] >> 16;
+      short_load[j] = 3u << 16 | 5359;
+      short_load[j + 3] = (n - 3) << 16 | 1;  // the rest as an OpUndef of its own length
+      break;
+    }
+  try {
+    vulkan::coopmat_to_khr(short_load);
+    ADD_FAILURE() << "no error";
+  } catch (const CompileError& e) {
+    EXPECT_NE(std::string(e.what()).find("opcode 5359 with 3 words"), std::string::npos) << e.what();
+  }
 }
 
 TEST(VulkanCoopmatKhr, EnvironmentPicksTheFormAndRejectsOthersByName) {

@@ -87,6 +87,21 @@ bool is_conversion(std::uint16_t op) {
          op == OpConvertFToU || op == OpConvertSToF || op == OpConvertUToF;
 }
 
+// The fewest words of an instruction whose operands the translation reads.
+std::size_t min_words(std::uint16_t op) {
+  switch (op) {
+    case OpCapability: case OpExtension: case OpReturnValue: return 2;
+    case OpStore: case OpName: case OpDecorate: case OpTypeRuntimeArray: case OpPhi: return 3;
+    case OpTypeInt: case OpTypeArray: case OpTypePointer: case OpMemberDecorate: return 4;
+    case OpCoopStoreNv: return 5;
+    case OpTypeCoopNv: case OpCoopLoadNv: case OpCoopMulAddNv: case OpSelect: return 6;
+    case OpCoopLengthNv: case OpLoad: case OpAccessChain: case OpInBoundsAccessChain: case OpPtrAccessChain:
+    case OpCompositeExtract: case OpCopyObject: case OpFunctionCall: case OpFNegate: case OpSNegate: return 4;
+    case OpFunction: return 5;
+    default: return has_type_and_result(op) ? (is_conversion(op) ? 4 : 3) : 1;
+  }
+}
+
 bool is_elementwise(std::uint16_t op) {
   return op == OpFAdd || op == OpFSub || op == OpFMul || op == OpFDiv || op == OpFNegate || op == OpIAdd ||
          op == OpISub || op == OpIMul || op == OpUDiv || op == OpSDiv || op == OpSNegate ||
@@ -104,6 +119,8 @@ class Translator {
       std::uint32_t n = words[i] >> 16;
       if (n == 0 || i + n > words.size()) throw CompileError("truncated SPIR-V instruction");
       insts_.push_back({{words.begin() + i, words.begin() + i + n}});
+      if (n < min_words(insts_.back().op()))
+        throw CompileError("SPIR-V opcode " + std::to_string(insts_.back().op()) + " with " + std::to_string(n) + " words");
       i += n;
     }
   }
