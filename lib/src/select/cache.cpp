@@ -186,8 +186,12 @@ struct PersistentCache::Impl {
   // IoError for a newer schema.
   std::string check_schema() {
     for (int round = 0; round < 2; ++round) {
-      std::int64_t app = app_id();
-      std::set<std::string> names = tables();
+      // One snapshot for both: another process's create_schema commits the tables and the id
+      // together, and two reads apart could see the tables without the id (a foreign file).
+      sqlite::Transaction snapshot(db.get(), sqlite::Transaction::read);
+      const std::int64_t app = app_id();
+      const std::set<std::string> names = tables();
+      snapshot.commit();
       if (app == 0 && names.empty()) {
         create_schema();
         continue;

@@ -101,7 +101,10 @@ class Stmt {
 // committed.
 class Transaction {
  public:
-  explicit Transaction(sqlite3* db) : db_(db) { exec(db, "BEGIN IMMEDIATE"); }
+  // `write`: the write lock from the start (BEGIN IMMEDIATE); else a deferred transaction, whose
+  // reads all see the database as of the first of them.
+  enum Kind { write, read };
+  explicit Transaction(sqlite3* db, Kind kind = write) : db_(db) { exec(db, kind == write ? "BEGIN IMMEDIATE" : "BEGIN"); }
   ~Transaction() {
     if (db_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
   }
