@@ -1,6 +1,8 @@
 // flash_attention on Vulkan beyond the backend-independent tests: the largest head_dim of each
 // size class (the shader's DMAX specialization), bitwise-deterministic gradients, and configs
 // that reach run() without the space.
+#include <functional>
+
 #include "flash_attention/flash_attention.hpp"
 #include "support.hpp"
 
@@ -23,6 +25,31 @@ std::vector<Config> coopmat_configs(const Context& ctx, const Invocation& inv) {
   for (const auto& c : impl.space(inv, ctx.device().info()).enumerate())
     if (c.has("variant") && c.text("variant") == "coopmat") out.push_back(c);
   return out;
+}
+
+// The cases both tensor-core passes are checked on: every cooperative-matrix config on a plain
+// case, then the first and the last with every option at once at head_dim 128 and 256. False
+// (nothing run) where the device offers no such config.
+using CheckConfig = std::function<void(const Invocation&, const Config&, const std::string&)>;
+bool check_plain_and_all_options(const Context& ctx, bool backward, const CheckConfig& expect_close) {
+  const Invocation plain = invocation(backward, 64, DType::f16, nlohmann::json::object(), {{"seq_q", 150}, {"seq_k", 170}});
+  const auto configs = coopmat_configs(ctx, plain);
+  if (configs.empty()) return false;
+  for (const auto& c : configs) expect_close(plain, c, "plain");
+
+  const nlohmann::json all = {{"causal", true}, {"window_left", 50}, {"logits_soft_cap", 5.0}, {"dropout", 0.1},
+                              {"bias", "heads"}, {"sinks", true}, {"segments", true}};
+  for (std::int64_t dim : {128, 256}) {
+    const Invocation inv = invocation(backward, dim, DType::f16, all, {{"seq_q", 100}, {"seq_k", 130}});
+    const auto cs = coopmat_configs(ctx, inv);
+    if (cs.empty()) {
+      ADD_FAILURE() << "no cooperative-matrix config with every option at head_dim " << dim;
+      continue;
+    }
+    expect_close(inv, cs.front(), "all options, head_dim " + std::to_string(dim));
+    expect_close(inv, cs.back(), "all options, head_dim " + std::to_string(dim));
+  }
+  return true;
 }
 
 class FlashAttentionVulkan : public ::testing::TestWithParam<std::string> {};
@@ -72,20 +99,8 @@ TEST_P(FlashAttentionVulkan, CooperativeMatrixForwardMatchesTheReference) {
     EXPECT_LE(test::relative_error(got[0], want[0]), fk.tolerance(inv)) << label << " " << c.canonical() << ": out";
     EXPECT_LE(test::relative_error(got[1], want[1]), fk.tolerance(inv)) << label << " " << c.canonical() << ": lse";
   };
-  const Invocation plain = invocation(false, 64, DType::f16, nlohmann::json::object(), {{"seq_q", 150}, {"seq_k", 170}});
-  const auto configs = coopmat_configs(ctx, plain);
-  if (configs.empty()) GTEST_SKIP() << ctx.device().info().name << " offers no cooperative-matrix flash attention";
-  for (const auto& c : configs) expect_close(plain, c, "plain");
-
-  const nlohmann::json all = {{"causal", true}, {"window_left", 50}, {"logits_soft_cap", 5.0}, {"dropout", 0.1},
-                              {"bias", "heads"}, {"sinks", true}, {"segments", true}};
-  for (std::int64_t dim : {128, 256}) {
-    const Invocation inv = invocation(false, dim, DType::f16, all, {{"seq_q", 100}, {"seq_k", 130}});
-    const auto cs = coopmat_configs(ctx, inv);
-    ASSERT_FALSE(cs.empty()) << dim;
-    expect_close(inv, cs.front(), "all options, head_dim " + std::to_string(dim));
-    expect_close(inv, cs.back(), "all options, head_dim " + std::to_string(dim));
-  }
+  if (!check_plain_and_all_options(ctx, false, expect_close))
+    GTEST_SKIP() << ctx.device().info().name << " offers no cooperative-matrix flash attention";
 
   // Packed input: causal over sequences of 30 queries and 23 or 24 keys.
   const TensorSpec q{{90, 4, 64}, DType::f16}, k{{70, 2, 64}, DType::f16}, cu{{4}, DType::i32};
@@ -108,20 +123,8 @@ TEST_P(FlashAttentionVulkan, CooperativeMatrixBackwardMatchesTheReference) {
     for (std::size_t i = 0; i < 5; ++i)
       EXPECT_LE(test::relative_error(got[i], want[i]), bk.tolerance(inv)) << label << " " << c.canonical() << ": " << names[i];
   };
-  const Invocation plain = invocation(true, 64, DType::f16, nlohmann::json::object(), {{"seq_q", 150}, {"seq_k", 170}});
-  const auto configs = coopmat_configs(ctx, plain);
-  if (configs.empty()) GTEST_SKIP() << ctx.device().info().name << " offers no cooperative-matrix flash attention";
-  for (const auto& c : configs) expect_close(plain, c, "plain");
-
-  const nlohmann::json all = {{"causal", true}, {"window_left", 50}, {"logits_soft_cap", 5.0}, {"dropout", 0.1},
-                              {"bias", "heads"}, {"sinks", true}, {"segments", true}};
-  for (std::int64_t dim : {128, 256}) {
-    const Invocation inv = invocation(true, dim, DType::f16, all, {{"seq_q", 100}, {"seq_k", 130}});
-    const auto cs = coopmat_configs(ctx, inv);
-    ASSERT_FALSE(cs.empty()) << dim;
-    expect_close(inv, cs.front(), "all options, head_dim " + std::to_string(dim));
-    expect_close(inv, cs.back(), "all options, head_dim " + std::to_string(dim));
-  }
+  if (!check_plain_and_all_options(ctx, true, expect_close))
+    GTEST_SKIP() << ctx.device().info().name << " offers no cooperative-matrix flash attention";
   const Invocation shared = invocation(true, 64, DType::f16, {{"bias", "shared"}, {"sinks", true}},
                                        {{"seq_q", 70}, {"seq_k", 90}});
   for (const auto& c : coopmat_configs(ctx, shared)) expect_close(shared, c, "broadcast bias");

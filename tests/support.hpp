@@ -199,6 +199,24 @@ void expect_error(Fn&& fn, const std::string& needle, std::source_location where
   }
 }
 
+// Restores an environment variable, set or unset, to what it was when the guard was made.
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(const char* name) : name_(name) {
+    if (const char* v = std::getenv(name)) saved_ = v;
+  }
+  ~ScopedEnv() {
+    if (saved_) ::setenv(name_, saved_->c_str(), 1);
+    else ::unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> saved_;
+};
+
 // A fresh folder under the system's temporary folder, removed with everything in it.
 struct TempDir {
   std::filesystem::path path;

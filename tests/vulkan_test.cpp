@@ -176,15 +176,7 @@ TEST_P(Vulkan, CopyPathsAreByteExact) {
 }
 
 TEST(VulkanCopyPath, EnvironmentPicksThePathAndRejectsOthersByName) {
-  const char* saved = std::getenv("EJK_VULKAN_COPY");
-  const std::optional<std::string> restore = saved ? std::optional<std::string>(saved) : std::nullopt;
-  struct Restore {
-    const std::optional<std::string>& value;
-    ~Restore() {
-      if (value) ::setenv("EJK_VULKAN_COPY", value->c_str(), 1);
-      else ::unsetenv("EJK_VULKAN_COPY");
-    }
-  } restore_on_exit{restore};
+  const test::ScopedEnv restore("EJK_VULKAN_COPY");
   ::unsetenv("EJK_VULKAN_COPY");
   EXPECT_EQ(vulkan::copy_path_from_env(), vulkan::CopyPath::automatic);
   ::setenv("EJK_VULKAN_COPY", "transfer", 1);

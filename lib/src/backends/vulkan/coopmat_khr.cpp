@@ -297,16 +297,25 @@ class Translator {
 
   std::uint32_t fresh() { return bound_++; }
 
-  // The id of `type` retyped for `use`: the original id for its first use, a copy after.
+  using Variants = std::map<std::pair<std::uint32_t, Use>, std::uint32_t>;
+
+  // Whether `id` was given a variant for some use; its first keeps the id itself.
+  static bool has_variant(const Variants& m, std::uint32_t id) {
+    auto it = m.lower_bound({id, A});
+    return it != m.end() && it->first.first == id;
+  }
+
+  // The id for (`id`, `use`) in `m`: `id` itself for its first use, a fresh one for others.
+  std::uint32_t variant_id(Variants& m, std::uint32_t id, Use use) {
+    auto it = m.find({id, use});
+    if (it != m.end()) return it->second;
+    const bool first = !has_variant(m, id);
+    return m[{id, use}] = first ? id : fresh();
+  }
+
+  // The id of `type` retyped for `use`.
   std::uint32_t variant(std::uint32_t type, Use use) {
-    if (!coop_types_.count(type)) return type;
-    auto key = std::make_pair(type, use);
-    auto it = variants_.find(key);
-    if (it != variants_.end()) return it->second;
-    bool first = std::none_of(variants_.begin(), variants_.end(), [&](const auto& v) { return v.first.first == type; });
-    std::uint32_t id = first ? type : fresh();
-    variants_[key] = id;
-    return id;
+    return coop_types_.count(type) ? variant_id(variants_, type, use) : type;
   }
 
   std::uint32_t const_uint(std::uint32_t v) { return use_consts_[v]; }
@@ -321,12 +330,8 @@ class Translator {
   // A constant matrix's id in a context of `use`.
   std::uint32_t operand(std::uint32_t id, Use use) {
     if (!poly(id)) return id;
-    auto key = std::make_pair(id, use);
-    auto it = poly_variants_.find(key);
-    if (it != poly_variants_.end()) return it->second;
-    bool first = std::none_of(poly_variants_.begin(), poly_variants_.end(), [&](const auto& v) { return v.first.first == id; });
     request_recursive(type_of_.at(id), use);
-    return poly_variants_[key] = first ? id : fresh();
+    return variant_id(poly_variants_, id, use);
   }
 
   Inst retyped_decl(const Inst& in, Use use, std::uint32_t id) {
@@ -419,9 +424,7 @@ class Translator {
         continue;
       }
       if (op == OpName && (coop_types_.count(in.w[1]) || poly(in.w[1]))) {
-        bool kept = poly(in.w[1]) ? std::any_of(poly_variants_.begin(), poly_variants_.end(), [&](const auto& v) { return v.second == in.w[1]; })
-                                  : std::any_of(variants_.begin(), variants_.end(), [&](const auto& v) { return v.second == in.w[1]; });
-        if (kept) out.push_back(in);
+        if (has_variant(poly(in.w[1]) ? poly_variants_ : variants_, in.w[1])) out.push_back(in);
         continue;
       }
       if (is_type_decl(in) && coop_types_.count(in.w[1])) {
@@ -542,8 +545,8 @@ class Translator {
   std::unordered_set<std::uint32_t> poly_;
   std::unordered_map<std::uint32_t, std::vector<Use>> roles_;
   std::unordered_map<std::uint32_t, Use> use_;
-  std::map<std::pair<std::uint32_t, Use>, std::uint32_t> variants_;
-  std::map<std::pair<std::uint32_t, Use>, std::uint32_t> poly_variants_;
+  Variants variants_;       // (matrix type, use) -> its declaration's id
+  Variants poly_variants_;  // (constant matrix, use) -> its declaration's id
   std::unordered_map<std::uint32_t, const Inst*> decls_;
   std::uint32_t use_consts_[3] = {};
   bool conversions_ = false;

@@ -672,7 +672,8 @@ struct VulkanDevice::State {
       khr = coopmat_to_khr(words);
       if (!khr.words.empty() && (!khr.conversions || coopmat_conversions)) words = khr.words;
     }
-    spirv_hashes.insert_or_assign(std::string(key), detail::sha256_hex(std::string_view(reinterpret_cast<const char*>(words.data()), words.size_bytes())));
+    if (store)  // the stored pipelines' key
+      spirv_hashes.insert_or_assign(std::string(key), detail::sha256_hex(std::string_view(reinterpret_cast<const char*>(words.data()), words.size_bytes())));
     auto mi = make<VkShaderModuleCreateInfo>(VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO);
     mi.codeSize = words.size_bytes();
     mi.pCode = words.data();
