@@ -52,6 +52,16 @@ inline Compared compare(const Kernel& kernel, const Invocation& inv, std::span<c
   return c;
 }
 
+// The configs of the implementation selected for `inv` on `ctx`'s device whose parameter `name`
+// is `value`: one pass of a kernel's space.
+inline std::vector<Config> configs_where(Context& ctx, const Invocation& inv, std::string_view name, std::int64_t value) {
+  const auto& impl = Registry::global().implementation(inv, ctx.device().info());
+  std::vector<Config> out;
+  for (const Config& c : impl.space(inv, ctx.device().info()).enumerate())
+    if (c.get(name, -1) == value) out.push_back(c);
+  return out;
+}
+
 // The first n elements of a row-major array as a string, for failure messages.
 inline std::string head(const std::vector<double>& v, std::size_t n = 6) {
   std::string s;

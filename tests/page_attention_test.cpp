@@ -131,7 +131,7 @@ TEST_P(PageAttention, EachPassMatchesReference) {
       Built b = build(ctx, c, t, 3);
       std::vector<Config> passes[2];
       for (const auto& cfg : impl->space(b.inv, ctx.device().info()).enumerate())
-        passes[cfg.get("stream") == 1].push_back(cfg);
+        if (cfg.get("stream") < 2) passes[cfg.get("stream")].push_back(cfg);  // 2: its own test
       for (const auto& configs : passes) {
         ASSERT_FALSE(configs.empty()) << c.name << " " << to_string(t);
         // The ends of the pass's space: the fewest and the most keys per tile (per work-item in
@@ -146,6 +146,31 @@ TEST_P(PageAttention, EachPassMatchesReference) {
         }
       }
     }
+}
+
+// The tensor-core pass (stream 2: Vulkan devices with 16x16x16 f16 cooperative matrices), every
+// config of it, f16: GQA up to 16 rows a workgroup, head_dim 32 to 128, pages of 16 and 32,
+// contexts ending mid-tile, shared pages, soft cap and scale. The heuristic takes it there.
+TEST_P(PageAttention, CooperativeMatrixPassMatchesReference) {
+  std::vector<Case> cases;
+  cases.push_back({"gqa"});
+  cases.push_back({.name = "GQA 8, head_dim 128, pages of 32", .heads = 16, .kv_heads = 2, .dim = 128, .block_size = 32,
+                   .contexts = {300, 5, 129}});
+  cases.push_back({.name = "16 rows", .heads = 16, .kv_heads = 1, .dim = 128, .contexts = {77, 400}});
+  cases.push_back({.name = "mha, head_dim 32", .heads = 3, .kv_heads = 3, .dim = 32, .contexts = {5, 1, 64}});
+  cases.push_back({.name = "shared pages", .num_blocks = 5, .contexts = {33, 70, 12}, .max_blocks = 6});
+  cases.push_back({.name = "softcap and scale", .softcap = 2.5, .scale = 0.3});
+  for (const auto& c : cases) {
+    Built b = build(ctx, c, DType::f16, 3);
+    const auto configs = test::configs_where(ctx, b.inv, "stream", 2);
+    if (configs.empty()) GTEST_SKIP() << ctx.device().info().id() << " has no cooperative-matrix pass";
+    const auto& impl = Registry::global().implementation(b.inv, ctx.device().info());
+    EXPECT_EQ(impl.heuristic(b.inv, ctx.device().info()).get("stream"), 2) << c.name;
+    for (const Config& cfg : configs) {
+      const auto r = run(ctx, c, DType::f16, cfg);
+      EXPECT_LE(r.error, r.tolerance) << c.name << " " << cfg.canonical() << ": " << test::head(r.got);
+    }
+  }
 }
 
 TEST_P(PageAttention, EveryConfigOfASmallSpaceAgrees) {

@@ -97,6 +97,31 @@ TEST_P(RaggedDecodeAttention, HeadLayoutsAndOptions) {
   }
 }
 
+// The tensor-core pass (stream 2: Vulkan devices with 16x16x16 f16 cooperative matrices), every
+// config of it, f16: ranges starting and ending mid-tile, the last tile of a sequence moved back
+// (50 keys a row), empty and one-key ranges, windows, sinks, soft cap, 16 rows a workgroup.
+TEST_P(RaggedDecodeAttention, CooperativeMatrixPassMatchesReference) {
+  std::vector<Case> cases;
+  cases.push_back({.name = "gqa", .sinks = true});
+  cases.push_back({.name = "window", .window = 8});
+  cases.push_back({.name = "softcap and scale", .softcap = 2.5, .scale = 0.3});
+  cases.push_back({.name = "16 rows, head_dim 128", .heads = 16, .kv_heads = 1, .dim = 128, .seq = 300,
+                   .ranges = {{3, 300}, {100, 117}, {17, 18}}});
+  cases.push_back({.name = "head_dim 32, 16 keys", .heads = 2, .kv_heads = 2, .dim = 32, .seq = 16,
+                   .ranges = {{0, 16}, {5, 9}}, .window = 3});
+  for (const auto& c : cases) {
+    Built b = build(ctx, c, DType::f16, 3);
+    const auto configs = test::configs_where(ctx, b.inv, "stream", 2);
+    if (configs.empty()) GTEST_SKIP() << ctx.device().info().id() << " has no cooperative-matrix pass";
+    const auto& impl = Registry::global().implementation(b.inv, ctx.device().info());
+    EXPECT_EQ(impl.heuristic(b.inv, ctx.device().info()).get("stream"), 2) << c.name;
+    for (const Config& cfg : configs) {
+      const auto r = run(ctx, c, DType::f16, cfg);
+      EXPECT_LE(r.error, r.tolerance) << c.name << " " << cfg.canonical() << ": " << test::head(r.got);
+    }
+  }
+}
+
 TEST_P(RaggedDecodeAttention, EveryConfigOfASmallSpaceAgrees) {
   const Case c{.name = "space", .heads = 4, .kv_heads = 2, .dim = 32, .seq = 150,
                .ranges = {{0, 150}, {5, 6}, {40, 140}}, .window = 70, .sinks = true};

@@ -1,5 +1,5 @@
 // The decode engine on Vulkan (decode_attention/engine.hpp has the semantics), included by
-// decode_attention_<pass>[16].comp with PASS (DA_PARTIAL, DA_STREAM, DA_REDUCE) and ELEM16 (0:
+// decode_attention_<pass>[16].comp with PASS (DA_PARTIAL, DA_STREAM, DA_COOP, DA_REDUCE) and ELEM16 (0:
 // every float array f32; 1: 16-bit storage, f32/f16/bf16 by push constant). The design of
 // decode_attention.cl. Pass 1 comes in two kinds, one workgroup per (split, kv head, query
 // block) either way: DA_PARTIAL stages the query rows, then for each tile of BK keys resolves
@@ -18,6 +18,7 @@
 #define DA_PARTIAL 0
 #define DA_REDUCE 1
 #define DA_STREAM 2
+#define DA_COOP 3
 
 layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 
@@ -85,7 +86,7 @@ layout(binding = 8) buffer OutH { uint16_t out_h[]; };
 #define STORE(name, i, dt, x) name##_f[i] = (x)
 #endif
 
-#if PASS == DA_PARTIAL || PASS == DA_STREAM
+#if PASS == DA_PARTIAL || PASS == DA_STREAM || PASS == DA_COOP
 
 shared int lo_row[R], hi_row[R];  // each row's visible keys [lo, hi)
 
@@ -153,7 +154,7 @@ void split_keys(uint split, int nq, uint G, uint tile, out int c0, out int c1) {
 // the power when its pipeline is built (PAGE_LOG2, 32 where there is none), so only one of the
 // two is compiled there: chosen at run time both were, and its paged loop ran 16 divisions
 // emulated in floating point a tile (988 instructions to the contiguous cache's 699 on an H200).
-#if PASS == DA_STREAM
+#if PASS == DA_STREAM || PASS == DA_COOP
 layout(constant_id = 11) const uint PAGE_LOG2 = 32u;
 #endif
 uint clamp_key(int t, bool paged) {
@@ -161,7 +162,7 @@ uint clamp_key(int t, bool paged) {
 }
 
 bool pow2_pages() {
-#if PASS == DA_STREAM
+#if PASS == DA_STREAM || PASS == DA_COOP
   return PAGE_LOG2 < 32u;
 #else
   return (pc.block_size & (pc.block_size - 1u)) == 0u;
@@ -169,7 +170,7 @@ bool pow2_pages() {
 }
 
 uint page_shift() {
-#if PASS == DA_STREAM
+#if PASS == DA_STREAM || PASS == DA_COOP
   return PAGE_LOG2;
 #else
   return uint(findLSB(pc.block_size));
@@ -539,6 +540,213 @@ void main() {
     } else {
       part_ml[2u * at] = m_sh[cur * R + r];
       part_ml[2u * at + 1u] = x;
+    }
+  }
+}
+
+#elif PASS == DA_COOP
+
+// Pass 1 on cooperative matrices (16x16x16 f16 x f16 -> f32; f16 caches, head_dim 32, 64 or 128,
+// at most 16 query rows), the design of decode_attention.cu: the workgroup's R query rows are
+// the 16 rows of every A fragment (rows past R are zeros), so a key is read once for all of
+// them, and each subgroup streams keys of its own with no workgroup barrier in the loop. Its
+// keys are one split of pc.splits (the host pushes its splits times the subgroups), so it keeps
+// its own running max, sum and output and writes them as that split's part; pass 2 merges them
+// all (the subgroups taking their workgroup's split in turns, tile by tile, as
+// decode_attention.cu's warps do, ran up to 9% slower). A tile is 16 keys from a multiple of 16
+// (keys before the split's first masked), so a paged cache's pages hold whole tiles (block_size
+// a multiple of 16); a contiguous cache's last
+// tile of a sequence moves back to end at seq_len (the keys it repeats masked). The subgroup
+// reads a tile's K and V rows as 16-byte words into registers one tile ahead (the loads of tile
+// i + 1 travel while tile i is computed) and stores them to its own shared rows, from which the
+// fragments load (loaded from the cache directly, K^T column-major, the pass ran 1.75x slower
+// than the scalar one). The softmax stays in registers as in flash attention's forward
+// (flash_attention_fwd_coopmat.glsl): the device's probe says which invocations and elements
+// hold each row of a fragment (ROW_LANES, ROW_FIRST_LO/HI), a row's maximum and sum come from
+// an invocation's elements and subgroup shuffles, and P becomes the f16 operand of P V by a
+// conversion (through shared memory with barriers it ran 1.2x slower).
+layout(constant_id = 8) const uint SG = 32;  // subgroup size (16, 32 or 64)
+layout(constant_id = 9) const uint PG = 1;   // 1: paged cache, 0: contiguous
+layout(constant_id = 12) const uint ROW_LANES = 4;
+layout(constant_id = 13) const uint ROW_FIRST_LO = 0;
+layout(constant_id = 14) const uint ROW_FIRST_HI = 0;
+
+const uint NSG = T / SG;
+const uint DF = DMAX / 16;     // 16-column steps of a row (head_dim == DMAX)
+const uint QS = DMAX + 8;      // halves per staged row
+const uint RW = DMAX / 8;      // 16-byte words of a key row
+const uint TW = 16 * RW;       // of a tile's keys (and of its values)
+const uint UW = TW / SG;       // of them a lane reads
+const uint FL = 256 / SG;      // elements of a fragment per invocation
+
+layout(binding = 1) readonly buffer K8 { uvec4 k8[]; };
+layout(binding = 2) readonly buffer V8 { uvec4 v8[]; };
+
+shared uvec4 qs[16 * QS / 8];         // the scaled queries, f16
+shared uvec4 kvs[NSG * 32 * QS / 8];  // each subgroup's tile: K rows then V rows, f16 [32][QS]
+
+uvec4 kr[UW], vr[UW];
+// A tile's key and value words into kr, vr (rows from `first`, rs words apart).
+void fetch(uint first, uint rs) {
+  [[unroll]] for (uint i = 0u; i < UW; ++i) {
+    const uint u = gl_SubgroupInvocationID + i * SG;
+    const uint at = first + (u / RW) * rs + u % RW;
+    kr[i] = k8[at];
+    vr[i] = v8[at];
+  }
+}
+// ... and from there into the subgroup's rows from K0.
+void deposit(uint K0) {
+  [[unroll]] for (uint i = 0u; i < UW; ++i) {
+    const uint u = gl_SubgroupInvocationID + i * SG;
+    const uint at = K0 + (u / RW) * (QS / 8u) + u % RW;
+    kvs[at] = kr[i];
+    kvs[at + 16u * (QS / 8u)] = vr[i];
+  }
+}
+
+uint row_first(uint e) { return (e < 8u ? ROW_FIRST_LO >> (4u * e) : ROW_FIRST_HI >> (4u * (e - 8u))) & 15u; }
+
+float rows_max(float x) {
+  [[unroll]] for (uint d = 1u; d < ROW_LANES; d *= 2u) x = max(x, subgroupShuffleXor(x, d));
+  return x;
+}
+
+float rows_sum(float x) {
+  [[unroll]] for (uint d = 1u; d < ROW_LANES; d *= 2u) x += subgroupShuffleXor(x, d);
+  return x;
+}
+
+void main() {
+  const uint lid = gl_LocalInvocationID.x, sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
+  const uint split = gl_WorkGroupID.x, g = gl_WorkGroupID.y, blk = gl_WorkGroupID.z + pc.group_offset;
+  const uint G = R / BQ, D = pc.head_dim;
+  int s, t0, nq;
+  if (!block_rows(blk, G, s, t0, nq)) return;
+  for (uint e = lid; e < 16u * DMAX / 2u; e += T) {
+    const uint r = e / (DMAX / 2u), c = 2u * (e % (DMAX / 2u));
+    vec2 x = vec2(0.0);
+    if (r < R && int(r / G) < nq) {
+      const uint at = row_at(t0, r, G, g) * D + c;
+      x = vec2(LOAD(q, at, 1u), LOAD(q, at + 1u, 1u)) * pc.qscale;
+    }
+    const uint h = r * QS + c;
+    qs[h / 8u][(h % 8u) / 2u] = packHalf2x16(x);
+  }
+  // Each element's row and column (16 r + c): a fragment of 0 .. 255 loaded from the
+  // subgroup's rows.
+  const uint K0 = sg * (32u * QS / 8u);
+  for (uint i = lane; i < 64u; i += SG) kvs[K0 + i] = floatBitsToUint(vec4(4u * i, 4u * i + 1u, 4u * i + 2u, 4u * i + 3u));
+  barrier();
+  uint rc[FL];
+  {
+    fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> ix;
+    coopMatLoadNV(ix, kvs, K0, 4u, false);
+    [[unroll]] for (uint e = 0u; e < FL; ++e) rc[e] = uint(ix[e]);
+  }
+  subgroupBarrier();  // every lane has loaded the indices: the first tile may overwrite them
+
+  const uint sp = split * NSG + sg;
+  int c0, c1;
+  split_keys(sp, nq, G, 16u, c0, c1);
+  // Per element: the keys its row sees within this split. Per element that is its row's first
+  // in this invocation: the row's maximum and this invocation's share of its sum.
+  int lo[FL], hi[FL];
+  float rm[FL], rl[FL];
+  [[unroll]] for (uint e = 0u; e < FL; ++e) {
+    const uint r = rc[e] / 16u;
+    lo[e] = r < R ? max(lo_row[r], c0) : 0;
+    hi[e] = r < R ? min(hi_row[r], c1) : 0;
+    rm[e] = NEG;
+    rl[e] = 0.0;
+  }
+  fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> o[DF];
+  [[unroll]] for (uint f = 0u; f < DF; ++f) o[f] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
+
+  const uint rs = PG != 0u ? RW : pc.kv_heads * RW;  // 16-byte words between key rows
+  // p(ts): the key of tile ts's first row (ts, or less at a contiguous sequence's end); its row
+  // in 16-byte words.
+#define TILE_KEY(ts) (PG != 0u ? (ts) : min((ts), int(pc.seq_len) - 16))
+#define TILE_ROW(ts) \
+  ((PG != 0u ? page_row(key_page(uint(s), (ts)), g, (ts)) : key_row(uint(s), g, TILE_KEY(ts), false)) * RW)
+  if ((c0 & ~15) < c1) fetch(TILE_ROW(c0 & ~15), rs);
+  for (int ts = c0 & ~15; ts < c1; ts += 16) {
+    const int p = TILE_KEY(ts);
+    deposit(K0);
+    subgroupMemoryBarrierShared();
+    subgroupBarrier();
+    if (ts + 16 < c1) fetch(TILE_ROW(ts + 16), rs);
+    // The scores in two chains of products, so that each waits on half as many; the queries'
+    // fragments load from shared memory at every tile (in registers they pushed the pass past
+    // the registers that let 8 subgroups share a multiprocessor).
+    fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> sc = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
+    fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> sd = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
+    [[unroll]] for (uint f = 0u; f < DF; ++f) {
+      fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> qf, kf;
+      coopMatLoadNV(qf, qs, f * 2u, QS / 8u, false);
+      coopMatLoadNV(kf, kvs, K0 + f * 2u, QS / 8u, true);
+      if (f % 2u == 0u) sc = coopMatMulAddNV(qf, kf, sc);
+      else sd = coopMatMulAddNV(qf, kf, sd);
+    }
+    const int from = max(p, ts);  // keys before it were the last tile's
+    float mx[FL];
+    [[unroll]] for (uint e = 0u; e < FL; ++e) mx[e] = NEG;
+    [[unroll]] for (uint e = 0u; e < FL; ++e) {
+      const int t = p + int(rc[e] % 16u);
+      const float u = sc[e] + sd[e];
+      const float z = t >= max(lo[e], from) && t < hi[e] ? (pc.cap2 > 0.0 ? pc.cap2 * tanh(u) : u) : NEG;
+      sc[e] = z;
+      mx[row_first(e)] = max(mx[row_first(e)], z);
+    }
+    float alpha[FL], sum[FL];
+    [[unroll]] for (uint e = 0u; e < FL; ++e)
+      if (row_first(e) == e) {
+        const float mn = max(rm[e], rows_max(mx[e]));
+        alpha[e] = exp2(rm[e] - mn);  // 1 while the row has seen nothing (both NEG)
+        rm[e] = mn;
+        sum[e] = 0.0;
+      }
+    [[unroll]] for (uint e = 0u; e < FL; ++e) {
+      const float p_ = sc[e] <= NEG * 0.5 ? 0.0 : exp2(sc[e] - rm[row_first(e)]);
+      sum[row_first(e)] += p_;
+      sc[e] = p_;
+    }
+    [[unroll]] for (uint e = 0u; e < FL; ++e)
+      if (row_first(e) == e) rl[e] = rl[e] * alpha[e] + sum[e];
+    fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> pf = fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>(sc);
+    [[unroll]] for (uint f = 0u; f < DF; ++f) {
+      [[unroll]] for (uint e = 0u; e < FL; ++e) o[f][e] *= alpha[row_first(e)];
+      fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> vf;
+      coopMatLoadNV(vf, kvs, K0 + 16u * (QS / 8u) + f * 2u, QS / 8u, false);
+      o[f] = coopMatMulAddNV(pf, vf, o[f]);
+    }
+    // Every lane has loaded the tile's fragments: the next tile may overwrite them.
+    subgroupBarrier();
+  }
+#undef TILE_KEY
+#undef TILE_ROW
+
+  // The part: each row's max and sum (its lanes' shares added), its output a fragment at a time
+  // through the subgroup's rows (f32).
+  [[unroll]] for (uint e = 0u; e < FL; ++e)
+    if (row_first(e) == e) {
+      const uint r = rc[e] / 16u;
+      const float l = rows_sum(rl[e]);
+      if (lane % ROW_LANES == 0u && r < R && int(r / G) < nq) {
+        const uint at = row_at(t0, r, G, g) * pc.splits + sp;
+        part_ml[2u * at] = rm[e];
+        part_ml[2u * at + 1u] = l;
+      }
+    }
+  [[unroll]] for (uint f = 0u; f < DF; ++f) {
+    subgroupBarrier();  // the last fragment's values are read
+    coopMatStoreNV(o[f], kvs, K0, 4u, false);
+    subgroupMemoryBarrierShared();
+    subgroupBarrier();
+    for (uint e = lane; e < 256u; e += SG) {
+      const uint r = e / 16u;
+      if (r < R && int(r / G) < nq)
+        part_acc[(row_at(t0, r, G, g) * pc.splits + sp) * D + f * 16u + e % 16u] = uintBitsToFloat(kvs[K0 + e / 4u][e % 4u]);
     }
   }
 }
