@@ -134,8 +134,9 @@ class VulkanDecode final : public Implementation {
     if (coop_offered(e, dev))
       for (std::int64_t t : {128, 64}) {
         // Tensor cores where offered: 4 subgroups a workgroup, each streaming its own part, and
-        // splits until about 8 subgroups a compute unit (the registers' limit on an H200). At B32
-        // H32/8 ctx 4096 one split: 2 to 16 ran 6-50% slower in a tune (docs/benchmarks.md).
+        // splits while there are fewer workgroups than compute units (4 to 8 subgroups each; the
+        // pass's ~220 registers let 8 share an H200's multiprocessor). At B32 H32/8 ctx 4096 that
+        // is one split: 2 to 16 ran 4-60% slower in a tune (bench/results/h200-2026-11-28f/).
         Config c{{"splits", heuristic_splits(e, bq, 16 * t / 32, units * 64 / t)}, {"block_k", 16}, {"threads", t}, {"stream", 2}};
         if (e.varlen) c.set("block_q", bq);
         if (space.admits(c)) return c;
