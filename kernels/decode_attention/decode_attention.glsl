@@ -555,17 +555,17 @@ void main() {
 // all (the subgroups taking their workgroup's split in turns, tile by tile, as
 // decode_attention.cu's warps do, ran up to 9% slower). A tile is 16 keys from a multiple of 16
 // (keys before the split's first masked), so a paged cache's pages hold whole tiles (block_size
-// a multiple of 16); a contiguous cache's last
-// tile of a sequence moves back to end at seq_len (the keys it repeats masked). The subgroup
-// reads a tile's K and V rows as 16-byte words into registers one tile ahead (the loads of tile
-// i + 1 travel while tile i is computed) and stores them to its own shared rows, from which the
-// fragments load (loaded from the cache directly, K^T column-major, the pass ran 1.75x slower
-// than the scalar one). The softmax stays in registers as in flash attention's forward
-// (flash_attention_fwd_coopmat.glsl): the device's probe says which invocations and elements
-// hold each row of a fragment (ROW_LANES, ROW_FIRST_LO/HI), a row's maximum and sum come from
-// an invocation's elements and subgroup shuffles, and P becomes the f16 operand of P V by a
-// conversion (through shared memory with barriers it ran 1.2x slower).
-layout(constant_id = 8) const uint SG = 32;  // subgroup size (16, 32 or 64)
+// a multiple of 16); a contiguous cache's last tile of a sequence moves back to end at seq_len
+// (the keys it repeats masked). The subgroup reads a tile's K and V rows as 16-byte words into
+// registers one tile ahead (the loads of tile i + 1 travel while tile i is computed) and stores
+// them to its own shared rows, from which the fragments load (loaded from the cache directly,
+// K^T column-major, the pass ran 1.75x slower than the scalar one). The softmax stays in
+// registers as in flash attention's forward (flash_attention_fwd_coopmat.glsl): the device's
+// probe says which invocations and elements hold each row of a fragment (ROW_LANES,
+// ROW_FIRST_LO/HI), a row's maximum and sum come from an invocation's elements and subgroup
+// shuffles, and P becomes the f16 operand of P V by a conversion (through shared memory with
+// subgroup barriers it ran up to 4% slower).
+layout(constant_id = 8) const uint SG = 32;  // subgroup size (the host offers the pass with 32)
 layout(constant_id = 9) const uint PG = 1;   // 1: paged cache, 0: contiguous
 layout(constant_id = 12) const uint ROW_LANES = 4;
 layout(constant_id = 13) const uint ROW_FIRST_LO = 0;
