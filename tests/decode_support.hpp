@@ -62,11 +62,33 @@ inline std::vector<Config> configs_where(Context& ctx, const Invocation& inv, st
   return out;
 }
 
+// Every config of the Vulkan decode engine's tensor-core pass (stream 2) on each case in f16
+// against the reference (`run(c, config)`), and the heuristic taking it for each case's
+// invocation (`invocation(c)`); false, with nothing run, where the device does not offer it.
+template <class Case, class Inv, class Run>
+bool cooperative_pass_matches(Context& ctx, const std::vector<Case>& cases, Inv invocation, Run run);
+
 // The first n elements of a row-major array as a string, for failure messages.
 inline std::string head(const std::vector<double>& v, std::size_t n = 6) {
   std::string s;
   for (std::size_t i = 0; i < v.size() && i < n; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
   return s;
+}
+
+template <class Case, class Inv, class Run>
+bool cooperative_pass_matches(Context& ctx, const std::vector<Case>& cases, Inv invocation, Run run) {
+  for (const Case& c : cases) {
+    const Invocation inv = invocation(c);
+    const auto configs = configs_where(ctx, inv, "stream", 2);
+    if (configs.empty()) return false;
+    const auto& impl = Registry::global().implementation(inv, ctx.device().info());
+    EXPECT_EQ(impl.heuristic(inv, ctx.device().info()).get("stream"), 2) << c.name;
+    for (const Config& cfg : configs) {
+      const Compared r = run(c, cfg);
+      EXPECT_LE(r.error, r.tolerance) << c.name << " " << cfg.canonical() << ": " << head(r.got);
+    }
+  }
+  return true;
 }
 
 }  // namespace ejk::test

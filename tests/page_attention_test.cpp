@@ -160,17 +160,10 @@ TEST_P(PageAttention, CooperativeMatrixPassMatchesReference) {
   cases.push_back({.name = "mha, head_dim 32", .heads = 3, .kv_heads = 3, .dim = 32, .contexts = {5, 1, 64}});
   cases.push_back({.name = "shared pages", .num_blocks = 5, .contexts = {33, 70, 12}, .max_blocks = 6});
   cases.push_back({.name = "softcap and scale", .softcap = 2.5, .scale = 0.3});
-  for (const auto& c : cases) {
-    Built b = build(ctx, c, DType::f16, 3);
-    const auto configs = test::configs_where(ctx, b.inv, "stream", 2);
-    if (configs.empty()) GTEST_SKIP() << ctx.device().info().id() << " has no cooperative-matrix pass";
-    const auto& impl = Registry::global().implementation(b.inv, ctx.device().info());
-    EXPECT_EQ(impl.heuristic(b.inv, ctx.device().info()).get("stream"), 2) << c.name;
-    for (const Config& cfg : configs) {
-      const auto r = run(ctx, c, DType::f16, cfg);
-      EXPECT_LE(r.error, r.tolerance) << c.name << " " << cfg.canonical() << ": " << test::head(r.got);
-    }
-  }
+  const bool offered = test::cooperative_pass_matches(
+      ctx, cases, [&](const Case& c) { return build(ctx, c, DType::f16, 3).inv; },
+      [&](const Case& c, const Config& cfg) { return run(ctx, c, DType::f16, cfg); });
+  if (!offered) GTEST_SKIP() << ctx.device().info().id() << " has no cooperative-matrix pass";
 }
 
 TEST_P(PageAttention, EveryConfigOfASmallSpaceAgrees) {

@@ -99,7 +99,8 @@ TEST_P(RaggedDecodeAttention, HeadLayoutsAndOptions) {
 
 // The tensor-core pass (stream 2: Vulkan devices with 16x16x16 f16 cooperative matrices), every
 // config of it, f16: ranges starting and ending mid-tile, the last tile of a sequence moved back
-// (50 keys a row), empty and one-key ranges, windows, sinks, soft cap, 16 rows a workgroup.
+// (50 keys a row), empty and one-key ranges, windows, sinks, soft cap, 16 rows a workgroup. The
+// heuristic takes it there.
 TEST_P(RaggedDecodeAttention, CooperativeMatrixPassMatchesReference) {
   std::vector<Case> cases;
   cases.push_back({.name = "gqa", .sinks = true});
@@ -109,17 +110,10 @@ TEST_P(RaggedDecodeAttention, CooperativeMatrixPassMatchesReference) {
                    .ranges = {{3, 300}, {100, 117}, {17, 18}}});
   cases.push_back({.name = "head_dim 32, 16 keys", .heads = 2, .kv_heads = 2, .dim = 32, .seq = 16,
                    .ranges = {{0, 16}, {5, 9}}, .window = 3});
-  for (const auto& c : cases) {
-    Built b = build(ctx, c, DType::f16, 3);
-    const auto configs = test::configs_where(ctx, b.inv, "stream", 2);
-    if (configs.empty()) GTEST_SKIP() << ctx.device().info().id() << " has no cooperative-matrix pass";
-    const auto& impl = Registry::global().implementation(b.inv, ctx.device().info());
-    EXPECT_EQ(impl.heuristic(b.inv, ctx.device().info()).get("stream"), 2) << c.name;
-    for (const Config& cfg : configs) {
-      const auto r = run(ctx, c, DType::f16, cfg);
-      EXPECT_LE(r.error, r.tolerance) << c.name << " " << cfg.canonical() << ": " << test::head(r.got);
-    }
-  }
+  const bool offered = test::cooperative_pass_matches(
+      ctx, cases, [&](const Case& c) { return build(ctx, c, DType::f16, 3).inv; },
+      [&](const Case& c, const Config& cfg) { return run(ctx, c, DType::f16, cfg); });
+  if (!offered) GTEST_SKIP() << ctx.device().info().id() << " has no cooperative-matrix pass";
 }
 
 TEST_P(RaggedDecodeAttention, EveryConfigOfASmallSpaceAgrees) {

@@ -109,21 +109,17 @@ TEST_P(RaggedPageAttention, HeadLayoutsAndOptions) {
 // The tensor-core pass (stream 2: Vulkan devices with 16x16x16 f16 cooperative matrices), every
 // config of it, f16: prefill chunks and decodes in one batch (query blocks of several tokens,
 // causal within them), sequences without queries or keys, windows, sinks, 16 rows a workgroup.
+// The heuristic takes it there.
 TEST_P(RaggedPageAttention, CooperativeMatrixPassMatchesReference) {
   std::vector<Case> cases;
   cases.push_back({"mixed"});
   cases.push_back({.name = "window and sinks", .window = 9, .sinks = true});
   cases.push_back({.name = "16 rows, head_dim 128, pages of 32", .heads = 8, .kv_heads = 1, .dim = 128, .block_size = 32,
                    .seqs = {{2, 200}, {1, 77}, {3, 3}}});
-  for (const auto& c : cases) {
-    Built b = build(ctx, c, DType::f16, 3);
-    const auto configs = test::configs_where(ctx, b.inv, "stream", 2);
-    if (configs.empty()) GTEST_SKIP() << ctx.device().info().id() << " has no cooperative-matrix pass";
-    for (const Config& cfg : configs) {
-      const auto r = run(ctx, c, DType::f16, cfg);
-      EXPECT_LE(r.error, r.tolerance) << c.name << " " << cfg.canonical() << ": " << test::head(r.got);
-    }
-  }
+  const bool offered = test::cooperative_pass_matches(
+      ctx, cases, [&](const Case& c) { return build(ctx, c, DType::f16, 3).inv; },
+      [&](const Case& c, const Config& cfg) { return run(ctx, c, DType::f16, cfg); });
+  if (!offered) GTEST_SKIP() << ctx.device().info().id() << " has no cooperative-matrix pass";
 }
 
 TEST_P(RaggedPageAttention, EveryConfigOfASmallSpaceAgrees) {

@@ -87,4 +87,6 @@ FragmentRows fragment_rows(vulkan::VulkanDevice& dev) {
   return f;
 }
 
+FragmentRows fragment_rows(const DeviceInfo& dev) { return fragment_rows(vulkan::vulkan_device(*open_device(dev.id()))); }
+
 }  // namespace ejk::kernels

@@ -1,12 +1,16 @@
 #pragma once
 // Which rows of a subgroup's 16x16 f32 cooperative matrix each invocation holds.
 // GL_NV_cooperative_matrix leaves the element layout to the implementation; a shader that reduces
-// a fragment's rows in registers (flash attention's online softmax) needs to know which elements
+// a fragment's rows in registers (the online softmax of flash attention and of the decode engine's
+// tensor-core pass) needs to know which elements
 // of an invocation share a row and which invocations share it. A probe (common/rows_coopmat.comp)
 // learns it once per device.
 #include <cstdint>
 #include <span>
 
+namespace ejk {
+struct DeviceInfo;
+}
 namespace ejk::vulkan {
 class VulkanDevice;
 }
@@ -30,7 +34,8 @@ struct FragmentRows {
 FragmentRows fragment_rows_of(std::span<const float> out, std::uint32_t subgroup);
 
 // The device's layout, probed on first use (lanes 0 without cooperative matrices or subgroup
-// shuffles).
+// shuffles); from a DeviceInfo, the device behind it opened (devices are shared) to run it.
 FragmentRows fragment_rows(vulkan::VulkanDevice& dev);
+FragmentRows fragment_rows(const DeviceInfo& dev);
 
 }  // namespace ejk::kernels

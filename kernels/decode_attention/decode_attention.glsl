@@ -605,17 +605,7 @@ void deposit(uint K0) {
   }
 }
 
-uint row_first(uint e) { return (e < 8u ? ROW_FIRST_LO >> (4u * e) : ROW_FIRST_HI >> (4u * (e - 8u))) & 15u; }
-
-float rows_max(float x) {
-  [[unroll]] for (uint d = 1u; d < ROW_LANES; d *= 2u) x = max(x, subgroupShuffleXor(x, d));
-  return x;
-}
-
-float rows_sum(float x) {
-  [[unroll]] for (uint d = 1u; d < ROW_LANES; d *= 2u) x += subgroupShuffleXor(x, d);
-  return x;
-}
+#include "common/fragment_rows.glsl"
 
 void main() {
   const uint lid = gl_LocalInvocationID.x, sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;

@@ -47,10 +47,6 @@ std::string shared_expr(const std::string& rows) {
   return "(stream == 0) * (" + tile + ") + (stream == 1) * (" + stream_shared(rows) + ") + (stream == 2) * (" + coop + ")";
 }
 
-// The probe's layout of the device's fragment rows (the device behind `dev` opened, devices being
-// shared, to run it once).
-FragmentRows rows_of(const DeviceInfo& dev) { return fragment_rows(vulkan::vulkan_device(*open_device(dev.id()))); }
-
 // The cooperative-matrix pass (stream 2): f16 arrays, head_dim 32, 64 or 128, tiles of 16 keys
 // within a page (block_size a multiple of 16) or a contiguous cache of 16 keys at least, full
 // subgroups of 32 with 16x16x16 f16 -> f32 fragments whose rows the probe placed (the softmax
@@ -61,7 +57,7 @@ bool coop_offered(const Engine& e, const DeviceInfo& dev) {
   const bool tiles = e.layout == Layout::paged ? e.block_size % 16 == 0 : e.seq_len >= 16;
   return e.dtype == DType::f16 && e.head_dim == dim_class(e.head_dim) && e.head_dim <= 128 && tiles && pd.storage16 &&
          pd.float16 && pd.full_subgroups && dev.subgroup_size == 32 && dev.offers({16, 16, 16, DType::f16, DType::f32}) &&
-         rows_of(dev).lanes > 0;
+         fragment_rows(dev).lanes > 0;
 #else
   (void)e;
   (void)dev;
@@ -255,7 +251,7 @@ class VulkanDecode final : public Implementation {
         l.spec.insert(l.spec.end(),
                       {u32(dtype_code(e.dtype)), u32(e.layout == Layout::paged), u32(e.head_dim % 8 == 0), page_log2});
       else {
-        const FragmentRows fr = rows_of(dev.info());
+        const FragmentRows fr = fragment_rows(dev.info());
         l.spec.insert(l.spec.end(), {32u, u32(e.layout == Layout::paged), 0u, page_log2, fr.lanes, fr.first_lo, fr.first_hi});
       }
     }

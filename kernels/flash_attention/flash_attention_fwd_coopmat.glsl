@@ -230,17 +230,7 @@ void pv_shared(uint s, uint vbuf) {
 uint rc[FL];
 float rm[FL], rl[FL];
 
-uint row_first(uint e) { return (e < 8u ? ROW_FIRST_LO >> (4u * e) : ROW_FIRST_HI >> (4u * (e - 8u))) & 15u; }
-
-float rows_max(float x) {
-  [[unroll]] for (uint d = 1; d < ROW_LANES; d *= 2) x = max(x, subgroupShuffleXor(x, d));
-  return x;
-}
-
-float rows_sum(float x) {
-  [[unroll]] for (uint d = 1; d < ROW_LANES; d *= 2) x += subgroupShuffleXor(x, d);
-  return x;
-}
+#include "common/fragment_rows.glsl"
 
 // Scores and softmax of one key block of the subgroup's rows in registers; P left in pf.
 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> pf[FK];

@@ -127,11 +127,8 @@ std::int64_t coopmat_dq_shared(std::int64_t subgroups, std::int64_t bk, std::int
   return 2 * std::max(2 * 16 * subgroups, 2 * bk) * (d + 8) + (2 * 16 * subgroups + 256 + subgroups * 256 + 3) / 4 * 16;
 }
 
-// The probe's lanes of the device's fragment rows: the device behind `dev` opened (devices are
-// shared) to run it once.
-std::uint32_t row_lanes(const DeviceInfo& dev) {
-  return fragment_rows(vulkan::vulkan_device(*open_device(dev.id()))).lanes;
-}
+// The probe's lanes of the device's fragment rows.
+std::uint32_t row_lanes(const DeviceInfo& dev) { return fragment_rows(dev).lanes; }
 
 const char* const scalar_v = "variant == \"scalar\"";
 const char* const coop_v = "variant == \"coopmat\"";

@@ -4,7 +4,7 @@ S=bench/results/h200-2026-11-28f/scripts
 export EJK_BENCH_TUNE_EVALS=0
 timeout 90 ejk_bench --benchmark_min_time=0.05 --benchmark_filter='((page_attention|ragged_decode_attention|ragged_page_attention)/(cuda|vulkan):0/heur|decode_copy_peer/(cuda|vulkan):0)' > $R/decode.txt 2>&1; grep manual_time $R/decode.txt | cut -c1-150
 find $EJK_CACHE_DIR -size +20k | head -20 > $R/files.txt
-for f in $(cat $R/files.txt); do NVDISASM=/usr/local/cuda/bin/nvdisasm python3 $S/vulkan-sass.py $f $R/$(basename $f).sass 2>&1 | tail -2; done > $R/sass-summary.txt; cat $R/sass-summary.txt
+for f in $(cat $R/files.txt); do NVDISASM=/usr/local/cuda/bin/nvdisasm python3 bench/results/h200-2026-11-27d/scripts/vulkan-sass.py $f $R/$(basename $f).sass 2>&1 | tail -2; done > $R/sass-summary.txt; cat $R/sass-summary.txt
 EJK_LOG_TUNE=1 timeout 200 ejk tune $S/decode-l2.yaml --json $R/tune.json > $R/tune.txt 2>&1; tail -3 $R/tune.txt | cut -c1-250
 python3 -c "
 import json; d=json.load(open('$R/tune.json'))
