@@ -25,6 +25,8 @@ const uint WIDTH = RANK + ROPE;
 const uint AR = NOPE + 8;  // halves a staged row of q_nope (16 bytes of padding)
 const uint WR = 72;        // halves a staged row of the block's 64 columns of w_kc
 const float LOG2E = 1.4426950408889634;
+const uint QA = EJK_CEIL_DIV(32 * (NOPE / 8), 128);  // 8-half units of q_nope a thread stages
+const uint QW = EJK_CEIL_DIV(NOPE * 8, 128);         // of w_kc
 
 layout(push_constant) uniform Push {
   uint heads, nope_dim, block_size, max_blocks;
@@ -60,13 +62,23 @@ void main() {
     }
     return;
   }
-  for (uint u = lid; u < 32 * (NOPE / 8); u += 128) {
-    const uint r = u / (NOPE / 8), k = u % (NOPE / 8), b = b0 + r;
-    hs[AB + r * (AR / 8) + k] = b < pc.batch ? qn8[((b * pc.heads + h) * NOPE) / 8 + k] : uvec4(0);
+  // Every load issued before any store, so that their latencies overlap.
+  uvec4 ra[QA], rw[QW];
+  [[unroll]] for (uint i = 0; i < QA; ++i) {
+    const uint u = lid + i * 128, r = u / (NOPE / 8), k = u % (NOPE / 8), b = b0 + r;
+    ra[i] = u < 32 * (NOPE / 8) && b < pc.batch ? qn8[((b * pc.heads + h) * NOPE) / 8 + k] : uvec4(0);
   }
-  for (uint u = lid; u < NOPE * 8; u += 128) {
-    const uint k = u / 8, n = u % 8;
-    hs[WB + k * (WR / 8) + n] = wk8[((h * NOPE + k) * RANK + n0) / 8 + n];
+  [[unroll]] for (uint i = 0; i < QW; ++i) {
+    const uint u = lid + i * 128, k = u / 8, n = u % 8;
+    rw[i] = u < NOPE * 8 ? wk8[((h * NOPE + k) * RANK + n0) / 8 + n] : uvec4(0);
+  }
+  [[unroll]] for (uint i = 0; i < QA; ++i) {
+    const uint u = lid + i * 128, r = u / (NOPE / 8), k = u % (NOPE / 8);
+    if (u < 32 * (NOPE / 8)) hs[AB + r * (AR / 8) + k] = ra[i];
+  }
+  [[unroll]] for (uint i = 0; i < QW; ++i) {
+    const uint u = lid + i * 128, k = u / 8, n = u % 8;
+    if (u < NOPE * 8) hs[WB + k * (WR / 8) + n] = rw[i];
   }
   barrier();
   const uint sg = gl_SubgroupID, r0 = (sg / 2) * 16, c0 = (sg % 2) * 32;

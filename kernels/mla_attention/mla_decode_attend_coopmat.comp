@@ -37,6 +37,7 @@ const uint FO = RANK / 16 / NSG;  // o_lat fragments a subgroup
 const uint TU = 16 * HS / 8;      // 8-half units of a staged tile
 const uint TILE = 16 * WIDTH / 8;  // 8-half units of a tile's data
 const uint PF = EJK_CEIL_DIV(TILE, THREADS);
+const uint QB = 8;                 // four-float pieces of q a thread loads at once
 #define NEG uintBitsToFloat(0xff800000u)
 
 layout(push_constant) uniform Push {
@@ -46,7 +47,7 @@ layout(push_constant) uniform Push {
   uint batch;
 } pc;
 
-layout(binding = 0) readonly buffer QS { float qs[]; };
+layout(binding = 0) readonly buffer QS { vec4 qs4[]; };  // rows of WIDTH floats, WIDTH a multiple of 16
 layout(binding = 1) readonly buffer KV8 { uvec4 kv8[]; };
 layout(binding = 2) readonly buffer Tables { int block_tables[]; };
 layout(binding = 3) readonly buffer Lens { int context_lens[]; };
@@ -155,11 +156,21 @@ void main() {
   const uint split = gl_WorkGroupID.x, h0 = gl_WorkGroupID.y * 16, b = gl_WorkGroupID.z;
   const uint lid = gl_LocalInvocationID.x, s = gl_SubgroupID;
 
-  for (uint e = lid; e < 16 * WIDTH / 2; e += THREADS) {
-    const uint r = e / (WIDTH / 2), c = 2 * (e - r * (WIDTH / 2));
-    const uint src = ((b * pc.heads + h0 + r) * WIDTH) + c;
-    const uint h = r * HS + c;
-    hs[KB + h / 8][(h % 8) / 2] = packHalf2x16(vec2(qs[src], qs[src + 1]));
+  // q's 16 rows as four-float pieces, QB of a thread's loads in flight together (a load and its
+  // store a piece at a time waited out the latency of each).
+  for (uint e0 = 0; e0 < 16 * (WIDTH / 4); e0 += QB * THREADS) {
+    vec4 x[QB];
+    [[unroll]] for (uint i = 0; i < QB; ++i) {
+      const uint e = e0 + lid + i * THREADS, r = e / (WIDTH / 4), c = e - r * (WIDTH / 4);
+      x[i] = e < 16 * (WIDTH / 4) ? qs4[(b * pc.heads + h0 + r) * (WIDTH / 4) + c] : vec4(0.0);
+    }
+    [[unroll]] for (uint i = 0; i < QB; ++i) {
+      const uint e = e0 + lid + i * THREADS, r = e / (WIDTH / 4), c = e - r * (WIDTH / 4), h = r * HS + 4 * c;
+      if (e < 16 * (WIDTH / 4)) {
+        hs[KB + h / 8][(h % 8) / 2] = packHalf2x16(x[i].xy);
+        hs[KB + h / 8][(h % 8) / 2 + 1] = packHalf2x16(x[i].zw);
+      }
+    }
   }
   barrier();
   [[unroll]] for (uint i = 0; i < QF; ++i)

@@ -3,19 +3,21 @@
 // GL_NV_cooperative_matrix (16x16x16 f16 x f16 -> f32), for f16 outputs and weights: out = o w_vc[h]
 // with o the parts' o_lat merged by log-sum-exp and normalised, straight into the projection's
 // left operand in shared memory (as f16, as the reference rounds it), so no merged o_lat goes
-// through memory and w_vc[h] is read once for 16 sequences (the scalar combine read it once for
-// 4, and merged every sequence once for each 32 columns of out).
+// through memory and w_vc[h] is read once for ROWS sequences.
 //
-// A workgroup of eight subgroups takes 16 sequences of one head (the rows of every fragment;
-// rows past the batch are zeros) and every column of out, each subgroup a 16-column fragment
-// over the whole rank, so no partial sums cross subgroups. w_vc[h] travels in chunks of KC rows:
-// two chunks in flight in registers (issued before the merge, so that they land while it runs)
-// and one staged in shared memory. Parts that saw no token have l = 0 and weight 0; their o_lat
-// is zeros. Grid (heads, ceil(batch / 16)) x 256.
+// A workgroup of eight subgroups takes ROWS sequences of one head (16, 8 or 4, the first rows of
+// every fragment, the rest zeros: fewer where 16 would leave compute units without a group, as
+// one group a multiprocessor streaming its parts' o_lat and w_vc[h] is what bounds the pass) and
+// every column of out, each subgroup a 16-column fragment over the whole rank, so no partial sums
+// cross subgroups. w_vc[h] travels in chunks of KC rows: four chunks in flight in registers
+// (issued before the merge, so that they land while it runs) and one staged in shared memory.
+// Parts that saw no token have l = 0 and weight 0; their o_lat is zeros. Grid (heads,
+// ceil(batch / ROWS)) x 256.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_EXT_control_flow_attributes : require
@@ -25,6 +27,7 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;  // 25
 layout(constant_id = 3) const uint RANK = 512;  // kv_lora_rank, a multiple of KC
 layout(constant_id = 4) const uint VDIM = 128;  // v_head_dim, a multiple of 16
 layout(constant_id = 5) const uint KC = 64;     // rows of w_vc a chunk, a multiple of 16
+layout(constant_id = 6) const uint ROWS = 16;   // sequences a group: 16, 8 or 4
 
 const uint THREADS = 256;
 const uint OR = RANK + 8;   // halves a row of the merged o (16 bytes of padding)
@@ -33,8 +36,9 @@ const uint CHUNKS = RANK / KC;
 const uint FRAGS = VDIM / 16;                  // column fragments of out
 const uint FPS = EJK_CEIL_DIV(FRAGS, 8);       // a subgroup's
 const uint PF = EJK_CEIL_DIV(KC * VDIM / 8, THREADS);  // 8-half units of a chunk a thread
-const uint ITEMS = 16 * RANK / 4 / THREADS;     // four-column pieces of o a thread merges
-const uint MAXS = 32;                           // parts (the space's largest `splits`)
+const uint ITEMS = EJK_CEIL_DIV(ROWS * RANK / 4, THREADS);  // four-column pieces of o a thread merges
+const uint AHEAD = 16 / ROWS;                   // parts whose loads are in flight together
+const uint MAXS = 32;                           // parts (the space's largest `splits`); the subgroup size
 #define NEG uintBitsToFloat(0xff800000u)
 
 layout(push_constant) uniform Push {
@@ -56,17 +60,31 @@ shared uvec4 hs[WB + KC * VR / 8];
 const uint PB = 16 * MAXS;
 shared float fs[PB + 16 * VDIM];
 
-uvec4 ra[PF], rb[PF];
+// A ring of four chunks in registers, each set named (the chunk loop runs a spec-constant count of
+// times, which the driver does not unroll, and a set indexed at run time would live in local
+// memory).
+uvec4 r0[PF], r1[PF], r2[PF], r3[PF];
 #define FETCH(R, C)                                                                        \
-  [[unroll]] for (uint t = 0; t < PF; ++t) {                                               \
-    const uint u = lid + t * THREADS;                                                      \
-    R[t] = u < KC * (VDIM / 8) ? wv8[((h * RANK + (C) * KC + u / (VDIM / 8)) * VDIM) / 8 + u % (VDIM / 8)] \
-                               : uvec4(0);                                                 \
-  }
+  if ((C) < CHUNKS)                                                                        \
+    [[unroll]] for (uint t = 0; t < PF; ++t) {                                             \
+      const uint u = lid + t * THREADS;                                                    \
+      R[t] = u < KC * (VDIM / 8) ? wv8[((h * RANK + (C) * KC + u / (VDIM / 8)) * VDIM) / 8 + u % (VDIM / 8)] \
+                                 : uvec4(0);                                               \
+    }
 #define DEPOSIT(R)                                                                         \
   [[unroll]] for (uint t = 0; t < PF; ++t) {                                               \
     const uint u = lid + t * THREADS;                                                      \
     if (u < KC * (VDIM / 8)) hs[WB + (u / (VDIM / 8)) * (VR / 8) + u % (VDIM / 8)] = R[t]; \
+  }
+// Chunk c from set R: staged once every subgroup is done with the last (and, for the first, the
+// merge's o is written), then R refilled with chunk c + 4.
+#define STEP(R, C)                                                                         \
+  if ((C) < CHUNKS) {                                                                      \
+    barrier();                                                                             \
+    DEPOSIT(R)                                                                             \
+    barrier();                                                                             \
+    FETCH(R, (C) + 4)                                                                      \
+    compute(C, sg);                                                                        \
   }
 
 fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc[FPS];
@@ -87,61 +105,59 @@ void compute(uint c, uint sg) {
 }
 
 void main() {
-  const uint lid = gl_LocalInvocationID.x, h = gl_WorkGroupID.x, b0 = gl_WorkGroupID.y * 16, sg = gl_SubgroupID;
-  FETCH(ra, 0)
-  if (CHUNKS > 1) FETCH(rb, 1)
+  const uint lid = gl_LocalInvocationID.x, h = gl_WorkGroupID.x, b0 = gl_WorkGroupID.y * ROWS, sg = gl_SubgroupID;
+  FETCH(r0, 0)
+  FETCH(r1, 1)
+  FETCH(r2, 2)
+  FETCH(r3, 3)
 
-  // Each sequence's parts' weights exp2(m - max) / sum.
-  if (lid < 16) {
-    const uint b = b0 + lid, base = (b * pc.heads + h) * pc.splits * 2;
-    float mx = NEG, total = 0.0;
-    if (b < pc.batch) {
-      for (uint s = 0; s < pc.splits; ++s)
-        if (part_ml[base + 2 * s + 1] > 0.0) mx = max(mx, part_ml[base + 2 * s]);
-      for (uint s = 0; s < pc.splits; ++s)
-        if (part_ml[base + 2 * s + 1] > 0.0) total += exp2(part_ml[base + 2 * s] - mx) * part_ml[base + 2 * s + 1];
-    }
-    const float inv = total > 0.0 ? 1.0 / total : 0.0;
-    for (uint s = 0; s < pc.splits; ++s)
-      fs[lid * MAXS + s] = b < pc.batch && part_ml[base + 2 * s + 1] > 0.0 ? exp2(part_ml[base + 2 * s] - mx) * inv : 0.0;
+  // Each sequence's parts' weights exp2(m - max) / sum, a subgroup a row and a lane a part (MAXS
+  // is the subgroup's size), 0 past the parts: the row's loads in flight together, its max and
+  // sum by the subgroup.
+  for (uint r = sg; r < ROWS; r += THREADS / MAXS) {
+    const uint b = b0 + r, s = gl_SubgroupInvocationID, slot = ((b * pc.heads + h) * pc.splits + s) * 2;
+    const bool live = b < pc.batch && s < pc.splits;
+    const float ms = live ? part_ml[slot] : NEG, ls = live ? part_ml[slot + 1] : 0.0;
+    const float mx = subgroupMax(ls > 0.0 ? ms : NEG);
+    const float w = ls > 0.0 ? exp2(ms - mx) : 0.0;
+    const float total = subgroupAdd(w * ls);
+    fs[r * MAXS + s] = total > 0.0 ? w / total : 0.0;
   }
+  // Rows past ROWS stay zero for the whole pass.
+  for (uint e = lid; e < (16 - ROWS) * (OR / 8); e += THREADS) hs[OB + ROWS * (OR / 8) + e] = uvec4(0);
   barrier();
-  // The merge, each thread's loads of a part in flight together. Rows past the batch read the
-  // last sequence's parts with weight 0.
+  // The merge, AHEAD parts' loads of a thread in flight together. Rows past the batch read the
+  // last sequence's parts with weight 0, parts past the last read the last.
   {
     vec4 x[ITEMS];
     [[unroll]] for (uint i = 0; i < ITEMS; ++i) x[i] = vec4(0.0);
-    for (uint s = 0; s < pc.splits; ++s)
-      [[unroll]] for (uint i = 0; i < ITEMS; ++i) {
-        const uint e = lid + i * THREADS, r = e / (RANK / 4), b = min(b0 + r, pc.batch - 1);
-        x[i] += fs[r * MAXS + s] * part_o4[(((b * pc.heads + h) * pc.splits + s) * RANK) / 4 + e % (RANK / 4)];
-      }
+    for (uint s0 = 0; s0 < pc.splits; s0 += AHEAD)
+      [[unroll]] for (uint j = 0; j < AHEAD; ++j)
+        [[unroll]] for (uint i = 0; i < ITEMS; ++i) {
+          const uint e = lid + i * THREADS, r = min(e / (RANK / 4), ROWS - 1), b = min(b0 + r, pc.batch - 1);
+          const uint s = min(s0 + j, pc.splits - 1);
+          x[i] += fs[r * MAXS + s0 + j] * part_o4[(((b * pc.heads + h) * pc.splits + s) * RANK) / 4 + e % (RANK / 4)];
+        }
     [[unroll]] for (uint i = 0; i < ITEMS; ++i) {
       const uint e = lid + i * THREADS, r = e / (RANK / 4), hh = r * OR + 4 * (e % (RANK / 4));
-      hs[OB + hh / 8][(hh % 8) / 2] = packHalf2x16(x[i].xy);
-      hs[OB + hh / 8][(hh % 8) / 2 + 1] = packHalf2x16(x[i].zw);
+      if (r < ROWS) {
+        hs[OB + hh / 8][(hh % 8) / 2] = packHalf2x16(x[i].xy);
+        hs[OB + hh / 8][(hh % 8) / 2 + 1] = packHalf2x16(x[i].zw);
+      }
     }
   }
 
   [[unroll]] for (uint f = 0; f < FPS; ++f) acc[f] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
-  for (uint c = 0; c < CHUNKS; c += 2) {
-    barrier();  // the merge's o is written; every subgroup is done with the last chunk
-    DEPOSIT(ra)
-    barrier();
-    if (c + 2 < CHUNKS) FETCH(ra, c + 2)
-    compute(c, sg);
-    if (c + 1 < CHUNKS) {
-      barrier();
-      DEPOSIT(rb)
-      barrier();
-      if (c + 3 < CHUNKS) FETCH(rb, c + 3)
-      compute(c + 1, sg);
-    }
+  for (uint c = 0; c < CHUNKS; c += 4) {
+    STEP(r0, c)
+    STEP(r1, c + 1)
+    STEP(r2, c + 2)
+    STEP(r3, c + 3)
   }
   [[unroll]] for (uint f = 0; f < FPS; ++f)
     if (sg + 8 * f < FRAGS) coopMatStoreNV(acc[f], fs, PB + (sg + 8 * f) * 16, VDIM, false);
   barrier();
-  for (uint e = lid; e < 16 * VDIM; e += THREADS) {
+  for (uint e = lid; e < ROWS * VDIM; e += THREADS) {
     const uint b = b0 + e / VDIM;
     if (b < pc.batch) out_h[(b * pc.heads + h) * VDIM + e % VDIM] = float16_t(fs[PB + e]);
   }

@@ -262,6 +262,8 @@ bool describe(VkInstance instance, VkPhysicalDevice pd, int index, PhysicalDevic
   out.full_subgroups = size_control && fsize.computeFullSubgroups;
   out.subgroup_shuffle = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                          (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
+  out.subgroup_arithmetic = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                            (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
   // glslang's cooperative-matrix SPIR-V declares the Vulkan memory model.
   out.coopmat_nv = coop_ext && fcoop.cooperativeMatrix && f12.vulkanMemoryModel;
   // The KHR form of ejk's NV shaders (coopmat_khr.hpp) where the device has both.

@@ -37,6 +37,7 @@ struct PhysicalDevice {
   bool push_descriptor = false;
   bool full_subgroups = false;  // computeFullSubgroups (VK_EXT_subgroup_size_control)
   bool subgroup_shuffle = false;  // subgroupShuffle* in compute shaders
+  bool subgroup_arithmetic = false;  // subgroupAdd, subgroupMax, ... in compute shaders
   bool coopmat_nv = false;      // VK_NV_cooperative_matrix with cooperativeMatrix and vulkanMemoryModel
   bool coopmat_khr = false;     // VK_KHR_cooperative_matrix with cooperativeMatrix (besides NV's)
   bool coopmat_conversions = false;  // VK_NV_cooperative_matrix2's cooperativeMatrixConversions
