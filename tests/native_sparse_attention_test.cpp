@@ -247,6 +247,46 @@ TEST_P(NativeSparseAttention, EveryConfigOfASmallSpaceAgrees) {
   }
 }
 
+// The OpenCL forward on tensor cores (variant mma), where the device lists m16n8k16 fragments:
+// 16 query heads a kv head with more pooled blocks than one warp's tile (the warps split the
+// compression branch), a group of 4 (12 zero rows a fragment) with repeated blocks and head dims
+// of 32 and 48, and a group of 32 (two groups of 16 a kv head) over packed sequences with an empty
+// one; f16 and bf16 against the double reference. The heuristic takes it where offered.
+TEST_P(NativeSparseAttention, TensorCoreForwardMatchesReference) {
+  Context ctx(GetParam());
+  const DeviceInfo& dev = ctx.device().info();
+  const Case cases[] = {
+      {.batch = 1, .seq = 300, .heads = 16, .kv_heads = 1, .dk = 64, .dv = 32, .selected = 6, .block_size = 16},
+      {.batch = 2, .seq = 100, .heads = 8, .kv_heads = 2, .dk = 32, .dv = 48, .selected = 3, .block_size = 32, .repeats = true},
+      {.heads = 32, .kv_heads = 1, .dk = 16, .dv = 16, .selected = 4, .block_size = 16, .lengths = {40, 0, 7, 70}},
+  };
+  const Config mma{{"variant", std::string("mma")}};
+  std::size_t runs = 0;
+  for (const Case& c : cases)
+    for (DType t : {DType::f16, DType::bf16}) {
+      const Inputs in = build(ctx, c, t, 13);
+      const Specs ix = index_arrays(ctx, in);
+      // The outputs' specs as the API allocates them: o, o_cmp, o_slc like q's rows of v, lse f32.
+      const std::vector<std::int64_t> rows{in.q.dim(0), in.q.dim(1), in.q.dim(2)};
+      std::vector<std::int64_t> orow = rows, lrow = rows;
+      orow.push_back(in.v.dim(3));
+      lrow.push_back(2);
+      const TensorSpec o{orow, t}, l{lrow, DType::f32};
+      const std::vector<TensorSpec> fs{in.q.spec(),  in.k.spec(), in.v.spec(), in.g_cmp.spec(), in.g_slc.spec(), in.bi.spec(),
+                                       ix.counts.spec(), ix.cu.spec(), o, o, o, l};
+      const Invocation inv = nsa::forward_invocation(fs, c.block_size);
+      const auto& impl = Registry::global().implementation(inv, dev);
+      if (!impl.space(inv, dev).admits(mma)) continue;
+      EXPECT_EQ(impl.heuristic(inv, dev), mma) << c.heads << "/" << c.kv_heads << " " << to_string(t);
+      NsaOutput f;
+      const Checked r = check_forward(ctx, in, f, mma);
+      EXPECT_LE(r.worst, r.tolerance) << c.heads << "/" << c.kv_heads << " " << to_string(t);
+      ++runs;
+    }
+  if (runs == 0) GTEST_SKIP() << dev.id() << " (" << dev.name << ") offers no tensor-core forward";
+  EXPECT_EQ(runs, 6u);
+}
+
 // The keys' gradients come from the selection's inverse: per block, the queries that list it in
 // words of 32 (nsa_bwd_mark). Sequences of several words after a block, blocks longer than a
 // word, tiles starting mid-word (every block_n of the space), repeats, an empty sequence, and

@@ -3,6 +3,7 @@
 //                 keys and values (f32 scratch, at the block's first row);
 //   nsa_fwd       one group per (token, kv head, part of the group's query heads): both
 //                 branches over staged tiles of TILE keys shared by the part's heads;
+//   nsa_fwd_mma   (variant mma, nsa_mma.cl) the same on tensor cores, 16 query heads a group;
 //   nsa_bwd_dq    same grid: dg, the rows' deltas and dq;
 //   nsa_bwd_dcmp  one group per (token, kv head), working where the token starts a whole block:
 //                 the pooled row's gradient;
@@ -30,6 +31,26 @@ namespace ejk::kernels::native_sparse_attention {
 namespace {
 
 constexpr const char* source_key = "native_sparse_attention/nsa.cl";
+constexpr const char* mma_key = "native_sparse_attention/nsa_mma.cl";
+const char* const scalar_v = "variant == \"scalar\"";
+
+// nsa_mma.cl's local memory: four warps' 16-row tiles of k and v (rows padded by 16 bytes), or
+// the warps' o, max and sum as they merge, whichever is larger.
+std::int64_t mma_local_bytes(const Problem& p) {
+  return std::max<std::int64_t>(4 * 16 * ((2 * p.dk + 16) + (2 * p.dv + 16)), 4 * 16 * (p.dv + 2) * 4);
+}
+
+// The tensor-core forward takes f16 or bf16 with head dims multiples of 16 up to 128 (its q and
+// o fragments stay in registers), blocks of whole 16-key tiles, and groups of at most 16 query
+// heads or whole multiples of 16 (the rows of a fragment), on devices that list m16n8k16
+// fragments of that type with f32 accumulation (NVIDIA from sm_80, inline PTX).
+bool mma_offered(const Problem& p, const DeviceInfo& dev) {
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16) return false;
+  if (p.dk % 16 || p.dv % 16 || p.dk > 128 || p.dv > 128 || p.block_size % 16) return false;
+  if (p.group > 16 && p.group % 16) return false;
+  return !clc::is_cpu(dev) && dev.offers({16, 8, 16, p.dtype, DType::f32}) &&
+         mma_local_bytes(p) <= static_cast<std::int64_t>(dev.local_mem);
+}
 
 struct Common {
   std::int64_t threads, tile, hpg;
@@ -69,17 +90,51 @@ class OpenCLNsa final : public clc::Implementation {
   using clc::Implementation::Implementation;
   std::string_view kernel() const override { return "native_sparse_attention"; }
   std::vector<ArgDef> args() const override { return forward_args(); }
-  std::vector<std::string> sources() const override { return {source_key, clc::prelude_source}; }
-  ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
-    return gpu_space(NsaKernel().vars(inv), dev, false);
+  std::vector<std::string> sources() const override {
+    return {source_key, mma_key, clc::mma_source, clc::prelude_source};
   }
+  ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
+    ParamSpace s;
+    s.param("variant", mma_offered(Problem::of(inv), dev)
+                           ? std::vector<Value>{std::string("scalar"), std::string("mma")}
+                           : std::vector<Value>{std::string("scalar")});
+    return gpu_space(NsaKernel().vars(inv), dev, false, std::move(s), scalar_v);
+  }
+  // Tensor cores where offered, else the scalar kernel's heuristic.
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
-    return gpu_heuristic(space(inv, dev), Problem::of(inv), dev, "native_sparse_attention opencl");
+    const ParamSpace s = space(inv, dev);
+    const Config mma{{"variant", std::string("mma")}};
+    if (s.admits(mma)) return mma;
+    return gpu_heuristic(s, Problem::of(inv), dev, "native_sparse_attention opencl", Config{{"variant", std::string("scalar")}});
   }
 
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
     auto& dev = clc::clc_device(device);
+    const std::string& variant = config.text("variant");
+    if (variant == "mma") {
+      if (!mma_offered(p, dev.info()))
+        throw InvalidArgument("native_sparse_attention on OpenCL: the mma variant needs f16 or bf16, head dims multiples "
+                              "of 16 up to 128, block_size a multiple of 16, at most 16 query heads a kv head or a "
+                              "multiple of 16, and m16n8k16 fragments of the dtype (" + dev.info().id() + ": " +
+                              dev.info().name + ")");
+      if (p.tokens() == 0) return;
+      const std::string options = " -DDK=" + std::to_string(p.dk) + " -DDV=" + std::to_string(p.dv) +
+                                  " -DBF16=" + (p.dtype == DType::bf16 ? "1" : "0");
+      // The pool pass of the scalar program (its geometry options do not change it).
+      const Pooled pooled = pool(dev, p, options_of(p, Common{128, 32, 1}), args);
+      auto k = dev.kernel(mma_key, options, "nsa_fwd_mma");
+      const std::int64_t parts = p.group > 16 ? p.group / 16 : 1;
+      dev.launch(*k, clc::Range(static_cast<std::size_t>(p.tokens()) * 128, static_cast<std::size_t>(p.kv_heads * parts)),
+                 clc::Range(128, 1), args[fwd::q], args[fwd::k], args[fwd::v], args[fwd::g_cmp], args[fwd::g_slc],
+                 args[fwd::block_indices], args[fwd::block_counts], args[fwd::cu_seqlens], *pooled.kc, *pooled.vc,
+                 args[fwd::o], args[fwd::o_cmp], args[fwd::o_slc], args[fwd::lse], static_cast<int>(p.num_seqs),
+                 static_cast<int>(p.kv_heads), static_cast<int>(p.group), static_cast<int>(p.selected),
+                 static_cast<int>(p.block_size), static_cast<float>(p.scale), dtype_code(p.dtype));
+      return;
+    }
+    if (variant != "scalar")
+      throw InvalidArgument("native_sparse_attention on OpenCL: unknown variant '" + variant + "' (scalar, mma)");
     const Common c = checked(p, config, "native_sparse_attention");
     if (p.tokens() == 0) return;
     const std::string options = options_of(p, c);

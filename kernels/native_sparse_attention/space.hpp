@@ -2,6 +2,7 @@
 // The parameter space and heuristic the OpenCL and Vulkan implementations share (their kernels
 // have one geometry): work-group size, keys per staged tile, query heads per group.
 #include <string>
+#include <string_view>
 
 #include "ejk/error.hpp"
 #include "ejk/kernel.hpp"
@@ -9,11 +10,12 @@
 
 namespace ejk::kernels::native_sparse_attention {
 
-inline ParamSpace gpu_space(const Vars& vars, const DeviceInfo& dev, bool backward) {
-  ParamSpace s;
-  s.param("threads", {32, 64, 128, 256})
-      .param("block_n", {8, 16, 32, 64})
-      .param("heads_per_group", {1, 2, 4, 8, 16})
+// Where `s` already declares a variant, `when` says which configs take these parameters.
+inline ParamSpace gpu_space(const Vars& vars, const DeviceInfo& dev, bool backward, ParamSpace s = {},
+                            std::string_view when = {}) {
+  s.param("threads", {32, 64, 128, 256}, when)
+      .param("block_n", {8, 16, 32, 64}, when)
+      .param("heads_per_group", {1, 2, 4, 8, 16}, when)
       .constraint("group % heads_per_group == 0")
       .constraint("threads <= max_workgroup_size")
       // Selection tiles never hold more than a block: longer ones only serve the compression
@@ -36,13 +38,16 @@ inline ParamSpace gpu_space(const Vars& vars, const DeviceInfo& dev, bool backwa
 }
 
 // The most query heads per group (keys staged once serve all of them), tiles of 32 keys, 128
-// work-items; smaller where the device's limits say no.
-inline Config gpu_heuristic(const ParamSpace& s, const Problem& p, const DeviceInfo& dev, const std::string& what) {
+// work-items; smaller where the device's limits say no. `base` holds what the configs share
+// (a variant).
+inline Config gpu_heuristic(const ParamSpace& s, const Problem& p, const DeviceInfo& dev, const std::string& what,
+                            const Config& base = {}) {
   for (std::int64_t hpg : {16, 8, 4, 2, 1}) {
     if (p.group % hpg) continue;
     for (std::int64_t bn : {32, 16, 64, 8})
       for (std::int64_t threads : {128, 64, 256, 32}) {
-        Config c{{"threads", threads}, {"block_n", bn}, {"heads_per_group", hpg}};
+        Config c = base;
+        c.set("threads", threads).set("block_n", bn).set("heads_per_group", hpg);
         if (s.admits(c)) return c;
       }
   }

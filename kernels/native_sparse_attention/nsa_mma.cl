@@ -1,0 +1,284 @@
+// native_sparse_attention's forward on NVIDIA tensor cores through inline PTX (mma.sync.m16n8k16,
+// f16 or bf16 operands, f32 accumulation): nsa.cl's nsa_fwd contract (both branches, the gated
+// output, lse) with the query heads of one kv head as the 16 rows of every fragment. Every head of
+// a group reads the same keys (the selection is per kv head and the compression per token), so a
+// token's keys are read once for its 16 heads and q k^T is a 16-row product.
+//
+// A workgroup of NW warps per (token, kv head, 16 heads of its group; fewer heads are zero rows).
+// The warps split each branch's keys (selection: block i to warp i % NW; compression: tiles of 16
+// pooled rows in turn) and run FlashAttention-2's loop on their share, each with its own running
+// max, sum and o in registers and its own 16-key tile in local memory: no barrier inside a branch.
+// Selection tiles come by cp.async as stored (rows padded by 16 bytes), k and v apart: the next
+// tile's k is copied under this one's softmax and p v, its v under the next q k^T. Compression
+// tiles are the pool pass's f32 rows, rounded to the operand type as they are staged. At the end
+// of a branch the warps' parts meet in local memory and merge by log-sum-exp in a fixed order.
+//
+// Defines: DK, DV (multiples of 16, at most 128), BF16 (0: f16 operands, 1: bf16). Scores are in
+// base 2 (q pre-scaled by scale log2(e)); lse is natural.
+#include "common/clc.h"
+#include "common/clc_mma.h"
+
+#define NW 4
+#define BK 16                 // keys a warp tile
+#define KROWB (2 * DK + 16)   // bytes a staged row of k: (DK / 8 + 1) 16-byte units, an odd count,
+#define VROWB (2 * DV + 16)   // so ldmatrix's eight rows fall on distinct bank groups
+#define WARP_BYTES (BK * (KROWB + VROWB))
+#define MERGE_BYTES (NW * 16 * (DV + 2) * 4)
+#define LOCAL_BYTES (NW * WARP_BYTES > MERGE_BYTES ? NW * WARP_BYTES : MERGE_BYTES)
+#define OTILES (DV / 8)
+#define KSTEPS (DK / 16)
+#define NEG (-INFINITY)
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+
+void warp_sync(void) { asm volatile("bar.warp.sync -1;" ::: "memory"); }
+
+// The sequence of flattened token t: the last n with cu[n] <= t (empty sequences skipped), with
+// its bounds.
+void locate_seq(const __global int* cu, int nseq, int t, int* bos, int* eos) {
+  int lo = 0, hi = nseq;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (cu[mid] <= t) lo = mid;
+    else hi = mid;
+  }
+  *bos = cu[lo];
+  *eos = cu[lo + 1];
+}
+
+// Rows r < n of k (or v) from token row0 + r of kv head h, each W 16-bit words, into local
+// address dst (rows RB bytes apart); rows from n on zero-filled. Not committed.
+#define COPY_ROWS(DST, SRC, ROW0, N, W, RB)                                                   \
+  _Pragma("unroll") for (int x_ = 0; x_ < EJK_CEIL_DIV(BK * (W) / 8, 32); ++x_) {          \
+    const int u_ = lane + 32 * x_, r_ = u_ / ((W) / 8), c_ = u_ - r_ * ((W) / 8);           \
+    if (u_ < BK * (W) / 8) {                                                                 \
+      const bool in_ = r_ < (N);                                                             \
+      cp16((DST) + (uint)(r_ * (RB) + 16 * c_),                                              \
+           (SRC) + ((size_t)((ROW0) + (in_ ? r_ : 0)) * H + h) * ((W) / 8) + c_, in_ ? 16u : 0u); \
+    }                                                                                        \
+  }
+
+// Rows r < n of a pool pass's f32 array (pooled row of block c0 + r at token bos + (c0 + r) BS),
+// rounded to the operand type, into local address dst; the rest zeros.
+void stage_pooled(uint dst, const __global float4* src, int c0, int n, int bos, int BS, int H, int h, int W, int RB,
+                  int lane) {
+  for (int u = lane; u < BK * (W / 4); u += 32) {
+    const int r = u / (W / 4), c = u - r * (W / 4);
+    const float4 x = r < n ? src[((size_t)(bos + (c0 + r) * BS) * H + h) * (W / 4) + c] : (float4)(0.0f);
+    // dst is a shared-window address (EJK_SMEM), as cp.async and ldmatrix take it.
+    asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(dst + (uint)(r * RB + 8 * c)), "r"(pack2(x.s0, x.s1)),
+                 "r"(pack2(x.s2, x.s3))
+                 : "memory");
+  }
+}
+
+__kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_fwd_mma(
+    const __global ushort* q16, const __global uint4* k4, const __global uint4* v4, const __global ushort* gc16,
+    const __global ushort* gs16, const __global int* bi, const __global int* bc, const __global int* cu,
+    const __global float4* kc4, const __global float4* vc4, __global ushort* o16, __global ushort* oc16,
+    __global ushort* os16, __global float* lse, int nseq, int H, int G, int S, int BS, float scale, int dtype) {
+  __local uint4 smem[LOCAL_BYTES / 16];
+  const int tid = get_local_id(0), lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int tok = get_group_id(0), parts = G > 16 ? G / 16 : 1, h = get_group_id(1) / parts,
+            part = get_group_id(1) % parts;
+  const int R = G > 16 ? 16 : G, HQ = H * G, th0 = tok * HQ + h * G + part * 16;
+  int bos, eos;
+  locate_seq(cu, nseq, tok, &bos, &eos);
+  const int pos = tok - bos;
+  const uint base = EJK_SMEM(smem);
+  const uint ks = base + (uint)(warp * WARP_BYTES), vs = ks + BK * KROWB;
+  // ldmatrix lane offsets (lanes 8i .. 8i + 7 address matrix i's rows): k as stored gives the B
+  // fragments of two 8-key score tiles, v transposed those of two 8-column output tiles.
+  const uint koff = (uint)((8 * (lane >> 4) + (lane & 7)) * KROWB + 16 * ((lane >> 3) & 1));
+  const uint voff = (uint)((8 * ((lane >> 3) & 1) + (lane & 7)) * VROWB + 16 * (lane >> 4));
+
+  // q's A fragments, pre-scaled into base 2 and rounded to the operand type; rows past R zero.
+  uint qf[KSTEPS][4];
+  {
+    const float qs = scale * LOG2E;
+#pragma unroll
+    for (int st = 0; st < KSTEPS; ++st)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = g + 8 * (e & 1), col = 16 * st + 8 * (e >> 1) + 2 * t;
+        float a = 0.0f, b = 0.0f;
+        if (row < R) {
+          a = ejk_load(q16, (size_t)(th0 + row) * DK + col, dtype) * qs;
+          b = ejk_load(q16, (size_t)(th0 + row) * DK + col + 1, dtype) * qs;
+        }
+        qf[st][e] = pack2(a, b);
+      }
+  }
+
+  float first[16];  // this thread's merged o_cmp, for the gated output
+  for (int branch = 0; branch < 2; ++branch) {
+    float o[OTILES][4], m[2] = {NEG, NEG}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < OTILES; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+
+    // One staged tile of `n` keys (k at ks, v at vs): scores, online softmax, o += p v. The v
+    // wait runs between the softmax and p v (WAIT_V), so a copy in flight lands meanwhile.
+#define TILE_BODY(N, WAIT_V)                                                                  \
+  {                                                                                          \
+    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};                   \
+    _Pragma("unroll") for (int st = 0; st < KSTEPS; ++st) {                                  \
+      uint b[4];                                                                             \
+      ldsm_x4(b, ks + koff + (uint)(32 * st));                                               \
+      mma(s[0], qf[st][0], qf[st][1], qf[st][2], qf[st][3], b[0], b[1]);                     \
+      mma(s[1], qf[st][0], qf[st][1], qf[st][2], qf[st][3], b[2], b[3]);                     \
+    }                                                                                        \
+    warp_sync();                                                                             \
+    float mx[2] = {NEG, NEG};                                                                \
+    _Pragma("unroll") for (int nn = 0; nn < 2; ++nn)                                         \
+      _Pragma("unroll") for (int e = 0; e < 4; ++e) {                                        \
+        if (8 * nn + 2 * t + (e & 1) >= (N)) s[nn][e] = NEG;                                 \
+        mx[e >> 1] = fmax(mx[e >> 1], s[nn][e]);                                             \
+      }                                                                                      \
+    float alpha[2], sum[2] = {0.0f, 0.0f};                                                   \
+    _Pragma("unroll") for (int hh = 0; hh < 2; ++hh) {                                       \
+      const float top = fmax(m[hh], max_quad(mx[hh]));                                       \
+      alpha[hh] = m[hh] == NEG ? 0.0f : ex2(m[hh] - top);                                    \
+      m[hh] = top;                                                                           \
+    }                                                                                        \
+    _Pragma("unroll") for (int nn = 0; nn < 2; ++nn)                                         \
+      _Pragma("unroll") for (int e = 0; e < 4; ++e) {                                        \
+        s[nn][e] = ex2(s[nn][e] - m[e >> 1]);                                                \
+        sum[e >> 1] += s[nn][e];                                                             \
+      }                                                                                      \
+    _Pragma("unroll") for (int hh = 0; hh < 2; ++hh) l[hh] = l[hh] * alpha[hh] + sum[hh];    \
+    _Pragma("unroll") for (int n = 0; n < OTILES; ++n) {                                     \
+      o[n][0] *= alpha[0];                                                                   \
+      o[n][1] *= alpha[0];                                                                   \
+      o[n][2] *= alpha[1];                                                                   \
+      o[n][3] *= alpha[1];                                                                   \
+    }                                                                                        \
+    const uint a0 = pack2(s[0][0], s[0][1]), a1 = pack2(s[0][2], s[0][3]);                   \
+    const uint a2 = pack2(s[1][0], s[1][1]), a3 = pack2(s[1][2], s[1][3]);                   \
+    WAIT_V                                                                                   \
+    _Pragma("unroll") for (int n = 0; n < OTILES; n += 2) {                                  \
+      uint b[4];                                                                             \
+      ldsm_x4_t(b, vs + voff + (uint)(16 * n));                                              \
+      mma(o[n], a0, a1, a2, a3, b[0], b[1]);                                                 \
+      mma(o[n + 1], a0, a1, a2, a3, b[2], b[3]);                                             \
+    }                                                                                        \
+    warp_sync();                                                                             \
+  }
+
+    if (branch == 0) {
+      // Compression: pooled blocks 0 .. nc - 1, tiles of 16 in turn over the warps.
+      const int nc = (pos + 1) / BS;
+      for (int c0 = BK * warp; c0 < nc; c0 += BK * NW) {
+        const int n = min(BK, nc - c0);
+        stage_pooled(ks, kc4, c0, n, bos, BS, H, h, DK, KROWB, lane);
+        stage_pooled(vs, vc4, c0, n, bos, BS, H, h, DV, VROWB, lane);
+        warp_sync();
+        TILE_BODY(n, )
+      }
+    } else {
+      // Selection: the listed blocks i = warp, warp + NW, ..., each in tiles of 16 keys; a block
+      // is len(i) keys (0 when its entry is -1 or past the token, fewer for the token's own).
+      const int cnt = bc[tok * H + h];
+      const __global int* list = bi + (size_t)(tok * H + h) * S;
+#define BLOCK_LEN(I) ((I) >= cnt || list[(I)] < 0 || list[(I)] * BS > pos ? 0 : min(BS, pos - list[(I)] * BS + 1))
+      // The warp's walk: block i, its key j0; the next tile after (i, j0).
+      int i = warp, j0 = 0;
+      while (i < cnt && BLOCK_LEN(i) == 0) i += NW;
+#define ADVANCE(I, J)                                      \
+  {                                                        \
+    (J) += BK;                                             \
+    if ((J) >= BLOCK_LEN(I)) {                             \
+      (J) = 0;                                             \
+      (I) += NW;                                           \
+      while ((I) < cnt && BLOCK_LEN(I) == 0) (I) += NW;    \
+    }                                                      \
+  }
+      if (i < cnt) {
+        const int row0 = bos + list[i] * BS + j0, n = min(BK, BLOCK_LEN(i) - j0);
+        COPY_ROWS(ks, k4, row0, n, DK, KROWB)
+        cp_commit();
+        COPY_ROWS(vs, v4, row0, n, DV, VROWB)
+        cp_commit();
+      }
+      while (i < cnt) {
+        const int n = min(BK, BLOCK_LEN(i) - j0);
+        int ni = i, nj = j0;
+        ADVANCE(ni, nj)
+        CP_WAIT(1);  // this tile's k (its v may still travel)
+        warp_sync();
+        // After q k^T (and its warp_sync) k's buffer is free: the next tile's k goes in.
+#define WAIT_AND_NEXT_K                                                                \
+  if (ni < cnt) {                                                                      \
+    const int nrow0 = bos + list[ni] * BS + nj, nn_ = min(BK, BLOCK_LEN(ni) - nj);     \
+    COPY_ROWS(ks, k4, nrow0, nn_, DK, KROWB)                                           \
+  }                                                                                    \
+  cp_commit();                                                                         \
+  CP_WAIT(1);                                                                          \
+  warp_sync();
+        TILE_BODY(n, WAIT_AND_NEXT_K)
+        if (ni < cnt) {
+          const int nrow0 = bos + list[ni] * BS + nj, nn_ = min(BK, BLOCK_LEN(ni) - nj);
+          COPY_ROWS(vs, v4, nrow0, nn_, DV, VROWB)
+        }
+        cp_commit();
+        i = ni;
+        j0 = nj;
+      }
+      CP_WAIT(0);
+#undef WAIT_AND_NEXT_K
+#undef ADVANCE
+#undef BLOCK_LEN
+    }
+#undef TILE_BODY
+
+    // The warps' parts meet in local memory (over the tiles: every warp is past its last one).
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __local float* mo = (__local float*)smem;        // [NW][16][DV]
+    __local float* ml = mo + NW * 16 * DV;            // [NW][16][2]: max, sum
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int row = g + 8 * hh;
+      const float total = sum_quad(l[hh]);
+#pragma unroll
+      for (int n = 0; n < OTILES; ++n) {
+        mo[(warp * 16 + row) * DV + 8 * n + 2 * t] = o[n][2 * hh];
+        mo[(warp * 16 + row) * DV + 8 * n + 2 * t + 1] = o[n][2 * hh + 1];
+      }
+      if (t == 0) {
+        ml[(warp * 16 + row) * 2] = m[hh];
+        ml[(warp * 16 + row) * 2 + 1] = total;
+      }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    // 8 threads a row, DV / 8 columns each, the warps' parts in warp order.
+    {
+      const int row = tid / 8, c0 = (tid % 8) * (DV / 8);
+      float top = NEG;
+      for (int w = 0; w < NW; ++w) top = fmax(top, ml[(w * 16 + row) * 2]);
+      float wt[NW], L = 0.0f;
+      for (int w = 0; w < NW; ++w) {
+        const float mw = ml[(w * 16 + row) * 2];
+        wt[w] = mw == NEG ? 0.0f : ex2(mw - top);
+        L += wt[w] * ml[(w * 16 + row) * 2 + 1];
+      }
+      const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+      if (row < R) {
+        const size_t at = (size_t)(th0 + row) * DV + c0;
+        for (int c = 0; c < DV / 8; ++c) {
+          float x = 0.0f;
+          for (int w = 0; w < NW; ++w) x += wt[w] * mo[(w * 16 + row) * DV + c0 + c];
+          x *= inv;
+          if (branch == 0) {
+            ejk_store(oc16, at + c, dtype, x);
+            first[c] = x;
+          } else {
+            ejk_store(os16, at + c, dtype, x);
+            ejk_store(o16, at + c, dtype,
+                      ejk_load(gc16, th0 + row, dtype) * first[c] + ejk_load(gs16, th0 + row, dtype) * x);
+          }
+        }
+        if (tid % 8 == 0) lse[(size_t)(th0 + row) * 2 + branch] = L > 0.0f ? (top + log2(L)) * LN2 : NEG;
+      }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);  // the merge is read before the next branch's tiles overwrite it
+  }
+}
