@@ -251,7 +251,8 @@ TEST_P(NativeSparseAttention, EveryConfigOfASmallSpaceAgrees) {
 // 16 query heads a kv head with more pooled blocks than one warp's tile (the warps split the
 // compression branch), a group of 4 (12 zero rows a fragment) with repeated blocks and head dims
 // of 32 and 48, and a group of 32 (two groups of 16 a kv head) over packed sequences with an empty
-// one; f16 and bf16 against the double reference. The heuristic takes it where offered.
+// one; f16 and bf16 against the double reference, every config of the variant. The heuristic
+// takes it where offered.
 TEST_P(NativeSparseAttention, TensorCoreForwardMatchesReference) {
   Context ctx(GetParam());
   const DeviceInfo& dev = ctx.device().info();
@@ -260,7 +261,6 @@ TEST_P(NativeSparseAttention, TensorCoreForwardMatchesReference) {
       {.batch = 2, .seq = 100, .heads = 8, .kv_heads = 2, .dk = 32, .dv = 48, .selected = 3, .block_size = 32, .repeats = true},
       {.heads = 32, .kv_heads = 1, .dk = 16, .dv = 16, .selected = 4, .block_size = 16, .lengths = {40, 0, 7, 70}},
   };
-  const Config mma{{"variant", std::string("mma")}};
   std::size_t runs = 0;
   for (const Case& c : cases)
     for (DType t : {DType::f16, DType::bf16}) {
@@ -276,15 +276,18 @@ TEST_P(NativeSparseAttention, TensorCoreForwardMatchesReference) {
                                        ix.counts.spec(), ix.cu.spec(), o, o, o, l};
       const Invocation inv = nsa::forward_invocation(fs, c.block_size);
       const auto& impl = Registry::global().implementation(inv, dev);
-      if (!impl.space(inv, dev).admits(mma)) continue;
-      EXPECT_EQ(impl.heuristic(inv, dev), mma) << c.heads << "/" << c.kv_heads << " " << to_string(t);
-      NsaOutput f;
-      const Checked r = check_forward(ctx, in, f, mma);
-      EXPECT_LE(r.worst, r.tolerance) << c.heads << "/" << c.kv_heads << " " << to_string(t);
-      ++runs;
+      for (const Config& config : impl.space(inv, dev).enumerate()) {
+        if (!config.has("variant") || config.text("variant") != "mma") continue;
+        NsaOutput f;
+        const Checked r = check_forward(ctx, in, f, config);
+        EXPECT_LE(r.worst, r.tolerance) << c.heads << "/" << c.kv_heads << " " << to_string(t) << " " << config.canonical();
+        EXPECT_EQ(impl.heuristic(inv, dev).text("variant"), "mma");
+        ++runs;
+      }
     }
   if (runs == 0) GTEST_SKIP() << dev.id() << " (" << dev.name << ") offers no tensor-core forward";
-  EXPECT_EQ(runs, 6u);
+  // Warps 2 and 4; tiles of 16 keys, and of 32 where blocks hold them (the second case's).
+  EXPECT_EQ(runs, 16u);
 }
 
 // The keys' gradients come from the selection's inverse: per block, the queries that list it in

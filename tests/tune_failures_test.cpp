@@ -1,5 +1,6 @@
 // The tuner records every kind of failing candidate with its category, in process and in an
 // isolated worker, and falls back to the heuristic when nothing passes.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -48,6 +49,15 @@ class FaultyKernel final : public Kernel {
     return {y, z};
   }
 };
+
+// An element of y the sampled reference does not read (where the minf modes put a -inf that
+// only the first output can vouch for).
+std::size_t unsampled(std::size_t n) {
+  const std::vector<std::int64_t> taken = sample_positions(static_cast<std::int64_t>(n), 16);
+  std::size_t k = 1;
+  while (std::find(taken.begin(), taken.end(), static_cast<std::int64_t>(k)) != taken.end()) ++k;
+  return k;
+}
 
 std::vector<std::string> modes_of(const Invocation& inv) {
   if (!inv.options.contains("modes")) return {"good"};
@@ -106,6 +116,8 @@ class FaultyCpu final : public Implementation {
     if (mode == "slow") std::this_thread::sleep_for(std::chrono::milliseconds(40));
     if (mode == "oob") y[n + 3] = 1.0f;  // within the allocation: only the canary can tell
     if (mode == "nan") y[n / 2] = NAN;
+    if (mode == "minf" || mode == "minf2" || mode == "minf_nan") y[unsampled(n)] = -INFINITY;
+    if (mode == "minf_nan") y[n / 2] = NAN;
     if (mode == "input") x[0] += 1;
     if (mode == "input_last") x[n - 1] += 1;
   }
@@ -228,6 +240,23 @@ TEST(TuneFailures, LargeProblemsAreCheckedAgainstTheTrustedConfig) {
   EXPECT_EQ(of(r, "wrong").status, Status::validation);
   EXPECT_NE(of(r, "wrong").message.find("differs from the trusted output"), std::string::npos);
   EXPECT_EQ(of(r, "good2").status, Status::ok);
+}
+
+// An infinity in an output with nothing to compare it with yet (the trusted config's, or the
+// first clean candidate's) is not a failure: the log-sum-exp of a row with no key is -inf. A NaN
+// is, wherever it lies; later candidates must match the infinity.
+TEST(TuneFailures, FirstOutputsMayHoldInfinities) {
+  register_faulty();
+  auto dev = open_device("cpu");
+  TuneOptions o = quick();
+  o.reference_flops_limit = 0;
+  TuneResult r = tune(faulty({"minf_nan", "minf", "good", "minf2"}), *dev, o);
+  EXPECT_EQ(r.validated, "first clean candidate {\"mode\":\"minf\"} and the reference at 32 sampled elements");
+  EXPECT_NE(of(r, "minf_nan").message.find("NaN in y at element 500"), std::string::npos) << of(r, "minf_nan").message;
+  EXPECT_EQ(of(r, "minf").status, Status::ok) << of(r, "minf").message;
+  EXPECT_EQ(of(r, "minf2").status, Status::ok) << of(r, "minf2").message;
+  EXPECT_EQ(of(r, "good").status, Status::validation);
+  EXPECT_NE(of(r, "good").message.find("expected -inf"), std::string::npos) << of(r, "good").message;
 }
 
 // Above 32 MiB an input is checked by chunks spread from its first byte to its last, and

@@ -5,27 +5,29 @@
 // token's keys are read once for its 16 heads and q k^T is a 16-row product.
 //
 // A workgroup of NW warps per (token, kv head, 16 heads of its group; fewer heads are zero rows).
-// The warps split each branch's keys (selection: block i to warp i % NW; compression: tiles of 16
+// The warps split each branch's keys (selection: block i to warp i % NW; compression: tiles of BK
 // pooled rows in turn) and run FlashAttention-2's loop on their share, each with its own running
-// max, sum and o in registers and its own 16-key tile in local memory: no barrier inside a branch.
+// max, sum and o in registers and its own BK-key tile in local memory: no barrier inside a branch.
 // Selection tiles come by cp.async as stored (rows padded by 16 bytes), k and v apart: the next
 // tile's k is copied under this one's softmax and p v, its v under the next q k^T. Compression
 // tiles are the pool pass's f32 rows, rounded to the operand type as they are staged. At the end
 // of a branch the warps' parts meet in local memory and merge by log-sum-exp in a fixed order.
 //
-// Defines: DK, DV (multiples of 16, at most 128), BF16 (0: f16 operands, 1: bf16). Scores are in
-// base 2 (q pre-scaled by scale log2(e)); lse is natural.
+// Defines: DK, DV (multiples of 16, at most 128), NW (warps: 2 or 4), BK (keys a warp tile: 16
+// or 32, dividing the block size), BF16 (0: f16 operands, 1: bf16). Scores are in base 2 (q
+// pre-scaled by scale log2(e)); lse is natural.
 #include "common/clc.h"
 #include "common/clc_mma.h"
 
-#define NW 4
-#define BK 16                 // keys a warp tile
 #define KROWB (2 * DK + 16)   // bytes a staged row of k: (DK / 8 + 1) 16-byte units, an odd count,
 #define VROWB (2 * DV + 16)   // so ldmatrix's eight rows fall on distinct bank groups
 #define WARP_BYTES (BK * (KROWB + VROWB))
 #define MERGE_BYTES (NW * 16 * (DV + 2) * 4)
 #define LOCAL_BYTES (NW * WARP_BYTES > MERGE_BYTES ? NW * WARP_BYTES : MERGE_BYTES)
 #define OTILES (DV / 8)
+#define STILES (BK / 8)       // score tiles of 8 keys
+#define TPR (2 * NW)          // threads a row in the merge
+#define CPT (DV / TPR)        // columns a thread in the merge
 #define KSTEPS (DK / 16)
 #define NEG (-INFINITY)
 #define LOG2E 1.4426950408889634f
@@ -110,7 +112,7 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_fwd_mma(
       }
   }
 
-  float first[16];  // this thread's merged o_cmp, for the gated output
+  float first[CPT];  // this thread's merged o_cmp, for the gated output
   for (int branch = 0; branch < 2; ++branch) {
     float o[OTILES][4], m[2] = {NEG, NEG}, l[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -120,16 +122,18 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_fwd_mma(
     // wait runs between the softmax and p v (WAIT_V), so a copy in flight lands meanwhile.
 #define TILE_BODY(N, WAIT_V)                                                                  \
   {                                                                                          \
-    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};                   \
-    _Pragma("unroll") for (int st = 0; st < KSTEPS; ++st) {                                  \
-      uint b[4];                                                                             \
-      ldsm_x4(b, ks + koff + (uint)(32 * st));                                               \
-      mma(s[0], qf[st][0], qf[st][1], qf[st][2], qf[st][3], b[0], b[1]);                     \
-      mma(s[1], qf[st][0], qf[st][1], qf[st][2], qf[st][3], b[2], b[3]);                     \
-    }                                                                                        \
+    float s[STILES][4];                                                                      \
+    _Pragma("unroll") for (int nn = 0; nn < STILES; ++nn) s[nn][0] = s[nn][1] = s[nn][2] = s[nn][3] = 0.0f; \
+    _Pragma("unroll") for (int st = 0; st < KSTEPS; ++st)                                    \
+      _Pragma("unroll") for (int nn = 0; nn < STILES; nn += 2) {                             \
+        uint b[4];                                                                           \
+        ldsm_x4(b, ks + koff + (uint)(8 * nn * KROWB + 32 * st));                            \
+        mma(s[nn], qf[st][0], qf[st][1], qf[st][2], qf[st][3], b[0], b[1]);                  \
+        mma(s[nn + 1], qf[st][0], qf[st][1], qf[st][2], qf[st][3], b[2], b[3]);              \
+      }                                                                                      \
     warp_sync();                                                                             \
     float mx[2] = {NEG, NEG};                                                                \
-    _Pragma("unroll") for (int nn = 0; nn < 2; ++nn)                                         \
+    _Pragma("unroll") for (int nn = 0; nn < STILES; ++nn)                                    \
       _Pragma("unroll") for (int e = 0; e < 4; ++e) {                                        \
         if (8 * nn + 2 * t + (e & 1) >= (N)) s[nn][e] = NEG;                                 \
         mx[e >> 1] = fmax(mx[e >> 1], s[nn][e]);                                             \
@@ -140,7 +144,7 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_fwd_mma(
       alpha[hh] = m[hh] == NEG ? 0.0f : ex2(m[hh] - top);                                    \
       m[hh] = top;                                                                           \
     }                                                                                        \
-    _Pragma("unroll") for (int nn = 0; nn < 2; ++nn)                                         \
+    _Pragma("unroll") for (int nn = 0; nn < STILES; ++nn)                                    \
       _Pragma("unroll") for (int e = 0; e < 4; ++e) {                                        \
         s[nn][e] = ex2(s[nn][e] - m[e >> 1]);                                                \
         sum[e >> 1] += s[nn][e];                                                             \
@@ -152,20 +156,23 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_fwd_mma(
       o[n][2] *= alpha[1];                                                                   \
       o[n][3] *= alpha[1];                                                                   \
     }                                                                                        \
-    const uint a0 = pack2(s[0][0], s[0][1]), a1 = pack2(s[0][2], s[0][3]);                   \
-    const uint a2 = pack2(s[1][0], s[1][1]), a3 = pack2(s[1][2], s[1][3]);                   \
     WAIT_V                                                                                   \
-    _Pragma("unroll") for (int n = 0; n < OTILES; n += 2) {                                  \
-      uint b[4];                                                                             \
-      ldsm_x4_t(b, vs + voff + (uint)(16 * n));                                              \
-      mma(o[n], a0, a1, a2, a3, b[0], b[1]);                                                 \
-      mma(o[n + 1], a0, a1, a2, a3, b[2], b[3]);                                             \
+    _Pragma("unroll") for (int kst = 0; kst < BK / 16; ++kst) {                              \
+      const uint a0 = pack2(s[2 * kst][0], s[2 * kst][1]), a1 = pack2(s[2 * kst][2], s[2 * kst][3]); \
+      const uint a2 = pack2(s[2 * kst + 1][0], s[2 * kst + 1][1]);                           \
+      const uint a3 = pack2(s[2 * kst + 1][2], s[2 * kst + 1][3]);                           \
+      _Pragma("unroll") for (int n = 0; n < OTILES; n += 2) {                                \
+        uint b[4];                                                                           \
+        ldsm_x4_t(b, vs + voff + (uint)(16 * kst * VROWB + 16 * n));                         \
+        mma(o[n], a0, a1, a2, a3, b[0], b[1]);                                               \
+        mma(o[n + 1], a0, a1, a2, a3, b[2], b[3]);                                           \
+      }                                                                                      \
     }                                                                                        \
     warp_sync();                                                                             \
   }
 
     if (branch == 0) {
-      // Compression: pooled blocks 0 .. nc - 1, tiles of 16 in turn over the warps.
+      // Compression: pooled blocks 0 .. nc - 1, tiles of BK in turn over the warps.
       const int nc = (pos + 1) / BS;
       for (int c0 = BK * warp; c0 < nc; c0 += BK * NW) {
         const int n = min(BK, nc - c0);
@@ -175,7 +182,7 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_fwd_mma(
         TILE_BODY(n, )
       }
     } else {
-      // Selection: the listed blocks i = warp, warp + NW, ..., each in tiles of 16 keys; a block
+      // Selection: the listed blocks i = warp, warp + NW, ..., each in tiles of BK keys; a block
       // is len(i) keys (0 when its entry is -1 or past the token, fewer for the token's own).
       const int cnt = bc[tok * H + h];
       const __global int* list = bi + (size_t)(tok * H + h) * S;
@@ -249,9 +256,9 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_fwd_mma(
       }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    // 8 threads a row, DV / 8 columns each, the warps' parts in warp order.
+    // TPR threads a row, CPT columns each, the warps' parts in warp order.
     {
-      const int row = tid / 8, c0 = (tid % 8) * (DV / 8);
+      const int row = tid / TPR, c0 = (tid % TPR) * CPT;
       float top = NEG;
       for (int w = 0; w < NW; ++w) top = fmax(top, ml[(w * 16 + row) * 2]);
       float wt[NW], L = 0.0f;
@@ -263,7 +270,7 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_fwd_mma(
       const float inv = L > 0.0f ? 1.0f / L : 0.0f;
       if (row < R) {
         const size_t at = (size_t)(th0 + row) * DV + c0;
-        for (int c = 0; c < DV / 8; ++c) {
+        for (int c = 0; c < CPT; ++c) {
           float x = 0.0f;
           for (int w = 0; w < NW; ++w) x += wt[w] * mo[(w * 16 + row) * DV + c0 + c];
           x *= inv;
@@ -276,7 +283,7 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_fwd_mma(
                       ejk_load(gc16, th0 + row, dtype) * first[c] + ejk_load(gs16, th0 + row, dtype) * x);
           }
         }
-        if (tid % 8 == 0) lse[(size_t)(th0 + row) * 2 + branch] = L > 0.0f ? (top + log2(L)) * LN2 : NEG;
+        if (tid % TPR == 0) lse[(size_t)(th0 + row) * 2 + branch] = L > 0.0f ? (top + log2(L)) * LN2 : NEG;
       }
     }
     barrier(CLK_LOCAL_MEM_FENCE);  // the merge is read before the next branch's tiles overwrite it

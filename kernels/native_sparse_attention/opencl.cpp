@@ -33,11 +33,12 @@ namespace {
 constexpr const char* source_key = "native_sparse_attention/nsa.cl";
 constexpr const char* mma_key = "native_sparse_attention/nsa_mma.cl";
 const char* const scalar_v = "variant == \"scalar\"";
+const char* const mma_v = "variant == \"mma\"";
 
-// nsa_mma.cl's local memory: four warps' 16-row tiles of k and v (rows padded by 16 bytes), or
-// the warps' o, max and sum as they merge, whichever is larger.
-std::int64_t mma_local_bytes(const Problem& p) {
-  return std::max<std::int64_t>(4 * 16 * ((2 * p.dk + 16) + (2 * p.dv + 16)), 4 * 16 * (p.dv + 2) * 4);
+// nsa_mma.cl's local memory: each warp's tile of k and v rows (padded by 16 bytes), or the warps'
+// o, max and sum as they merge, whichever is larger.
+std::int64_t mma_local_bytes(const Problem& p, std::int64_t warps, std::int64_t block_n) {
+  return std::max<std::int64_t>(warps * block_n * ((2 * p.dk + 16) + (2 * p.dv + 16)), warps * 16 * (p.dv + 2) * 4);
 }
 
 // The tensor-core forward takes f16 or bf16 with head dims multiples of 16 up to 128 (its q and
@@ -49,7 +50,7 @@ bool mma_offered(const Problem& p, const DeviceInfo& dev) {
   if (p.dk % 16 || p.dv % 16 || p.dk > 128 || p.dv > 128 || p.block_size % 16) return false;
   if (p.group > 16 && p.group % 16) return false;
   return !clc::is_cpu(dev) && dev.offers({16, 8, 16, p.dtype, DType::f32}) &&
-         mma_local_bytes(p) <= static_cast<std::int64_t>(dev.local_mem);
+         mma_local_bytes(p, 2, 16) <= static_cast<std::int64_t>(dev.local_mem);
 }
 
 struct Common {
@@ -98,12 +99,18 @@ class OpenCLNsa final : public clc::Implementation {
     s.param("variant", mma_offered(Problem::of(inv), dev)
                            ? std::vector<Value>{std::string("scalar"), std::string("mma")}
                            : std::vector<Value>{std::string("scalar")});
+    // Tensor cores: warps a group and keys a warp tile (build options NW and BK).
+    s.param("mma_warps", {2, 4}, mma_v)
+        .param("mma_block_n", {16, 32}, mma_v)
+        .constraint("block_size % mma_block_n == 0")
+        .constraint("max(mma_warps * mma_block_n * (2 * head_dim_k + 2 * head_dim_v + 32), "
+                    "mma_warps * 16 * (head_dim_v + 2) * 4) <= local_mem");
     return gpu_space(NsaKernel().vars(inv), dev, false, std::move(s), scalar_v);
   }
   // Tensor cores where offered, else the scalar kernel's heuristic.
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
     const ParamSpace s = space(inv, dev);
-    const Config mma{{"variant", std::string("mma")}};
+    const Config mma{{"variant", std::string("mma")}, {"mma_warps", 4}, {"mma_block_n", 16}};
     if (s.admits(mma)) return mma;
     return gpu_heuristic(s, Problem::of(inv), dev, "native_sparse_attention opencl", Config{{"variant", std::string("scalar")}});
   }
@@ -118,15 +125,24 @@ class OpenCLNsa final : public clc::Implementation {
                               "of 16 up to 128, block_size a multiple of 16, at most 16 query heads a kv head or a "
                               "multiple of 16, and m16n8k16 fragments of the dtype (" + dev.info().id() + ": " +
                               dev.info().name + ")");
+      const std::int64_t nw = config.get("mma_warps"), bk = config.get("mma_block_n");
+      if ((nw != 2 && nw != 4) || (bk != 16 && bk != 32) || p.block_size % bk ||
+          mma_local_bytes(p, nw, bk) > static_cast<std::int64_t>(dev.info().local_mem))
+        throw InvalidArgument("native_sparse_attention on OpenCL: config " + config.canonical() +
+                              " needs mma_warps 2 or 4, mma_block_n 16 or 32 dividing block_size " +
+                              std::to_string(p.block_size) + ", and " + std::to_string(mma_local_bytes(p, nw, bk)) +
+                              " bytes of local memory (the device has " + std::to_string(dev.info().local_mem) + ")");
       if (p.tokens() == 0) return;
-      const std::string options = " -DDK=" + std::to_string(p.dk) + " -DDV=" + std::to_string(p.dv) +
+      const std::string options = " -DDK=" + std::to_string(p.dk) + " -DDV=" + std::to_string(p.dv) + " -DNW=" +
+                                  std::to_string(nw) + " -DBK=" + std::to_string(bk) +
                                   " -DBF16=" + (p.dtype == DType::bf16 ? "1" : "0");
       // The pool pass of the scalar program (its geometry options do not change it).
       const Pooled pooled = pool(dev, p, options_of(p, Common{128, 32, 1}), args);
       auto k = dev.kernel(mma_key, options, "nsa_fwd_mma");
       const std::int64_t parts = p.group > 16 ? p.group / 16 : 1;
-      dev.launch(*k, clc::Range(static_cast<std::size_t>(p.tokens()) * 128, static_cast<std::size_t>(p.kv_heads * parts)),
-                 clc::Range(128, 1), args[fwd::q], args[fwd::k], args[fwd::v], args[fwd::g_cmp], args[fwd::g_slc],
+      const auto t = static_cast<std::size_t>(32 * nw);
+      dev.launch(*k, clc::Range(static_cast<std::size_t>(p.tokens()) * t, static_cast<std::size_t>(p.kv_heads * parts)),
+                 clc::Range(t, 1), args[fwd::q], args[fwd::k], args[fwd::v], args[fwd::g_cmp], args[fwd::g_slc],
                  args[fwd::block_indices], args[fwd::block_counts], args[fwd::cu_seqlens], *pooled.kc, *pooled.vc,
                  args[fwd::o], args[fwd::o_cmp], args[fwd::o_slc], args[fwd::lse], static_cast<int>(p.num_seqs),
                  static_cast<int>(p.kv_heads), static_cast<int>(p.group), static_cast<int>(p.selected),
