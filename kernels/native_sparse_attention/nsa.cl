@@ -10,20 +10,7 @@
 #define VS (DV + 1)
 
 #include "common/clc.h"
-
-// The sequence of flattened token t: the last n with cu[n] <= t (empty sequences skipped),
-// returned, with its bounds.
-int locate(const __global int* cu, int nseq, int t, int* bos, int* eos) {
-  int lo = 0, hi = nseq;
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (cu[mid] <= t) lo = mid;
-    else hi = mid;
-  }
-  *bos = cu[lo];
-  *eos = cu[lo + 1];
-  return lo;
-}
+#include "nsa_seq.h"
 
 // The selection's inverse, for the backward's keys: per (block, kv head) a bitmap of the
 // queries that list the block, bit t - (the block's first token) of W words. A block starting

@@ -18,6 +18,7 @@
 // pre-scaled by scale log2(e)); lse is natural.
 #include "common/clc.h"
 #include "common/clc_mma.h"
+#include "nsa_seq.h"
 
 #define KROWB (2 * DK + 16)   // bytes a staged row of k: (DK / 8 + 1) 16-byte units, an odd count,
 #define VROWB (2 * DV + 16)   // so ldmatrix's eight rows fall on distinct bank groups
@@ -34,19 +35,6 @@
 #define LN2 0.6931471805599453f
 
 void warp_sync(void) { asm volatile("bar.warp.sync -1;" ::: "memory"); }
-
-// The sequence of flattened token t: the last n with cu[n] <= t (empty sequences skipped), with
-// its bounds.
-void locate_seq(const __global int* cu, int nseq, int t, int* bos, int* eos) {
-  int lo = 0, hi = nseq;
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (cu[mid] <= t) lo = mid;
-    else hi = mid;
-  }
-  *bos = cu[lo];
-  *eos = cu[lo + 1];
-}
 
 // Rows r < n of k (or v) from token row0 + r of kv head h, each W 16-bit words, into local
 // address dst (rows RB bytes apart); rows from n on zero-filled. Not committed.
@@ -85,7 +73,7 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_fwd_mma(
             part = get_group_id(1) % parts;
   const int R = G > 16 ? 16 : G, HQ = H * G, th0 = tok * HQ + h * G + part * 16;
   int bos, eos;
-  locate_seq(cu, nseq, tok, &bos, &eos);
+  locate(cu, nseq, tok, &bos, &eos);
   const int pos = tok - bos;
   const uint base = EJK_SMEM(smem);
   const uint ks = base + (uint)(warp * WARP_BYTES), vs = ks + BK * KROWB;

@@ -32,6 +32,7 @@ namespace {
 
 constexpr const char* source_key = "native_sparse_attention/nsa.cl";
 constexpr const char* mma_key = "native_sparse_attention/nsa_mma.cl";
+constexpr const char* seq_key = "native_sparse_attention/nsa_seq.h";
 const char* const scalar_v = "variant == \"scalar\"";
 const char* const mma_v = "variant == \"mma\"";
 
@@ -92,7 +93,7 @@ class OpenCLNsa final : public clc::Implementation {
   std::string_view kernel() const override { return "native_sparse_attention"; }
   std::vector<ArgDef> args() const override { return forward_args(); }
   std::vector<std::string> sources() const override {
-    return {source_key, mma_key, clc::mma_source, clc::prelude_source};
+    return {source_key, mma_key, seq_key, clc::mma_source, clc::prelude_source};
   }
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
     ParamSpace s;
@@ -119,6 +120,10 @@ class OpenCLNsa final : public clc::Implementation {
     const Problem p = Problem::of(inv);
     auto& dev = clc::clc_device(device);
     const std::string& variant = config.text("variant");
+    // The program and its geometry: work-items a group, groups a (token, kv head).
+    std::shared_ptr<clc::Kernel> k;
+    std::int64_t threads = 0, parts = 0;
+    std::string pool_options;
     if (variant == "mma") {
       if (!mma_offered(p, dev.info()))
         throw InvalidArgument("native_sparse_attention on OpenCL: the mma variant needs f16 or bf16, head dims multiples "
@@ -133,31 +138,27 @@ class OpenCLNsa final : public clc::Implementation {
                               std::to_string(p.block_size) + ", and " + std::to_string(mma_local_bytes(p, nw, bk)) +
                               " bytes of local memory (the device has " + std::to_string(dev.info().local_mem) + ")");
       if (p.tokens() == 0) return;
-      const std::string options = " -DDK=" + std::to_string(p.dk) + " -DDV=" + std::to_string(p.dv) + " -DNW=" +
-                                  std::to_string(nw) + " -DBK=" + std::to_string(bk) +
-                                  " -DBF16=" + (p.dtype == DType::bf16 ? "1" : "0");
+      k = dev.kernel(mma_key,
+                     " -DDK=" + std::to_string(p.dk) + " -DDV=" + std::to_string(p.dv) + " -DNW=" + std::to_string(nw) +
+                         " -DBK=" + std::to_string(bk) + " -DBF16=" + (p.dtype == DType::bf16 ? "1" : "0"),
+                     "nsa_fwd_mma");
+      threads = 32 * nw;
+      parts = p.group > 16 ? p.group / 16 : 1;
       // The pool pass of the scalar program (its geometry options do not change it).
-      const Pooled pooled = pool(dev, p, options_of(p, Common{128, 32, 1}), args);
-      auto k = dev.kernel(mma_key, options, "nsa_fwd_mma");
-      const std::int64_t parts = p.group > 16 ? p.group / 16 : 1;
-      const auto t = static_cast<std::size_t>(32 * nw);
-      dev.launch(*k, clc::Range(static_cast<std::size_t>(p.tokens()) * t, static_cast<std::size_t>(p.kv_heads * parts)),
-                 clc::Range(t, 1), args[fwd::q], args[fwd::k], args[fwd::v], args[fwd::g_cmp], args[fwd::g_slc],
-                 args[fwd::block_indices], args[fwd::block_counts], args[fwd::cu_seqlens], *pooled.kc, *pooled.vc,
-                 args[fwd::o], args[fwd::o_cmp], args[fwd::o_slc], args[fwd::lse], static_cast<int>(p.num_seqs),
-                 static_cast<int>(p.kv_heads), static_cast<int>(p.group), static_cast<int>(p.selected),
-                 static_cast<int>(p.block_size), static_cast<float>(p.scale), dtype_code(p.dtype));
-      return;
-    }
-    if (variant != "scalar")
+      pool_options = options_of(p, Common{128, 32, 1});
+    } else if (variant == "scalar") {
+      const Common c = checked(p, config, "native_sparse_attention");
+      if (p.tokens() == 0) return;
+      pool_options = options_of(p, c);
+      k = dev.kernel(source_key, pool_options, "nsa_fwd");
+      threads = c.threads;
+      parts = p.group / c.hpg;
+    } else {
       throw InvalidArgument("native_sparse_attention on OpenCL: unknown variant '" + variant + "' (scalar, mma)");
-    const Common c = checked(p, config, "native_sparse_attention");
-    if (p.tokens() == 0) return;
-    const std::string options = options_of(p, c);
-    const Pooled pooled = pool(dev, p, options, args);
-    auto k = dev.kernel(source_key, options, "nsa_fwd");
-    const auto t = static_cast<std::size_t>(c.threads);
-    dev.launch(*k, clc::Range(static_cast<std::size_t>(p.tokens()) * t, static_cast<std::size_t>(p.kv_heads * (p.group / c.hpg))),
+    }
+    const Pooled pooled = pool(dev, p, pool_options, args);
+    const auto t = static_cast<std::size_t>(threads);
+    dev.launch(*k, clc::Range(static_cast<std::size_t>(p.tokens()) * t, static_cast<std::size_t>(p.kv_heads * parts)),
                clc::Range(t, 1), args[fwd::q], args[fwd::k], args[fwd::v], args[fwd::g_cmp], args[fwd::g_slc],
                args[fwd::block_indices], args[fwd::block_counts], args[fwd::cu_seqlens], *pooled.kc, *pooled.vc,
                args[fwd::o], args[fwd::o_cmp], args[fwd::o_slc], args[fwd::lse], static_cast<int>(p.num_seqs),
@@ -171,7 +172,7 @@ class OpenCLNsaBwd final : public clc::Implementation {
   using clc::Implementation::Implementation;
   std::string_view kernel() const override { return "native_sparse_attention_bwd"; }
   std::vector<ArgDef> args() const override { return backward_args(); }
-  std::vector<std::string> sources() const override { return {source_key, clc::prelude_source}; }
+  std::vector<std::string> sources() const override { return {source_key, seq_key, clc::prelude_source}; }
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
     return gpu_space(NsaBwdKernel().vars(inv), dev, true);
   }

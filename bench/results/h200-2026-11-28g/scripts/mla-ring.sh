@@ -6,10 +6,5 @@ timeout 120 ejk_tests --gtest_filter='*MlaAttention*ulkan*' > $R/mla-tests.txt 2
 for rows in 16 8 4 16 8 4; do EJK_TMP_ROWS=$rows timeout 60 ejk --device vulkan:0 run $S/mla.yaml --passes > $R/mla-passes-rows$rows.txt 2>&1; echo rows $rows; tail -4 $R/mla-passes-rows$rows.txt | cut -c1-20,125-160; done
 export EJK_CACHE_DIR=$(mktemp -d)
 timeout 60 ejk_bench --benchmark_min_time=0.05 --benchmark_filter='BM_mla_decode_gpu/(vulkan|opencl|cuda):0' > $R/mla.txt 2>&1; grep manual_time $R/mla.txt | cut -c1-150
-mkdir -p $R/sass
-for f in $(grep -rl --binary-files=binary -F "$(printf '\x28\xb5\x2f\xfd')" $EJK_CACHE_DIR 2>/dev/null); do
-  n=$(basename $f | cut -c1-16)
-  NVDISASM=/usr/local/cuda/bin/nvdisasm python3 bench/results/h200-2026-11-27d/scripts/vulkan-sass.py $f $R/sass/$n.sass 2>&1 | head -1
-  echo "  LDL/STL: $(grep -c 'LDL\|STL' $R/sass/$n.sass) BAR: $(grep -c 'BAR' $R/sass/$n.sass) HMMA: $(grep -c HMMA $R/sass/$n.sass)"
-done
+bash $S/sass-dump.sh $R
 cd $OUT && tar -czf r.tgz r && rm -rf r
