@@ -5,8 +5,9 @@
 // scalar pass read it once for 4). A workgroup of four subgroups takes 32 sequences of one head
 // and 64 latent columns (16 rows and 32 columns a subgroup); its rows of q_nope (zeros past the
 // batch) and columns of w_kc are staged in shared memory as f16, and the products go through
-// shared memory so that only the batch's rows are written. Groups past RANK / 64 along x copy the
-// scaled q_pe instead, every load before any store.
+// shared memory so that only the batch's rows are written. Each group also copies the scaled q_pe
+// of its share of the 32 sequences (a group of its own for q_pe made 144 groups at DeepSeek-V3
+// widths, a second wave on a GPU of 132 multiprocessors), every load before any store.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -27,6 +28,9 @@ const uint WR = 72;        // halves a staged row of the block's 64 columns of w
 const float LOG2E = 1.4426950408889634;
 const uint QA = EJK_CEIL_DIV(32 * (NOPE / 8), 128);  // 8-half units of q_nope a thread stages
 const uint QW = EJK_CEIL_DIV(NOPE * 8, 128);         // of w_kc
+const uint NX = RANK / 64;                           // groups along x
+const uint PR = EJK_CEIL_DIV(32, NX);                // sequences whose q_pe a group copies
+const uint PE = EJK_CEIL_DIV(PR * ROPE, 128);        // elements of q_pe a thread copies
 
 layout(push_constant) uniform Push {
   uint heads, nope_dim, block_size, max_blocks;
@@ -49,20 +53,12 @@ void main() {
   const uint lid = gl_LocalInvocationID.x, h = gl_WorkGroupID.y, b0 = gl_WorkGroupID.z * 32;
   const uint n0 = gl_WorkGroupID.x * 64;
   const float s = pc.scale * LOG2E;
-  if (n0 >= RANK) {
-    const uint n = n0 - RANK + lid % 64;
-    float v[16];
-    [[unroll]] for (uint i = 0; i < 16; ++i) {
-      const uint b = b0 + lid / 64 + 2 * i;
-      v[i] = n < ROPE && b < pc.batch ? float(qp[(b * pc.heads + h) * ROPE + n]) : 0.0;
-    }
-    [[unroll]] for (uint i = 0; i < 16; ++i) {
-      const uint b = b0 + lid / 64 + 2 * i;
-      if (n < ROPE && b < pc.batch) qs[(b * pc.heads + h) * WIDTH + RANK + n] = s * v[i];
-    }
-    return;
-  }
   // Every load issued before any store, so that their latencies overlap.
+  float pe[PE];
+  [[unroll]] for (uint i = 0; i < PE; ++i) {
+    const uint e = lid + i * 128, r = gl_WorkGroupID.x * PR + e / ROPE, b = b0 + r;
+    pe[i] = e < PR * ROPE && r < 32 && b < pc.batch ? float(qp[(b * pc.heads + h) * ROPE + e % ROPE]) : 0.0;
+  }
   uvec4 ra[QA], rw[QW];
   [[unroll]] for (uint i = 0; i < QA; ++i) {
     const uint u = lid + i * 128, r = u / (NOPE / 8), k = u % (NOPE / 8), b = b0 + r;
@@ -79,6 +75,10 @@ void main() {
   [[unroll]] for (uint i = 0; i < QW; ++i) {
     const uint u = lid + i * 128, k = u / 8, n = u % 8;
     if (u < NOPE * 8) hs[WB + k * (WR / 8) + n] = rw[i];
+  }
+  [[unroll]] for (uint i = 0; i < PE; ++i) {
+    const uint e = lid + i * 128, r = gl_WorkGroupID.x * PR + e / ROPE, b = b0 + r;
+    if (e < PR * ROPE && r < 32 && b < pc.batch) qs[(b * pc.heads + h) * WIDTH + RANK + e % ROPE] = s * pe[i];
   }
   barrier();
   const uint sg = gl_SubgroupID, r0 = (sg / 2) * 16, c0 = (sg % 2) * 32;

@@ -261,7 +261,7 @@ class VulkanMlaDecode final : public Implementation {
       a.spec = {u32(p.nope_dim), u32(p.rank), u32(p.rope_dim)};
       a.push = vulkan::push_bytes(push);
       a.buffers = {&args[arg::q_nope].buffer(), &args[arg::q_pe].buffer(), &args[arg::w_kc].buffer(), qs.get()};
-      a.groups = {u32(p.rank / 64 + (p.rope_dim + 63) / 64), u32(p.heads), u32((p.batch + 31) / 32)};
+      a.groups = {u32(p.rank / 64), u32(p.heads), u32((p.batch + 31) / 32)};
       a.shared_bytes = u32(absorb_coopmat_shared(p));
       a.full_subgroups = true;
       dev.dispatch(a);
