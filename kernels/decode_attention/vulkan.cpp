@@ -13,6 +13,7 @@
 
 #include "backends/vulkan/vulkan_device.hpp"
 #include "common/builtin.hpp"
+#include "common/vulkan_coopmat.hpp"
 #include "common/vulkan_fragment_rows.hpp"
 #include "decode_attention/engine.hpp"
 #include "decode_attention/impls.hpp"
@@ -52,17 +53,9 @@ std::string shared_expr(const std::string& rows) {
 // subgroups of 32 with 16x16x16 f16 -> f32 fragments whose rows the probe placed (the softmax
 // runs in registers). Rows (at most 16) are the space's.
 bool coop_offered(const Engine& e, const DeviceInfo& dev) {
-#ifdef EJK_HAVE_COOPMAT
-  const auto& pd = vulkan::physical_device(dev.index);
   const bool tiles = e.layout == Layout::paged ? e.block_size % 16 == 0 : e.seq_len >= 16;
-  return e.dtype == DType::f16 && e.head_dim == dim_class(e.head_dim) && e.head_dim <= 128 && tiles && pd.storage16 &&
-         pd.float16 && pd.full_subgroups && dev.subgroup_size == 32 && dev.offers({16, 16, 16, DType::f16, DType::f32}) &&
-         fragment_rows(dev).lanes > 0;
-#else
-  (void)e;
-  (void)dev;
-  return false;
-#endif
+  return e.dtype == DType::f16 && e.head_dim == dim_class(e.head_dim) && e.head_dim <= 128 && tiles &&
+         f16_fragments(dev, {32}) && fragment_rows(dev).lanes > 0;
 }
 
 std::string rows_expr(const Engine& e) { return e.varlen ? "(group * block_q)" : "group"; }

@@ -18,6 +18,7 @@
 #include "backends/vulkan/vulkan_device.hpp"
 #include "common/builtin.hpp"
 #include "common/ceil_div.hpp"
+#include "common/vulkan_coopmat.hpp"
 #include "common/vulkan_fragment_rows.hpp"
 #include "ejk/error.hpp"
 #include "flash_attention/flash_attention.hpp"
@@ -87,17 +88,7 @@ std::string module(const char* pass, bool wide) {
 // need f16 q, k, v, a head_dim that is a multiple of 16, 16x16x16 f16 x f16 -> f32 fragments, and
 // subgroups of 16, 32 or 64.
 bool coopmat_offered(const Problem& p, const DeviceInfo& dev) {
-#ifdef EJK_HAVE_COOPMAT
-  const auto& pd = vulkan::physical_device(dev.index);
-  if (p.dtype != DType::f16 || p.head_dim % 16 != 0 || !pd.storage16 || !pd.float16 || !pd.full_subgroups)
-    return false;
-  if (dev.subgroup_size != 16 && dev.subgroup_size != 32 && dev.subgroup_size != 64) return false;
-  return dev.offers({16, 16, 16, DType::f16, DType::f32});
-#else
-  (void)p;
-  (void)dev;
-  return false;
-#endif
+  return p.dtype == DType::f16 && p.head_dim % 16 == 0 && f16_fragments(dev, {16, 32, 64});
 }
 
 void require_coopmat(const Problem& p, const DeviceInfo& info, const std::string& text) {

@@ -22,6 +22,7 @@
 
 #include "backends/vulkan/vulkan_device.hpp"
 #include "common/builtin.hpp"
+#include "common/vulkan_coopmat.hpp"
 #include "common/dtype_code.hpp"
 #include "ejk/error.hpp"
 #include "mla_attention/device_space.hpp"
@@ -44,16 +45,8 @@ std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
 // group, tiles of 16 rows within a page, a row of whole 16-column steps, full subgroups of 32,
 // and 16x16x16 f16 x f16 -> f32 fragments.
 bool coopmat_offered(const Problem& p, const DeviceInfo& dev) {
-#ifdef EJK_HAVE_COOPMAT
-  const auto& pd = vulkan::physical_device(dev.index);
   return p.dtype == DType::f16 && p.heads % 16 == 0 && p.rank % 64 == 0 && p.width() % 16 == 0 && p.block_size % 16 == 0 &&
-         pd.storage16 && pd.float16 && pd.full_subgroups && dev.subgroup_size == 32 &&
-         dev.offers({16, 16, 16, DType::f16, DType::f32});
-#else
-  (void)p;
-  (void)dev;
-  return false;
-#endif
+         f16_fragments(dev, {32});
 }
 
 // Its shared memory: a tile and P as f16 (rows padded by 8 halves; q is staged in the tile's
