@@ -1,0 +1,15 @@
+# matmul f16 on workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2, variant coopmat_wg): the tests, cuBLAS, a tune of the variant's configs at 4096³ and the heuristic (coopmat) in the same call.
+mkdir -p .device && tar -C .device -xJf .devpack.tar.xz && . .device/env.sh >/dev/null; export EJK_CACHE_DIR=$(mktemp -d); R=$OUT/r; mkdir -p $R
+S=bench/results/h200-2026-11-28h/scripts
+timeout 60 ejk_tests --gtest_filter='*WorkgroupCoopmat*/vulkan_0:VulkanCoopmatKhr*' > $R/tests.txt 2>&1; tail -3 $R/tests.txt | cut -c1-200; grep -m4 -A6 Failure $R/tests.txt | cut -c1-400
+timeout 40 python3 bench/results/h200-2026-11-27b/scripts/cublas.py > $R/cublas.txt 2>&1; head -1 $R/cublas.txt
+timeout 30 ejk run $S/mm.yaml > $R/heuristic.txt 2>&1; tail -1 $R/heuristic.txt | cut -c1-200
+EJK_LOG_TUNE=1 timeout 100 ejk tune $S/mm-wg-tune.yaml --json $R/tune.json > $R/tune.txt 2>&1; tail -2 $R/tune.txt | cut -c1-250
+python3 -c "
+import json; d=json.load(open('$R/tune.json'))
+for b in d['benchmarks']:
+  cs=b['candidates']; ok=[c for c in cs if c.get('median_ns')]
+  print(len(cs), 'candidates,', len(ok), 'timed')
+  for c in sorted(ok, key=lambda c: c['median_ns'])[:12]: print('  ', c.get('config'), c['median_ns'], round(2*4096**3/c['median_ns']/1e3,1), 'TFLOP/s')
+  for c in [c for c in cs if not c.get('median_ns')][:6]: print('  failed', c.get('config'), c.get('status'), str(c.get('message',''))[:300])" > $R/tune-sorted.txt 2>&1; cat $R/tune-sorted.txt
+cd $OUT && tar -czf r.tgz r && rm -rf r
