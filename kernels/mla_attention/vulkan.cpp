@@ -288,11 +288,11 @@ class VulkanMlaDecode final : public Implementation {
       vulkan::Launch m;
       m.spirv = "mla_attention/mla_decode_merge_coopmat.spv";
       m.local_size = {256, 1, 1};
-      const std::int64_t rows = merge_rows(p, std::max<std::int64_t>(1, info.compute_units));
-      m.spec = {u32(p.rank), u32(p.v_dim), u32(kc), u32(rows)};
+      const std::int64_t seqs = merge_rows(p, std::max<std::int64_t>(1, info.compute_units));
+      m.spec = {u32(p.rank), u32(p.v_dim), u32(kc), u32(seqs)};
       m.push = vulkan::push_bytes(push);
       m.buffers = {part_o.get(), part_ml.get(), &args[arg::w_vc].buffer(), &args[arg::out].buffer()};
-      m.groups = {u32(p.heads), u32((p.batch + rows - 1) / rows), 1};
+      m.groups = {u32(p.heads), u32((p.batch + seqs - 1) / seqs), 1};
       m.shared_bytes = u32(merge_coopmat_shared(p, kc));
       m.full_subgroups = true;
       dev.dispatch(m);
