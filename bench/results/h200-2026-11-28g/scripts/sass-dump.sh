@@ -1,4 +1,4 @@
-# The SASS of every Vulkan pipeline in $EJK_CACHE_DIR into $1/sass, with each one's counts of local-memory accesses, barriers and HMMA (run by mla-ring.sh and mla-loads.sh).
+# The SASS of every Vulkan pipeline in $EJK_CACHE_DIR into $1/sass, with each one's counts of local-memory accesses, barriers and HMMA (run by mla-ring.sh and mla-loads.sh, and by ../../h200-2026-11-28h/scripts/mla-attend.sh and mla-merge.sh).
 mkdir -p $1/sass
 for f in $(grep -rl --binary-files=binary -F "$(printf '\x28\xb5\x2f\xfd')" $EJK_CACHE_DIR 2>/dev/null); do
   n=$(basename $f | cut -c1-16)

@@ -1,4 +1,4 @@
-# mla_decode's Vulkan absorb in 128 groups (each copying its share of q_pe) instead of 144 (16 of them only copying q_pe): the tests, pass by pass, ejk_bench with the copies.
+# mla_decode on Vulkan, the build at hand: the tests, pass by pass, ejk_bench with the copies (run for the absorb in 128 groups, the clustered softmax reductions and the f16 parts, README).
 mkdir -p .device && tar -C .device -xJf .devpack.tar.xz && . .device/env.sh >/dev/null; export EJK_CACHE_DIR=$(mktemp -d); R=$OUT/r; mkdir -p $R
 S=bench/results/h200-2026-11-28h/scripts
 export EJK_BENCH_TUNE_EVALS=0

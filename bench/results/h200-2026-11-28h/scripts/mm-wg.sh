@@ -5,11 +5,5 @@ timeout 60 ejk_tests --gtest_filter='*WorkgroupCoopmat*/vulkan_0:VulkanCoopmatKh
 timeout 40 python3 bench/results/h200-2026-11-27b/scripts/cublas.py > $R/cublas.txt 2>&1; head -1 $R/cublas.txt
 timeout 30 ejk run $S/mm.yaml > $R/heuristic.txt 2>&1; tail -1 $R/heuristic.txt | cut -c1-200
 EJK_LOG_TUNE=1 timeout 100 ejk tune $S/mm-wg-tune.yaml --json $R/tune.json > $R/tune.txt 2>&1; tail -2 $R/tune.txt | cut -c1-250
-python3 -c "
-import json; d=json.load(open('$R/tune.json'))
-for b in d['benchmarks']:
-  cs=b['candidates']; ok=[c for c in cs if c.get('median_ns')]
-  print(len(cs), 'candidates,', len(ok), 'timed')
-  for c in sorted(ok, key=lambda c: c['median_ns'])[:12]: print('  ', c.get('config'), c['median_ns'], round(2*4096**3/c['median_ns']/1e3,1), 'TFLOP/s')
-  for c in [c for c in cs if not c.get('median_ns')][:6]: print('  failed', c.get('config'), c.get('status'), str(c.get('message',''))[:300])" > $R/tune-sorted.txt 2>&1; cat $R/tune-sorted.txt
+python3 $S/tune-sorted.py $R/tune.json 12 > $R/tune-sorted.txt 2>&1; cat $R/tune-sorted.txt
 cd $OUT && tar -czf r.tgz r && rm -rf r
