@@ -256,9 +256,12 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_bwd_dq(
   for (int e = lid; e < HPG * DK; e += THREADS) ejk_store(dq16, th0 * DK + e, dtype, scale * dq[e]);
 }
 
-// Backward, per (token, kv head) where the token starts a whole block: the pooled key's and
-// value's gradient from every query of the sequence that sees the block (f32 scratch). Other
-// groups run no query and store nothing; see the note on barriers above nsa_bwd_dkv.
+// Backward, per (token, kv head) where the token lies in a whole block: its share of the pooled
+// key's and value's gradient (f32 scratch, the token's row), from the queries that see the block
+// at the token's offset o in it (every BS-th, from the block's last token + o on). The block's BS
+// shares are summed in offset order by nsa_bwd_dkv: the work of the early blocks, which every
+// later query sees, spreads over BS groups instead of one. Other groups run no query and store
+// nothing; see the note on barriers above nsa_bwd_dkv.
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_bwd_dcmp(
     const __global ushort* q16, const __global ushort* gc16, const __global int* cu, const __global float* kc,
     const __global float* vc, const __global float* lse, const __global ushort* do16, const __global float* delta,
@@ -267,20 +270,21 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_bwd_dcmp(
   const int t0 = get_group_id(0), h = get_group_id(1), lid = get_local_id(0), HQ = H * G;
   int bos, eos;
   locate(cu, nseq, t0, &bos, &eos);
-  const bool whole = (t0 - bos) % BS == 0 && t0 + BS <= eos;
+  const int o = (t0 - bos) % BS, block0 = t0 - o;
+  const bool whole = block0 + BS <= eos;
   if (whole) {
     for (int d = lid; d < DK; d += THREADS) {
-      kr[d] = kc[(t0 * H + h) * DK + d];
+      kr[d] = kc[(block0 * H + h) * DK + d];
       gk[d] = 0.f;
     }
     for (int d = lid; d < DV; d += THREADS) {
-      vr[d] = vc[(t0 * H + h) * DV + d];
+      vr[d] = vc[(block0 * H + h) * DV + d];
       gv[d] = 0.f;
     }
   }
   barrier(CLK_LOCAL_MEM_FENCE);
-  const int t_end = whole ? eos : t0;
-  for (int t = t0 + BS - 1; t < t_end; ++t)
+  const int t_end = whole ? eos : 0;
+  for (int t = block0 + BS - 1 + o; t < t_end; t += BS)
     for (int g0 = 0; g0 < G; g0 += HPG) {
       const int th0 = t * HQ + h * G + g0;
       barrier(CLK_LOCAL_MEM_FENCE);
@@ -321,7 +325,8 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_bwd_dcmp(
 
 // Backward, per (token, kv head) where the token starts a tile of TILE keys within its block:
 // the keys' gradients from every query of the sequence whose selection lists the block (as
-// often as it lists it), plus 1/BS of the block's pooled gradient when the block is whole.
+// often as it lists it), plus 1/BS of the block's pooled gradient when the block is whole (the
+// sum of its tokens' shares from nsa_bwd_dcmp, in token order).
 // Other groups have no keys (n = 0) and run no query.
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_bwd_dkv(
     const __global ushort* q16, const __global ushort* k16, const __global ushort* v16, const __global ushort* gs16,
@@ -386,10 +391,22 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void nsa_bwd_dkv(
     }
   }
   barrier(CLK_LOCAL_MEM_FENCE);
-  const bool pooled = block0 + BS <= eos;
+  // The pooled gradient's share, staged in qs and dob (free after the query loop).
+  const bool pooled = n > 0 && block0 + BS <= eos;
   const float inv = 1.f / (float)BS;
+  for (int d = lid; d < DK; d += THREADS) {
+    float x = 0.f;
+    for (int r = 0; pooled && r < BS; ++r) x += dkc[((block0 + r) * H + h) * DK + d];
+    qs[d] = inv * x;
+  }
+  for (int d = lid; d < DV; d += THREADS) {
+    float x = 0.f;
+    for (int r = 0; pooled && r < BS; ++r) x += dvc[((block0 + r) * H + h) * DV + d];
+    dob[d] = inv * x;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
   for (int e = lid; e < n * DK; e += THREADS)
-    ejk_store(dk16, (j0 + e / DK) * H * DK + h * DK + e % DK, dtype, gk[e] + (pooled ? inv * dkc[(block0 * H + h) * DK + e % DK] : 0.f));
+    ejk_store(dk16, (j0 + e / DK) * H * DK + h * DK + e % DK, dtype, gk[e] + qs[e % DK]);
   for (int e = lid; e < n * DV; e += THREADS)
-    ejk_store(dv16, (j0 + e / DV) * H * DV + h * DV + e % DV, dtype, gv[e] + (pooled ? inv * dvc[(block0 * H + h) * DV + e % DV] : 0.f));
+    ejk_store(dv16, (j0 + e / DV) * H * DV + h * DV + e % DV, dtype, gv[e] + dob[e % DV]);
 }

@@ -358,16 +358,19 @@ void main() {
   const uint t0 = pc.token0 + gl_WorkGroupID.x, h = gl_WorkGroupID.y, lid = gl_LocalInvocationID.x;
   uint bos, eos;
   LOCATE(cu, t0, bos, eos);
-  if ((t0 - bos) % BS != 0u || t0 + BS > eos) return;
+  // The token's share of its whole block's pooled gradient: the queries at its offset o in the
+  // block, every BS-th (nsa.cl's nsa_bwd_dcmp says why); dkv sums the block's shares.
+  const uint o = (t0 - bos) % BS, block0 = t0 - o;
+  if (block0 + BS > eos) return;
   for (uint d = lid; d < DK; d += THREADS) {
-    kr[d] = kc[(t0 * H + h) * DK + d];
+    kr[d] = kc[(block0 * H + h) * DK + d];
     gk[d] = 0.0;
   }
   for (uint d = lid; d < DV; d += THREADS) {
-    vr[d] = vc[(t0 * H + h) * DV + d];
+    vr[d] = vc[(block0 * H + h) * DV + d];
     gv[d] = 0.0;
   }
-  for (uint t = t0 + BS - 1u; t < eos; ++t)
+  for (uint t = block0 + BS - 1u + o; t < eos; t += BS)
     for (uint g0 = 0; g0 < G; g0 += HPG) {
       const uint th0 = t * H * G + h * G + g0;
       barrier();
@@ -483,11 +486,23 @@ void main() {
       }
     }
   }
+  // The pooled gradient's share (the block's tokens' shares summed in order), staged in qs and
+  // dob, free after the query loop.
   const bool pooled = block0 + BS <= eos;
   const float inv = 1.0 / float(BS);
-  for (uint e = lid; e < n * DK; e += THREADS)
-    STORE(dk, ((j0 + e / DK) * H + h) * DK + e % DK, gk[e] + (pooled ? inv * dkc[(block0 * H + h) * DK + e % DK] : 0.0));
-  for (uint e = lid; e < n * DV; e += THREADS)
-    STORE(dv, ((j0 + e / DV) * H + h) * DV + e % DV, gv[e] + (pooled ? inv * dvc[(block0 * H + h) * DV + e % DV] : 0.0));
+  barrier();
+  for (uint d = lid; d < DK; d += THREADS) {
+    float x = 0.0;
+    for (uint r = 0; pooled && r < BS; ++r) x += dkc[((block0 + r) * H + h) * DK + d];
+    qs[d] = inv * x;
+  }
+  for (uint d = lid; d < DV; d += THREADS) {
+    float x = 0.0;
+    for (uint r = 0; pooled && r < BS; ++r) x += dvc[((block0 + r) * H + h) * DV + d];
+    dob[d] = inv * x;
+  }
+  barrier();
+  for (uint e = lid; e < n * DK; e += THREADS) STORE(dk, ((j0 + e / DK) * H + h) * DK + e % DK, gk[e] + qs[e % DK]);
+  for (uint e = lid; e < n * DV; e += THREADS) STORE(dv, ((j0 + e / DV) * H + h) * DV + e % DV, gv[e] + dob[e % DV]);
 }
 #endif

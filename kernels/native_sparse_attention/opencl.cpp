@@ -5,13 +5,13 @@
 //                 branches over staged tiles of TILE keys shared by the part's heads;
 //   nsa_fwd_mma   (variant mma, nsa_mma.cl) the same on tensor cores, 16 query heads a group;
 //   nsa_bwd_dq    same grid: dg, the rows' deltas and dq;
-//   nsa_bwd_dcmp  one group per (token, kv head), working where the token starts a whole block:
-//                 the pooled row's gradient;
+//   nsa_bwd_dcmp  one group per (token, kv head), working where the token lies in a whole block:
+//                 its share of the pooled row's gradient (the queries at its offset in the block);
 //   nsa_bwd_clear, nsa_bwd_mark  the selection's inverse: per (block, kv head) a bitmap of the
 //                 queries that list it (SelectionBitmap in nsa.hpp);
 //   nsa_bwd_dkv   one group per (token, kv head), working where the token starts a tile within
 //                 its block: the gradient of the tile's keys from the queries the bitmap names,
-//                 in token order, plus the pooled gradient's share.
+//                 in token order, plus the pooled gradient (the block's shares summed in order).
 // Every output element has one writer, summed in a fixed order: deterministic (the bitmap's
 // bits are set by atomic_or, which gives the same bitmap in any order). Work-group size, tile and
 // heads per group are -D options; the rest are arguments.

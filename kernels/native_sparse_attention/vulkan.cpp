@@ -3,13 +3,13 @@
 //   pool      mean of every whole block's keys and values (f32 scratch);
 //   fwd       one group per (token, kv head, part of the group's query heads): both branches;
 //   bwd_dq    same grid: dg, the rows' deltas, dq;
-//   bwd_dcmp  one group per (token, kv head), working where a whole block starts: the pooled
-//             row's gradient;
+//   bwd_dcmp  one group per (token, kv head), working where the token lies in a whole block:
+//             its share of the pooled row's gradient (the queries at its offset in the block);
 //   bwd_clear, bwd_mark  the selection's inverse, a bitmap of the queries listing each block
 //             (one module for every dtype);
 //   bwd_dkv   one group per (token, kv head), working where a tile of keys starts within its
 //             block: the keys' gradients from the queries the bitmap names, in token order,
-//             plus the pooled gradient's share.
+//             plus the pooled gradient (the block's shares summed in order).
 // Every output element has one writer, summed in a fixed order: deterministic (atomicOr sets the
 // bitmap's bits, the same bitmap in any order). "16" modules read and write f16/bf16 through
 // 16-bit storage.
