@@ -290,6 +290,45 @@ TEST_P(NativeSparseAttention, TensorCoreForwardMatchesReference) {
   EXPECT_EQ(runs, 16u);
 }
 
+// The backward's dq pass on tensor cores (variant mma): each of its (warps, tile) builds, in f16
+// and bf16, on the forward's cases, every gradient against the double reference. Runs where the
+// device offers the tensor-core forward.
+TEST_P(NativeSparseAttention, TensorCoreBackwardMatchesReference) {
+  Context ctx(GetParam());
+  const DeviceInfo& dev = ctx.device().info();
+  const Case cases[] = {
+      {.batch = 1, .seq = 300, .heads = 16, .kv_heads = 1, .dk = 64, .dv = 32, .selected = 6, .block_size = 16},
+      {.batch = 2, .seq = 100, .heads = 8, .kv_heads = 2, .dk = 32, .dv = 48, .selected = 3, .block_size = 32, .repeats = true},
+      {.heads = 32, .kv_heads = 1, .dk = 16, .dv = 16, .selected = 4, .block_size = 16, .lengths = {40, 0, 7, 70}},
+  };
+  std::size_t runs = 0;
+  for (const Case& c : cases)
+    for (DType t : {DType::f16, DType::bf16}) {
+      const Inputs in = build(ctx, c, t, 17);
+      NsaOutput f;
+      (void)check_forward(ctx, in, f);
+      const Specs ix = index_arrays(ctx, in);
+      const std::vector<TensorSpec> bs{in.q.spec(),     in.k.spec(),      in.v.spec(),   in.g_cmp.spec(), in.g_slc.spec(),
+                                       in.bi.spec(),    ix.counts.spec(), ix.cu.spec(),  f.o_cmp.spec(),  f.o_slc.spec(),
+                                       f.lse.spec(),    in.dout.spec(),   in.q.spec(),   in.k.spec(),     in.v.spec(),
+                                       in.g_cmp.spec(), in.g_slc.spec()};
+      const Invocation inv = nsa::backward_invocation(bs, c.block_size);
+      const auto& impl = Registry::global().implementation(inv, dev);
+      std::set<std::pair<std::int64_t, std::int64_t>> builds;
+      for (const Config& config : impl.space(inv, dev).enumerate()) {
+        if (!config.has("variant") || config.text("variant") != "mma") continue;
+        if (!builds.insert({config.get("mma_warps"), config.get("mma_block_n")}).second) continue;
+        const Checked r = check_backward(ctx, in, f, config);
+        EXPECT_LE(r.worst, r.tolerance) << c.heads << "/" << c.kv_heads << " " << to_string(t) << " " << config.canonical();
+        EXPECT_EQ(impl.heuristic(inv, dev).text("variant"), "mma");
+        ++runs;
+      }
+    }
+  if (runs == 0) GTEST_SKIP() << dev.id() << " (" << dev.name << ") offers no tensor-core backward";
+  // Warps 2 and 4; tiles of 16 keys, and of 32 where blocks hold them (the second case's).
+  EXPECT_EQ(runs, 16u);
+}
+
 // The keys' gradients come from the selection's inverse: per block, the queries that list it in
 // words of 32 (nsa_bwd_mark). Sequences of several words after a block, blocks longer than a
 // word, tiles starting mid-word (every block_n of the space), repeats, an empty sequence, and

@@ -277,3 +277,181 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_fwd_mma(
     barrier(CLK_LOCAL_MEM_FENCE);  // the merge is read before the next branch's tiles overwrite it
   }
 }
+
+// The backward's dq pass on tensor cores: nsa.cl's nsa_bwd_dq contract (dg of both branches, the
+// rows' delta terms for the key passes, dq) with the same 16-row fragments and key walk as the
+// forward. Per staged tile: S = q k^T and dP = do_b v^T (v as stored gives dP's B fragments as k
+// gives S's), P = exp(S - lse) from the forward's lse, dS = P (dP - delta), dq += dS k (k
+// transposed by ldmatrix as v is in the forward). The warps' dq parts meet in local memory and
+// are summed in warp order. Tiles are staged synchronously: the pass is a fifth of the work of
+// the backward's passes, and its loads are the forward's.
+#define DQ_MERGE_BYTES (NW * 16 * DK * 4)
+#define DQ_LOCAL_BYTES (NW * WARP_BYTES > DQ_MERGE_BYTES ? NW * WARP_BYTES : DQ_MERGE_BYTES)
+#define DTILES (DK / 8)
+#define VSTEPS (DV / 16)
+
+__kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_bwd_dq_mma(
+    const __global ushort* q16, const __global uint4* k4, const __global uint4* v4, const __global ushort* gc16,
+    const __global ushort* gs16, const __global int* bi, const __global int* bc, const __global int* cu,
+    const __global float4* kc4, const __global float4* vc4, const __global ushort* oc16, const __global ushort* os16,
+    const __global float* lse, const __global ushort* do16, __global ushort* dq16, __global ushort* dgc16,
+    __global ushort* dgs16, __global float* delta, int nseq, int H, int G, int S, int BS, float scale, int dtype) {
+  __local uint4 smem[DQ_LOCAL_BYTES / 16];
+  __local float rows_l[2][16], rows_d[2][16];  // per branch and row: lse in base 2, delta
+  const int tid = get_local_id(0), lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int tok = get_group_id(0), parts = G > 16 ? G / 16 : 1, h = get_group_id(1) / parts,
+            part = get_group_id(1) % parts;
+  const int R = G > 16 ? 16 : G, HQ = H * G, th0 = tok * HQ + h * G + part * 16;
+  int bos, eos;
+  locate(cu, nseq, tok, &bos, &eos);
+  const int pos = tok - bos;
+  const uint base = EJK_SMEM(smem);
+  const uint ks = base + (uint)(warp * WARP_BYTES), vs = ks + BK * KROWB;
+  // ldmatrix lane offsets: k and v as stored give the B fragments of S and dP (two 8-key tiles),
+  // k transposed those of dq (two 8-column tiles).
+  const uint koff = (uint)((8 * (lane >> 4) + (lane & 7)) * KROWB + 16 * ((lane >> 3) & 1));
+  const uint voff = (uint)((8 * (lane >> 4) + (lane & 7)) * VROWB + 16 * ((lane >> 3) & 1));
+  const uint kofft = (uint)((8 * ((lane >> 3) & 1) + (lane & 7)) * KROWB + 16 * (lane >> 4));
+
+  // The rows' terms: D = do . o_b is dg_b, delta = g_b D; one work-item a (row, branch).
+  for (int e = tid; e < 32; e += 32 * NW) {
+    const int row = e >> 1, branch = e & 1;
+    float D = 0.0f, lb = 0.0f;
+    if (row < R) {
+      const __global ushort* ob16 = branch == 0 ? oc16 : os16;
+      for (int d = 0; d < DV; ++d)
+        D += ejk_load(do16, (size_t)(th0 + row) * DV + d, dtype) * ejk_load(ob16, (size_t)(th0 + row) * DV + d, dtype);
+      ejk_store(branch == 0 ? dgc16 : dgs16, th0 + row, dtype, D);
+      D *= ejk_load(branch == 0 ? gc16 : gs16, th0 + row, dtype);
+      delta[(size_t)(th0 + row) * 2 + branch] = D;
+      lb = lse[(size_t)(th0 + row) * 2 + branch] * LOG2E;
+    }
+    rows_d[branch][row] = D;
+    rows_l[branch][row] = lb;  // rows past R: q and do are zero rows, so dS is 0 whatever P is
+  }
+
+  // q's A fragments, pre-scaled into base 2; rows past R zero.
+  uint qf[KSTEPS][4];
+  {
+    const float qs = scale * LOG2E;
+#pragma unroll
+    for (int st = 0; st < KSTEPS; ++st)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = g + 8 * (e & 1), col = 16 * st + 8 * (e >> 1) + 2 * t;
+        float a = 0.0f, b = 0.0f;
+        if (row < R) {
+          a = ejk_load(q16, (size_t)(th0 + row) * DK + col, dtype) * qs;
+          b = ejk_load(q16, (size_t)(th0 + row) * DK + col + 1, dtype) * qs;
+        }
+        qf[st][e] = pack2(a, b);
+      }
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+
+  float dqa[DTILES][4];
+#pragma unroll
+  for (int n = 0; n < DTILES; ++n) dqa[n][0] = dqa[n][1] = dqa[n][2] = dqa[n][3] = 0.0f;
+  for (int branch = 0; branch < 2; ++branch) {
+    // do_b = g_b do as A fragments, and this thread's rows' terms.
+    uint dof[VSTEPS][4];
+    const __global ushort* gb16 = branch == 0 ? gc16 : gs16;
+#pragma unroll
+    for (int st = 0; st < VSTEPS; ++st)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = g + 8 * (e & 1), col = 16 * st + 8 * (e >> 1) + 2 * t;
+        float a = 0.0f, b = 0.0f;
+        if (row < R) {
+          const float gate = ejk_load(gb16, th0 + row, dtype);
+          a = ejk_load(do16, (size_t)(th0 + row) * DV + col, dtype) * gate;
+          b = ejk_load(do16, (size_t)(th0 + row) * DV + col + 1, dtype) * gate;
+        }
+        dof[st][e] = pack2(a, b);
+      }
+    const float l2[2] = {rows_l[branch][g], rows_l[branch][g + 8]};
+    const float dl[2] = {rows_d[branch][g], rows_d[branch][g + 8]};
+
+    // One staged tile of `n` keys: dS in the score registers, then dq += dS k.
+#define DQ_TILE(N)                                                                            \
+  {                                                                                          \
+    float s[STILES][4], dp[STILES][4];                                                       \
+    _Pragma("unroll") for (int nn = 0; nn < STILES; ++nn) {                                  \
+      s[nn][0] = s[nn][1] = s[nn][2] = s[nn][3] = 0.0f;                                      \
+      dp[nn][0] = dp[nn][1] = dp[nn][2] = dp[nn][3] = 0.0f;                                  \
+    }                                                                                        \
+    _Pragma("unroll") for (int st = 0; st < KSTEPS; ++st)                                    \
+      _Pragma("unroll") for (int nn = 0; nn < STILES; nn += 2) {                             \
+        uint b[4];                                                                           \
+        ldsm_x4(b, ks + koff + (uint)(8 * nn * KROWB + 32 * st));                            \
+        mma(s[nn], qf[st][0], qf[st][1], qf[st][2], qf[st][3], b[0], b[1]);                  \
+        mma(s[nn + 1], qf[st][0], qf[st][1], qf[st][2], qf[st][3], b[2], b[3]);              \
+      }                                                                                      \
+    _Pragma("unroll") for (int st = 0; st < VSTEPS; ++st)                                    \
+      _Pragma("unroll") for (int nn = 0; nn < STILES; nn += 2) {                             \
+        uint b[4];                                                                           \
+        ldsm_x4(b, vs + voff + (uint)(8 * nn * VROWB + 32 * st));                            \
+        mma(dp[nn], dof[st][0], dof[st][1], dof[st][2], dof[st][3], b[0], b[1]);             \
+        mma(dp[nn + 1], dof[st][0], dof[st][1], dof[st][2], dof[st][3], b[2], b[3]);         \
+      }                                                                                      \
+    _Pragma("unroll") for (int nn = 0; nn < STILES; ++nn)                                    \
+      _Pragma("unroll") for (int e = 0; e < 4; ++e) {                                        \
+        const float p = 8 * nn + 2 * t + (e & 1) < (N) ? ex2(s[nn][e] - l2[e >> 1]) : 0.0f;  \
+        s[nn][e] = p * (dp[nn][e] - dl[e >> 1]);                                             \
+      }                                                                                      \
+    _Pragma("unroll") for (int kst = 0; kst < BK / 16; ++kst) {                              \
+      const uint a0 = pack2(s[2 * kst][0], s[2 * kst][1]), a1 = pack2(s[2 * kst][2], s[2 * kst][3]); \
+      const uint a2 = pack2(s[2 * kst + 1][0], s[2 * kst + 1][1]);                           \
+      const uint a3 = pack2(s[2 * kst + 1][2], s[2 * kst + 1][3]);                           \
+      _Pragma("unroll") for (int n = 0; n < DTILES; n += 2) {                                \
+        uint b[4];                                                                           \
+        ldsm_x4_t(b, ks + kofft + (uint)(16 * kst * KROWB + 16 * n));                        \
+        mma(dqa[n], a0, a1, a2, a3, b[0], b[1]);                                             \
+        mma(dqa[n + 1], a0, a1, a2, a3, b[2], b[3]);                                         \
+      }                                                                                      \
+    }                                                                                        \
+    warp_sync();                                                                             \
+  }
+
+    if (branch == 0) {
+      const int nc = (pos + 1) / BS;
+      for (int c0 = BK * warp; c0 < nc; c0 += BK * NW) {
+        const int n = min(BK, nc - c0);
+        stage_pooled(ks, kc4, c0, n, bos, BS, H, h, DK, KROWB, lane);
+        stage_pooled(vs, vc4, c0, n, bos, BS, H, h, DV, VROWB, lane);
+        warp_sync();
+        DQ_TILE(n)
+      }
+    } else {
+      const int cnt = bc[tok * H + h];
+      const __global int* list = bi + (size_t)(tok * H + h) * S;
+      for (int i = warp; i < cnt; i += NW) {
+        const int len = list[i] < 0 || list[i] * BS > pos ? 0 : min(BS, pos - list[i] * BS + 1);
+        for (int j0 = 0; j0 < len; j0 += BK) {
+          const int row0 = bos + list[i] * BS + j0, n = min(BK, len - j0);
+          COPY_ROWS(ks, k4, row0, n, DK, KROWB)
+          COPY_ROWS(vs, v4, row0, n, DV, VROWB)
+          cp_commit();
+          CP_WAIT(0);
+          warp_sync();
+          DQ_TILE(n)
+        }
+      }
+    }
+#undef DQ_TILE
+  }
+
+  // The warps' dq parts, summed in warp order.
+  barrier(CLK_LOCAL_MEM_FENCE);
+  __local float* md = (__local float*)smem;  // [NW][16][DK]
+#pragma unroll
+  for (int n = 0; n < DTILES; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) md[(warp * 16 + g + 8 * (e >> 1)) * DK + 8 * n + 2 * t + (e & 1)] = dqa[n][e];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int e = tid; e < R * DK; e += 32 * NW) {
+    float x = 0.0f;
+    for (int w = 0; w < NW; ++w) x += md[w * 16 * DK + e];
+    ejk_store(dq16, (size_t)th0 * DK + e, dtype, scale * x);
+  }
+}

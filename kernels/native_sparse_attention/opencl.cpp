@@ -5,6 +5,8 @@
 //                 branches over staged tiles of TILE keys shared by the part's heads;
 //   nsa_fwd_mma   (variant mma, nsa_mma.cl) the same on tensor cores, 16 query heads a group;
 //   nsa_bwd_dq    same grid: dg, the rows' deltas and dq;
+//   nsa_bwd_dq_mma  (the backward's variant mma, nsa_mma.cl) the same on tensor cores, the
+//                 forward's grid; the key passes stay scalar;
 //   nsa_bwd_dcmp  one group per (token, kv head), working where the token lies in a whole block:
 //                 its share of the pooled row's gradient (the queries at its offset in the block);
 //   nsa_bwd_clear, nsa_bwd_mark  the selection's inverse: per (block, kv head) a bitmap of the
@@ -54,6 +56,26 @@ bool mma_offered(const Problem& p, const DeviceInfo& dev) {
          mma_local_bytes(p, 2, 16) <= static_cast<std::int64_t>(dev.local_mem);
 }
 
+// nsa_mma.cl's backward dq pass: each warp's tile of k and v rows, or the warps' dq parts.
+std::int64_t mma_dq_local_bytes(const Problem& p, std::int64_t warps, std::int64_t block_n) {
+  return std::max<std::int64_t>(warps * block_n * ((2 * p.dk + 16) + (2 * p.dv + 16)), warps * 16 * p.dk * 4) + 256;
+}
+
+std::string mma_options(const Problem& p, std::int64_t nw, std::int64_t bk) {
+  return " -DDK=" + std::to_string(p.dk) + " -DDV=" + std::to_string(p.dv) + " -DNW=" + std::to_string(nw) +
+         " -DBK=" + std::to_string(bk) + " -DBF16=" + (p.dtype == DType::bf16 ? "1" : "0");
+}
+
+// The tensor-core knobs (build options NW and BK) of either direction; `merge` is the bytes a
+// warp's part takes as the warps meet, per row of 16, `extra` the bytes of the rest.
+void mma_params(ParamSpace& s, const std::string& merge, const std::string& extra) {
+  s.param("mma_warps", {2, 4}, mma_v)
+      .param("mma_block_n", {16, 32}, mma_v)
+      .constraint("block_size % mma_block_n == 0")
+      .constraint("max(mma_warps * mma_block_n * (2 * head_dim_k + 2 * head_dim_v + 32), mma_warps * 16 * " + merge +
+                  ") + " + extra + " <= local_mem");
+}
+
 struct Common {
   std::int64_t threads, tile, hpg;
 };
@@ -100,12 +122,8 @@ class OpenCLNsa final : public clc::Implementation {
     s.param("variant", mma_offered(Problem::of(inv), dev)
                            ? std::vector<Value>{std::string("scalar"), std::string("mma")}
                            : std::vector<Value>{std::string("scalar")});
-    // Tensor cores: warps a group and keys a warp tile (build options NW and BK).
-    s.param("mma_warps", {2, 4}, mma_v)
-        .param("mma_block_n", {16, 32}, mma_v)
-        .constraint("block_size % mma_block_n == 0")
-        .constraint("max(mma_warps * mma_block_n * (2 * head_dim_k + 2 * head_dim_v + 32), "
-                    "mma_warps * 16 * (head_dim_v + 2) * 4) <= local_mem");
+    // Tensor cores: warps a group and keys a warp tile.
+    mma_params(s, "(head_dim_v + 2) * 4", "0");
     return gpu_space(NsaKernel().vars(inv), dev, false, std::move(s), scalar_v);
   }
   // Tensor cores where offered, else the scalar kernel's heuristic.
@@ -138,10 +156,7 @@ class OpenCLNsa final : public clc::Implementation {
                               std::to_string(p.block_size) + ", and " + std::to_string(mma_local_bytes(p, nw, bk)) +
                               " bytes of local memory (the device has " + std::to_string(dev.info().local_mem) + ")");
       if (p.tokens() == 0) return;
-      k = dev.kernel(mma_key,
-                     " -DDK=" + std::to_string(p.dk) + " -DDV=" + std::to_string(p.dv) + " -DNW=" + std::to_string(nw) +
-                         " -DBK=" + std::to_string(bk) + " -DBF16=" + (p.dtype == DType::bf16 ? "1" : "0"),
-                     "nsa_fwd_mma");
+      k = dev.kernel(mma_key, mma_options(p, nw, bk), "nsa_fwd_mma");
       threads = 32 * nw;
       parts = p.group > 16 ? p.group / 16 : 1;
       // The pool pass of the scalar program (its geometry options do not change it).
@@ -172,12 +187,28 @@ class OpenCLNsaBwd final : public clc::Implementation {
   using clc::Implementation::Implementation;
   std::string_view kernel() const override { return "native_sparse_attention_bwd"; }
   std::vector<ArgDef> args() const override { return backward_args(); }
-  std::vector<std::string> sources() const override { return {source_key, seq_key, clc::prelude_source}; }
-  ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
-    return gpu_space(NsaBwdKernel().vars(inv), dev, true);
+  std::vector<std::string> sources() const override {
+    return {source_key, mma_key, seq_key, clc::mma_source, clc::prelude_source};
   }
+  // variant mma runs the dq pass on tensor cores; the key passes take the scalar knobs in both.
+  ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
+    ParamSpace s;
+    s.param("variant", mma_offered(Problem::of(inv), dev)
+                           ? std::vector<Value>{std::string("scalar"), std::string("mma")}
+                           : std::vector<Value>{std::string("scalar")});
+    mma_params(s, "head_dim_k * 4", "256");  // + the rows' lse and delta
+    return gpu_space(NsaBwdKernel().vars(inv), dev, true, std::move(s));
+  }
+  // Tensor cores where offered, with the scalar heuristic's knobs for the key passes.
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
-    return gpu_heuristic(space(inv, dev), Problem::of(inv), dev, "native_sparse_attention_bwd opencl");
+    const ParamSpace s = space(inv, dev);
+    const Problem p = Problem::of(inv);
+    const Config mma{{"variant", std::string("mma")}, {"mma_warps", 4}, {"mma_block_n", 16}};
+    if (mma_offered(p, dev)) {
+      const Config c = gpu_heuristic(s, p, dev, "native_sparse_attention_bwd opencl", mma);
+      if (s.admits(c)) return c;
+    }
+    return gpu_heuristic(s, p, dev, "native_sparse_attention_bwd opencl", Config{{"variant", std::string("scalar")}});
   }
 
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
@@ -195,9 +226,30 @@ class OpenCLNsaBwd final : public clc::Implementation {
     const int nseq = static_cast<int>(p.num_seqs), iH = static_cast<int>(H), G = static_cast<int>(p.group);
     const int S = static_cast<int>(p.selected), BS = static_cast<int>(p.block_size), dt = dtype_code(p.dtype);
     const float scale = static_cast<float>(p.scale);
-    auto dq = dev.kernel(source_key, options, "nsa_bwd_dq");
-    dev.launch(*dq, clc::Range(static_cast<std::size_t>(N) * t, static_cast<std::size_t>(H * (p.group / c.hpg))),
-               clc::Range(t, 1), args[bwd::q], args[bwd::k], args[bwd::v], args[bwd::g_cmp], args[bwd::g_slc],
+    // Configs stored before the backward had variants are scalar ones.
+    const std::string variant = config.has("variant") ? config.text("variant") : "scalar";
+    std::shared_ptr<clc::Kernel> dq;
+    std::size_t dq_threads = t, dq_parts = static_cast<std::size_t>(p.group / c.hpg);
+    if (variant == "mma") {
+      const std::int64_t nw = config.get("mma_warps"), bk = config.get("mma_block_n");
+      if (!mma_offered(p, dev.info()) || (nw != 2 && nw != 4) || (bk != 16 && bk != 32) || p.block_size % bk ||
+          mma_dq_local_bytes(p, nw, bk) > static_cast<std::int64_t>(dev.info().local_mem))
+        throw InvalidArgument("native_sparse_attention_bwd on OpenCL: config " + config.canonical() +
+                              " needs the tensor-core forward's conditions (f16 or bf16, head dims multiples of 16 up "
+                              "to 128, at most 16 query heads a kv head or a multiple of 16, m16n8k16 fragments on " +
+                              dev.info().id() + "), mma_warps 2 or 4, mma_block_n 16 or 32 dividing block_size " +
+                              std::to_string(p.block_size) + ", and " + std::to_string(mma_dq_local_bytes(p, nw, bk)) +
+                              " bytes of local memory (the device has " + std::to_string(dev.info().local_mem) + ")");
+      dq = dev.kernel(mma_key, mma_options(p, nw, bk), "nsa_bwd_dq_mma");
+      dq_threads = static_cast<std::size_t>(32 * nw);
+      dq_parts = static_cast<std::size_t>(p.group > 16 ? p.group / 16 : 1);
+    } else if (variant == "scalar") {
+      dq = dev.kernel(source_key, options, "nsa_bwd_dq");
+    } else {
+      throw InvalidArgument("native_sparse_attention_bwd on OpenCL: unknown variant '" + variant + "' (scalar, mma)");
+    }
+    dev.launch(*dq, clc::Range(static_cast<std::size_t>(N) * dq_threads, static_cast<std::size_t>(H) * dq_parts),
+               clc::Range(dq_threads, 1), args[bwd::q], args[bwd::k], args[bwd::v], args[bwd::g_cmp], args[bwd::g_slc],
                args[bwd::block_indices], args[bwd::block_counts], args[bwd::cu_seqlens], *pooled.kc, *pooled.vc,
                args[bwd::o_cmp], args[bwd::o_slc], args[bwd::lse], args[bwd::dout], args[bwd::dq], args[bwd::dg_cmp],
                args[bwd::dg_slc], *delta, nseq, iH, G, S, BS, scale, dt);
