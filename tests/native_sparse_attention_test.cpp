@@ -290,7 +290,7 @@ TEST_P(NativeSparseAttention, TensorCoreForwardMatchesReference) {
   EXPECT_EQ(runs, 16u);
 }
 
-// The backward's dq pass on tensor cores (variant mma): each of its (warps, tile) builds, in f16
+// The backward's dq and key passes on tensor cores (variant mma): each (warps, tile) build, in f16
 // and bf16, on the forward's cases, every gradient against the double reference. Runs where the
 // device offers the tensor-core forward.
 TEST_P(NativeSparseAttention, TensorCoreBackwardMatchesReference) {

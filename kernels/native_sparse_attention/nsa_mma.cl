@@ -455,3 +455,200 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_bwd_dq_mm
     ejk_store(dq16, (size_t)th0 * DK + e, dtype, scale * x);
   }
 }
+
+// The backward's key pass on tensor cores: nsa.cl's nsa_bwd_dkv contract (the gradients of a
+// tile's keys from every query whose selection lists its block, as often as it lists it, plus
+// the pooled gradient's share) for tiles of 16 keys, the keys the 16 rows of every fragment.
+// The tile's k and v stay in registers as A fragments; for each query (the warps take the
+// bitmap's queries in turn) its 16 heads' q and do rows are staged by cp.async and
+//   S^T = k q^T, dP^T = v do^T (q and do as stored give the B fragments, as k does in the
+//   forward), P = times exp(S - lse), dS = P (g dP - delta),
+//   dk += dS^T q, dv += (g P)^T do (q and do transposed by ldmatrix, as v is in the forward),
+// g the selection gate of each head. The warps' parts meet in local memory, summed in warp order.
+#define QROWB (2 * DK + 16)
+#define DOROWB (2 * DV + 16)
+#define KV_WARP_BYTES (16 * (QROWB + DOROWB))
+#define KV_MERGE_BYTES (NW * 16 * (DK > DV ? DK : DV) * 4)
+#define KV_LOCAL_BYTES (NW * KV_WARP_BYTES > KV_MERGE_BYTES ? NW * KV_WARP_BYTES : KV_MERGE_BYTES)
+#define VTILES (DV / 8)
+
+__kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_bwd_dkv_mma(
+    const __global uint4* q4, const __global ushort* k16, const __global ushort* v16, const __global ushort* gs16,
+    const __global int* bi, const __global int* bc, const __global int* cu, const __global float* lse,
+    const __global uint4* do4, const __global float* delta, const __global float* dkc, const __global float* dvc,
+    const __global uint* sel, __global ushort* dk16, __global ushort* dv16, int nseq, int H, int G, int S, int BS,
+    int W, float scale, int dtype) {
+  __local uint4 smem[KV_LOCAL_BYTES / 16];
+  const int tid = get_local_id(0), lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int j0 = get_group_id(0), h = get_group_id(1), HQ = H * G, R = G > 16 ? 16 : G;
+  int bos, eos;
+  const int seq = locate(cu, nseq, j0, &bos, &eos);
+  const int off = (j0 - bos) % BS, b = (j0 - bos) / BS, block0 = j0 - off;
+  if (off % 16 != 0) return;  // the whole group: no tile starts here
+  const int n = min(16, min(block0 + BS, eos) - j0);
+  const uint base = EJK_SMEM(smem);
+  const uint qsh = base + (uint)(warp * KV_WARP_BYTES), dsh = qsh + 16 * QROWB;
+  const uint qoff = (uint)((8 * (lane >> 4) + (lane & 7)) * QROWB + 16 * ((lane >> 3) & 1));
+  const uint doff = (uint)((8 * (lane >> 4) + (lane & 7)) * DOROWB + 16 * ((lane >> 3) & 1));
+  const uint qofft = (uint)((8 * ((lane >> 3) & 1) + (lane & 7)) * QROWB + 16 * (lane >> 4));
+  const uint dofft = (uint)((8 * ((lane >> 3) & 1) + (lane & 7)) * DOROWB + 16 * (lane >> 4));
+
+  // The tile's k (pre-scaled into base 2) and v as A fragments; keys past n zero rows.
+  uint kf[KSTEPS][4], vf[VSTEPS][4];
+  {
+    const float ks2 = scale * LOG2E;
+#pragma unroll
+    for (int st = 0; st < KSTEPS; ++st)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = g + 8 * (e & 1), col = 16 * st + 8 * (e >> 1) + 2 * t;
+        const bool in = row < n;
+        const size_t at = ((size_t)(j0 + (in ? row : 0)) * H + h) * DK + col;
+        kf[st][e] = pack2(in ? ks2 * ejk_load(k16, at, dtype) : 0.0f, in ? ks2 * ejk_load(k16, at + 1, dtype) : 0.0f);
+      }
+#pragma unroll
+    for (int st = 0; st < VSTEPS; ++st)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = g + 8 * (e & 1), col = 16 * st + 8 * (e >> 1) + 2 * t;
+        const bool in = row < n;
+        const size_t at = ((size_t)(j0 + (in ? row : 0)) * H + h) * DV + col;
+        vf[st][e] = pack2(in ? ejk_load(v16, at, dtype) : 0.0f, in ? ejk_load(v16, at + 1, dtype) : 0.0f);
+      }
+  }
+  float dka[DTILES][4], dva[VTILES][4];
+#pragma unroll
+  for (int i = 0; i < DTILES; ++i) dka[i][0] = dka[i][1] = dka[i][2] = dka[i][3] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < VTILES; ++i) dva[i][0] = dva[i][1] = dva[i][2] = dva[i][3] = 0.0f;
+
+  // The queries from j0 on that list the block, in token order (nsa_bwd_mark's bitmap); the
+  // warps take them in turn.
+  const __global uint* bits = sel + ((size_t)(block0 / BS + seq) * H + h) * W;
+  const int w0 = (j0 - block0) / 32, w_end = n > 0 ? (eos - block0 + 31) / 32 : 0;
+  int turn = 0;
+  for (int w = w0; w < w_end; ++w) {
+    for (uint word = bits[w] & (w == w0 ? ~0u << ((j0 - block0) % 32) : ~0u); word != 0u; word &= word - 1u) {
+      if (turn++ % NW != warp) continue;
+      const int tq = block0 + 32 * w + (int)popcount((word & (0u - word)) - 1u);
+      const int cnt = bc[tq * H + h];
+      int times = 0;
+      for (int i = 0; i < cnt; ++i) times += bi[(tq * H + h) * S + i] == b;
+      const int rows = min(n, tq - j0 + 1);  // keys the query sees
+      for (int g0 = 0; times > 0 && g0 < G; g0 += 16) {
+        const int th0 = tq * HQ + h * G + g0;
+        for (int x = lane; x < 16 * (DK / 8); x += 32) {
+          const int r = x / (DK / 8), c = x - r * (DK / 8);
+          const bool in = r < R;
+          cp16(qsh + (uint)(r * QROWB + 16 * c), q4 + (size_t)(th0 + (in ? r : 0)) * (DK / 8) + c, in ? 16u : 0u);
+        }
+        for (int x = lane; x < 16 * (DV / 8); x += 32) {
+          const int r = x / (DV / 8), c = x - r * (DV / 8);
+          const bool in = r < R;
+          cp16(dsh + (uint)(r * DOROWB + 16 * c), do4 + (size_t)(th0 + (in ? r : 0)) * (DV / 8) + c, in ? 16u : 0u);
+        }
+        cp_commit();
+        // Each thread's four heads (columns 8 nn + 2 t + c): lse in base 2, delta, gate.
+        float l2[2][2], dl[2][2], gt[2][2];
+#pragma unroll
+        for (int nn = 0; nn < 2; ++nn)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int hd = 8 * nn + 2 * t + c;
+            const bool in = hd < R;
+            l2[nn][c] = in ? lse[(size_t)(th0 + hd) * 2 + 1] * LOG2E : 0.0f;
+            dl[nn][c] = in ? delta[(size_t)(th0 + hd) * 2 + 1] : 0.0f;
+            gt[nn][c] = in ? ejk_load(gs16, th0 + hd, dtype) : 0.0f;
+          }
+        CP_WAIT(0);
+        warp_sync();
+        float s[2][4], dp[2][4];
+#pragma unroll
+        for (int nn = 0; nn < 2; ++nn) {
+          s[nn][0] = s[nn][1] = s[nn][2] = s[nn][3] = 0.0f;
+          dp[nn][0] = dp[nn][1] = dp[nn][2] = dp[nn][3] = 0.0f;
+        }
+#pragma unroll
+        for (int st = 0; st < KSTEPS; ++st) {
+          uint bq[4];
+          ldsm_x4(bq, qsh + qoff + (uint)(32 * st));
+          mma(s[0], kf[st][0], kf[st][1], kf[st][2], kf[st][3], bq[0], bq[1]);
+          mma(s[1], kf[st][0], kf[st][1], kf[st][2], kf[st][3], bq[2], bq[3]);
+        }
+#pragma unroll
+        for (int st = 0; st < VSTEPS; ++st) {
+          uint bd[4];
+          ldsm_x4(bd, dsh + doff + (uint)(32 * st));
+          mma(dp[0], vf[st][0], vf[st][1], vf[st][2], vf[st][3], bd[0], bd[1]);
+          mma(dp[1], vf[st][0], vf[st][1], vf[st][2], vf[st][3], bd[2], bd[3]);
+        }
+        // s becomes dS^T, dp becomes (g P)^T: rows are keys (g, g + 8), columns heads.
+#pragma unroll
+        for (int nn = 0; nn < 2; ++nn)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = g + 8 * (e >> 1), c = e & 1;
+            const float p = key < rows && 8 * nn + 2 * t + c < R ? (float)times * ex2(s[nn][e] - l2[nn][c]) : 0.0f;
+            s[nn][e] = p * (gt[nn][c] * dp[nn][e] - dl[nn][c]);
+            dp[nn][e] = p * gt[nn][c];
+          }
+        const uint a0 = pack2(s[0][0], s[0][1]), a1 = pack2(s[0][2], s[0][3]), a2 = pack2(s[1][0], s[1][1]),
+                   a3 = pack2(s[1][2], s[1][3]);
+#pragma unroll
+        for (int i = 0; i < DTILES; i += 2) {
+          uint bq[4];
+          ldsm_x4_t(bq, qsh + qofft + (uint)(16 * i));
+          mma(dka[i], a0, a1, a2, a3, bq[0], bq[1]);
+          mma(dka[i + 1], a0, a1, a2, a3, bq[2], bq[3]);
+        }
+        const uint p0 = pack2(dp[0][0], dp[0][1]), p1 = pack2(dp[0][2], dp[0][3]), p2 = pack2(dp[1][0], dp[1][1]),
+                   p3 = pack2(dp[1][2], dp[1][3]);
+#pragma unroll
+        for (int i = 0; i < VTILES; i += 2) {
+          uint bd[4];
+          ldsm_x4_t(bd, dsh + dofft + (uint)(16 * i));
+          mma(dva[i], p0, p1, p2, p3, bd[0], bd[1]);
+          mma(dva[i + 1], p0, p1, p2, p3, bd[2], bd[3]);
+        }
+        warp_sync();  // the staged rows are read before the next query's copies
+      }
+    }
+  }
+
+  // The warps' parts in warp order, dk then dv through the same local memory, plus the pooled
+  // gradient's share (its block's tokens' shares from nsa_bwd_dcmp, summed in order): one
+  // work-item a column.
+  const bool pooled = block0 + BS <= eos;
+  const float inv = 1.0f / (float)BS;
+  __local float* md = (__local float*)smem;  // [NW][16][DK or DV]
+  barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+  for (int i = 0; i < DTILES; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) md[(warp * 16 + g + 8 * (e >> 1)) * DK + 8 * i + 2 * t + (e & 1)] = dka[i][e];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int d = tid; d < DK; d += 32 * NW) {
+    float share = 0.0f;
+    for (int r = 0; pooled && r < BS; ++r) share += dkc[((size_t)(block0 + r) * H + h) * DK + d];
+    for (int row = 0; row < n; ++row) {
+      float x = 0.0f;
+      for (int w2 = 0; w2 < NW; ++w2) x += md[(w2 * 16 + row) * DK + d];
+      ejk_store(dk16, ((size_t)(j0 + row) * H + h) * DK + d, dtype, scale * x + inv * share);
+    }
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+  for (int i = 0; i < VTILES; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) md[(warp * 16 + g + 8 * (e >> 1)) * DV + 8 * i + 2 * t + (e & 1)] = dva[i][e];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int d = tid; d < DV; d += 32 * NW) {
+    float share = 0.0f;
+    for (int r = 0; pooled && r < BS; ++r) share += dvc[((size_t)(block0 + r) * H + h) * DV + d];
+    for (int row = 0; row < n; ++row) {
+      float x = 0.0f;
+      for (int w2 = 0; w2 < NW; ++w2) x += md[(w2 * 16 + row) * DV + d];
+      ejk_store(dv16, ((size_t)(j0 + row) * H + h) * DV + d, dtype, x + inv * share);
+    }
+  }
+}

@@ -5,8 +5,9 @@
 //                 branches over staged tiles of TILE keys shared by the part's heads;
 //   nsa_fwd_mma   (variant mma, nsa_mma.cl) the same on tensor cores, 16 query heads a group;
 //   nsa_bwd_dq    same grid: dg, the rows' deltas and dq;
-//   nsa_bwd_dq_mma  (the backward's variant mma, nsa_mma.cl) the same on tensor cores, the
-//                 forward's grid; the key passes stay scalar;
+//   nsa_bwd_dq_mma, nsa_bwd_dkv_mma  (the backward's variant mma, nsa_mma.cl) dq and the keys'
+//                 gradients on tensor cores (the forward's grid; tiles of 16 keys); the pooled
+//                 rows' pass stays scalar;
 //   nsa_bwd_dcmp  one group per (token, kv head), working where the token lies in a whole block:
 //                 its share of the pooled row's gradient (the queries at its offset in the block);
 //   nsa_bwd_clear, nsa_bwd_mark  the selection's inverse: per (block, kv head) a bitmap of the
@@ -56,9 +57,12 @@ bool mma_offered(const Problem& p, const DeviceInfo& dev) {
          mma_local_bytes(p, 2, 16) <= static_cast<std::int64_t>(dev.local_mem);
 }
 
-// nsa_mma.cl's backward dq pass: each warp's tile of k and v rows, or the warps' dq parts.
-std::int64_t mma_dq_local_bytes(const Problem& p, std::int64_t warps, std::int64_t block_n) {
-  return std::max<std::int64_t>(warps * block_n * ((2 * p.dk + 16) + (2 * p.dv + 16)), warps * 16 * p.dk * 4) + 256;
+// nsa_mma.cl's backward passes: each warp's tile of k and v rows (dq; the key pass stages 16 rows
+// of q and do, never more), or the warps' dq, dk or dv parts, and the dq pass's row terms.
+std::int64_t mma_bwd_local_bytes(const Problem& p, std::int64_t warps, std::int64_t block_n) {
+  return std::max<std::int64_t>(warps * block_n * ((2 * p.dk + 16) + (2 * p.dv + 16)),
+                                warps * 16 * std::max(p.dk, p.dv) * 4) +
+         256;
 }
 
 std::string mma_options(const Problem& p, std::int64_t nw, std::int64_t bk) {
@@ -190,13 +194,14 @@ class OpenCLNsaBwd final : public clc::Implementation {
   std::vector<std::string> sources() const override {
     return {source_key, mma_key, seq_key, clc::mma_source, clc::prelude_source};
   }
-  // variant mma runs the dq pass on tensor cores; the key passes take the scalar knobs in both.
+  // variant mma runs the dq and key passes on tensor cores; the pooled rows' pass takes the scalar
+  // knobs in both (and the scalar passes all of them).
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
     ParamSpace s;
     s.param("variant", mma_offered(Problem::of(inv), dev)
                            ? std::vector<Value>{std::string("scalar"), std::string("mma")}
                            : std::vector<Value>{std::string("scalar")});
-    mma_params(s, "head_dim_k * 4", "256");  // + the rows' lse and delta
+    mma_params(s, "max(head_dim_k, head_dim_v) * 4", "256");  // + the rows' lse and delta
     return gpu_space(NsaBwdKernel().vars(inv), dev, true, std::move(s));
   }
   // Tensor cores where offered, with the scalar heuristic's knobs for the key passes.
@@ -229,27 +234,28 @@ class OpenCLNsaBwd final : public clc::Implementation {
     // Configs stored before the backward had variants are scalar ones.
     const std::string variant = config.has("variant") ? config.text("variant") : "scalar";
     std::shared_ptr<clc::Kernel> dq;
-    std::size_t dq_threads = t, dq_parts = static_cast<std::size_t>(p.group / c.hpg);
+    std::size_t group_threads = t,  // work-items a group of the dq and key passes
+                dq_parts = static_cast<std::size_t>(p.group / c.hpg);
     if (variant == "mma") {
       const std::int64_t nw = config.get("mma_warps"), bk = config.get("mma_block_n");
       if (!mma_offered(p, dev.info()) || (nw != 2 && nw != 4) || (bk != 16 && bk != 32) || p.block_size % bk ||
-          mma_dq_local_bytes(p, nw, bk) > static_cast<std::int64_t>(dev.info().local_mem))
+          mma_bwd_local_bytes(p, nw, bk) > static_cast<std::int64_t>(dev.info().local_mem))
         throw InvalidArgument("native_sparse_attention_bwd on OpenCL: config " + config.canonical() +
                               " needs the tensor-core forward's conditions (f16 or bf16, head dims multiples of 16 up "
                               "to 128, at most 16 query heads a kv head or a multiple of 16, m16n8k16 fragments on " +
                               dev.info().id() + "), mma_warps 2 or 4, mma_block_n 16 or 32 dividing block_size " +
-                              std::to_string(p.block_size) + ", and " + std::to_string(mma_dq_local_bytes(p, nw, bk)) +
+                              std::to_string(p.block_size) + ", and " + std::to_string(mma_bwd_local_bytes(p, nw, bk)) +
                               " bytes of local memory (the device has " + std::to_string(dev.info().local_mem) + ")");
       dq = dev.kernel(mma_key, mma_options(p, nw, bk), "nsa_bwd_dq_mma");
-      dq_threads = static_cast<std::size_t>(32 * nw);
+      group_threads = static_cast<std::size_t>(32 * nw);
       dq_parts = static_cast<std::size_t>(p.group > 16 ? p.group / 16 : 1);
     } else if (variant == "scalar") {
       dq = dev.kernel(source_key, options, "nsa_bwd_dq");
     } else {
       throw InvalidArgument("native_sparse_attention_bwd on OpenCL: unknown variant '" + variant + "' (scalar, mma)");
     }
-    dev.launch(*dq, clc::Range(static_cast<std::size_t>(N) * dq_threads, static_cast<std::size_t>(H) * dq_parts),
-               clc::Range(dq_threads, 1), args[bwd::q], args[bwd::k], args[bwd::v], args[bwd::g_cmp], args[bwd::g_slc],
+    dev.launch(*dq, clc::Range(static_cast<std::size_t>(N) * group_threads, static_cast<std::size_t>(H) * dq_parts),
+               clc::Range(group_threads, 1), args[bwd::q], args[bwd::k], args[bwd::v], args[bwd::g_cmp], args[bwd::g_slc],
                args[bwd::block_indices], args[bwd::block_counts], args[bwd::cu_seqlens], *pooled.kc, *pooled.vc,
                args[bwd::o_cmp], args[bwd::o_slc], args[bwd::lse], args[bwd::dout], args[bwd::dq], args[bwd::dg_cmp],
                args[bwd::dg_slc], *delta, nseq, iH, G, S, BS, scale, dt);
@@ -266,8 +272,11 @@ class OpenCLNsaBwd final : public clc::Implementation {
     dev.launch(*mark, clc::Range(static_cast<std::size_t>((N * H + 63) / 64 * 64)), clc::Range(64),
                args[bwd::block_indices], args[bwd::block_counts], args[bwd::cu_seqlens], *bitmap, static_cast<int>(N),
                nseq, iH, S, BS, static_cast<int>(sel.per_block));
-    auto dkv = dev.kernel(source_key, options, "nsa_bwd_dkv");
-    dev.launch(*dkv, grid, clc::Range(t, 1), args[bwd::q], args[bwd::k], args[bwd::v], args[bwd::g_slc],
+    auto dkv = variant == "mma" ? dev.kernel(mma_key, mma_options(p, config.get("mma_warps"), config.get("mma_block_n")),
+                                             "nsa_bwd_dkv_mma")
+                                : dev.kernel(source_key, options, "nsa_bwd_dkv");
+    dev.launch(*dkv, clc::Range(static_cast<std::size_t>(N) * group_threads, static_cast<std::size_t>(H)),
+               clc::Range(group_threads, 1), args[bwd::q], args[bwd::k], args[bwd::v], args[bwd::g_slc],
                args[bwd::block_indices], args[bwd::block_counts], args[bwd::cu_seqlens], args[bwd::lse], args[bwd::dout],
                *delta, *dkc, *dvc, *bitmap, args[bwd::dk], args[bwd::dv], nseq, iH, G, S, BS,
                static_cast<int>(sel.per_block), scale, dt);
