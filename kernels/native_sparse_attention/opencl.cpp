@@ -5,9 +5,9 @@
 //                 branches over staged tiles of TILE keys shared by the part's heads;
 //   nsa_fwd_mma   (variant mma, nsa_mma.cl) the same on tensor cores, 16 query heads a group;
 //   nsa_bwd_dq    same grid: dg, the rows' deltas and dq;
-//   nsa_bwd_dq_mma, nsa_bwd_dkv_mma  (the backward's variant mma, nsa_mma.cl) dq and the keys'
-//                 gradients on tensor cores (the forward's grid; tiles of 16 keys); the pooled
-//                 rows' pass stays scalar;
+//   nsa_bwd_dq_mma, nsa_bwd_dcmp_mma, nsa_bwd_dkv_mma  (the backward's variant mma,
+//                 nsa_mma.cl) the same three passes on tensor cores, the forward's grid; the
+//                 pooled rows and the keys in tiles of 16, the fragments' rows;
 //   nsa_bwd_dcmp  one group per (token, kv head), working where the token lies in a whole block:
 //                 its share of the pooled row's gradient (the queries at its offset in the block);
 //   nsa_bwd_clear, nsa_bwd_mark  the selection's inverse: per (block, kv head) a bitmap of the
@@ -194,8 +194,8 @@ class OpenCLNsaBwd final : public clc::Implementation {
   std::vector<std::string> sources() const override {
     return {source_key, mma_key, seq_key, clc::mma_source, clc::prelude_source};
   }
-  // variant mma runs the dq and key passes on tensor cores; the pooled rows' pass takes the scalar
-  // knobs in both (and the scalar passes all of them).
+  // variant mma runs dq, the pooled rows' and the keys' passes on tensor cores; the scalar knobs
+  // stay in both (the scalar passes' geometry; the pool pass's program).
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
     ParamSpace s;
     s.param("variant", mma_offered(Problem::of(inv), dev)
@@ -233,8 +233,8 @@ class OpenCLNsaBwd final : public clc::Implementation {
     const float scale = static_cast<float>(p.scale);
     // Configs stored before the backward had variants are scalar ones.
     const std::string variant = config.has("variant") ? config.text("variant") : "scalar";
-    std::shared_ptr<clc::Kernel> dq;
-    std::size_t group_threads = t,  // work-items a group of the dq and key passes
+    std::string mma_build;  // the mma variant's build options
+    std::size_t group_threads = t,  // work-items a group of the three passes
                 dq_parts = static_cast<std::size_t>(p.group / c.hpg);
     if (variant == "mma") {
       const std::int64_t nw = config.get("mma_warps"), bk = config.get("mma_block_n");
@@ -246,22 +246,25 @@ class OpenCLNsaBwd final : public clc::Implementation {
                               dev.info().id() + "), mma_warps 2 or 4, mma_block_n 16 or 32 dividing block_size " +
                               std::to_string(p.block_size) + ", and " + std::to_string(mma_bwd_local_bytes(p, nw, bk)) +
                               " bytes of local memory (the device has " + std::to_string(dev.info().local_mem) + ")");
-      dq = dev.kernel(mma_key, mma_options(p, nw, bk), "nsa_bwd_dq_mma");
+      mma_build = mma_options(p, nw, bk);
       group_threads = static_cast<std::size_t>(32 * nw);
       dq_parts = static_cast<std::size_t>(p.group > 16 ? p.group / 16 : 1);
-    } else if (variant == "scalar") {
-      dq = dev.kernel(source_key, options, "nsa_bwd_dq");
-    } else {
+    } else if (variant != "scalar") {
       throw InvalidArgument("native_sparse_attention_bwd on OpenCL: unknown variant '" + variant + "' (scalar, mma)");
     }
+    // A pass's kernel: nsa_mma.cl's `<name>_mma` for the mma variant, nsa.cl's otherwise.
+    const auto pass = [&](const std::string& name) {
+      return mma_build.empty() ? dev.kernel(source_key, options, name) : dev.kernel(mma_key, mma_build, name + "_mma");
+    };
+    auto dq = pass("nsa_bwd_dq");
     dev.launch(*dq, clc::Range(static_cast<std::size_t>(N) * group_threads, static_cast<std::size_t>(H) * dq_parts),
                clc::Range(group_threads, 1), args[bwd::q], args[bwd::k], args[bwd::v], args[bwd::g_cmp], args[bwd::g_slc],
                args[bwd::block_indices], args[bwd::block_counts], args[bwd::cu_seqlens], *pooled.kc, *pooled.vc,
                args[bwd::o_cmp], args[bwd::o_slc], args[bwd::lse], args[bwd::dout], args[bwd::dq], args[bwd::dg_cmp],
                args[bwd::dg_slc], *delta, nseq, iH, G, S, BS, scale, dt);
-    const clc::Range grid(static_cast<std::size_t>(N) * t, static_cast<std::size_t>(H));
-    auto dcmp = dev.kernel(source_key, options, "nsa_bwd_dcmp");
-    dev.launch(*dcmp, grid, clc::Range(t, 1), args[bwd::q], args[bwd::g_cmp], args[bwd::cu_seqlens], *pooled.kc,
+    auto dcmp = pass("nsa_bwd_dcmp");
+    dev.launch(*dcmp, clc::Range(static_cast<std::size_t>(N) * group_threads, static_cast<std::size_t>(H)),
+               clc::Range(group_threads, 1), args[bwd::q], args[bwd::g_cmp], args[bwd::cu_seqlens], *pooled.kc,
                *pooled.vc, args[bwd::lse], args[bwd::dout], *delta, *dkc, *dvc, nseq, iH, G, BS, scale, dt);
     const SelectionBitmap sel = selection_bitmap(p);
     auto bitmap = dev.scratch(static_cast<std::size_t>(sel.words) * 4);
@@ -272,9 +275,7 @@ class OpenCLNsaBwd final : public clc::Implementation {
     dev.launch(*mark, clc::Range(static_cast<std::size_t>((N * H + 63) / 64 * 64)), clc::Range(64),
                args[bwd::block_indices], args[bwd::block_counts], args[bwd::cu_seqlens], *bitmap, static_cast<int>(N),
                nseq, iH, S, BS, static_cast<int>(sel.per_block));
-    auto dkv = variant == "mma" ? dev.kernel(mma_key, mma_options(p, config.get("mma_warps"), config.get("mma_block_n")),
-                                             "nsa_bwd_dkv_mma")
-                                : dev.kernel(source_key, options, "nsa_bwd_dkv");
+    auto dkv = pass("nsa_bwd_dkv");
     dev.launch(*dkv, clc::Range(static_cast<std::size_t>(N) * group_threads, static_cast<std::size_t>(H)),
                clc::Range(group_threads, 1), args[bwd::q], args[bwd::k], args[bwd::v], args[bwd::g_slc],
                args[bwd::block_indices], args[bwd::block_counts], args[bwd::cu_seqlens], args[bwd::lse], args[bwd::dout],
