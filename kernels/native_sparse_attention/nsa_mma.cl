@@ -456,74 +456,154 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_bwd_dq_mm
   }
 }
 
-// The backward's key pass on tensor cores: nsa.cl's nsa_bwd_dkv contract (the gradients of a
-// tile's keys from every query whose selection lists its block, as often as it lists it, plus
-// the pooled gradient's share) for tiles of 16 keys, the keys the 16 rows of every fragment.
-// The tile's k and v stay in registers as A fragments; for each query (the warps take the
-// bitmap's queries in turn) its 16 heads' q and do rows are staged by cp.async and
+// The backward's key-side passes on tensor cores, keys (or pooled rows) the 16 rows of every
+// fragment. Their k and v stay in registers as A fragments; for each query the warp stages its
+// 16 heads' q and do rows by cp.async (rows padded as the forward's k and v) and computes
 //   S^T = k q^T, dP^T = v do^T (q and do as stored give the B fragments, as k does in the
-//   forward), P = times exp(S - lse), dS = P (g dP - delta),
+//   forward), P = f exp(S - lse), dS = P (g dP - delta),
 //   dk += dS^T q, dv += (g P)^T do (q and do transposed by ldmatrix, as v is in the forward),
-// g the selection gate of each head. The warps' parts meet in local memory, summed in warp order.
-#define QROWB (2 * DK + 16)
-#define DOROWB (2 * DV + 16)
-#define KV_WARP_BYTES (16 * (QROWB + DOROWB))
-#define KV_MERGE_BYTES (NW * 16 * (DK > DV ? DK : DV) * 4)
-#define KV_LOCAL_BYTES (NW * KV_WARP_BYTES > KV_MERGE_BYTES ? NW * KV_WARP_BYTES : KV_MERGE_BYTES)
-#define VTILES (DV / 8)
+// g the branch's gate of each head and f how often the query takes the rows. The warps take the
+// queries in turn; their parts meet in local memory, summed in warp order.
+#define ROWS_LOCAL_BYTES (NW * 16 * (KROWB + VROWB) > NW * 16 * (DK > DV ? DK : DV) * 4 \
+                              ? NW * 16 * (KROWB + VROWB)                             \
+                              : NW * 16 * (DK > DV ? DK : DV) * 4)
 
+// The rows' k (pre-scaled into base 2) and v as A fragments from f32 values read by KV(COL, ROW,
+// D) for rows below N (zero rows past them).
+#define ROWS_FRAGMENTS(KF, VF, N, KV)                                                         \
+  _Pragma("unroll") for (int st = 0; st < KSTEPS; ++st)                                       \
+    _Pragma("unroll") for (int e = 0; e < 4; ++e) {                                           \
+      const int row = g + 8 * (e & 1), col = 16 * st + 8 * (e >> 1) + 2 * t;                 \
+      const bool in = row < (N);                                                              \
+      KF[st][e] = pack2(in ? ks2 * KV(0, row, col) : 0.0f, in ? ks2 * KV(0, row, col + 1) : 0.0f); \
+    }                                                                                         \
+  _Pragma("unroll") for (int st = 0; st < VSTEPS; ++st)                                       \
+    _Pragma("unroll") for (int e = 0; e < 4; ++e) {                                           \
+      const int row = g + 8 * (e & 1), col = 16 * st + 8 * (e >> 1) + 2 * t;                 \
+      const bool in = row < (N);                                                              \
+      VF[st][e] = pack2(in ? KV(1, row, col) : 0.0f, in ? KV(1, row, col + 1) : 0.0f);        \
+    }
+
+// One query's 16 heads from row th0 on (R of them real) against the rows: SEEN(ROW) says whether
+// the query sees fragment row ROW, F is how often it counts, BRANCH picks lse and delta (0
+// compression, 1 selection) and GATE the gate.
+#define ROWS_QUERY(SEEN, F, BRANCH, GATE)                                                      \
+  {                                                                                           \
+    for (int x = lane; x < 16 * (DK / 8); x += 32) {                                          \
+      const int r = x / (DK / 8), c = x - r * (DK / 8);                                       \
+      const bool in = r < R;                                                                  \
+      cp16(qsh + (uint)(r * KROWB + 16 * c), q4 + (size_t)(th0 + (in ? r : 0)) * (DK / 8) + c, in ? 16u : 0u); \
+    }                                                                                         \
+    for (int x = lane; x < 16 * (DV / 8); x += 32) {                                          \
+      const int r = x / (DV / 8), c = x - r * (DV / 8);                                       \
+      const bool in = r < R;                                                                  \
+      cp16(dsh + (uint)(r * VROWB + 16 * c), do4 + (size_t)(th0 + (in ? r : 0)) * (DV / 8) + c, in ? 16u : 0u); \
+    }                                                                                         \
+    cp_commit();                                                                              \
+    /* Each thread's four heads (columns 8 nn + 2 t + c): lse in base 2, delta, gate. */      \
+    float l2[2][2], dl[2][2], gt[2][2];                                                       \
+    _Pragma("unroll") for (int nn = 0; nn < 2; ++nn)                                          \
+      _Pragma("unroll") for (int c = 0; c < 2; ++c) {                                         \
+        const int hd = 8 * nn + 2 * t + c;                                                    \
+        const bool in = hd < R;                                                               \
+        l2[nn][c] = in ? lse[(size_t)(th0 + hd) * 2 + (BRANCH)] * LOG2E : 0.0f;               \
+        dl[nn][c] = in ? delta[(size_t)(th0 + hd) * 2 + (BRANCH)] : 0.0f;                     \
+        gt[nn][c] = in ? ejk_load(GATE, th0 + hd, dtype) : 0.0f;                              \
+      }                                                                                       \
+    CP_WAIT(0);                                                                               \
+    warp_sync();                                                                              \
+    float s[2][4], dp[2][4];                                                                  \
+    _Pragma("unroll") for (int nn = 0; nn < 2; ++nn) {                                        \
+      s[nn][0] = s[nn][1] = s[nn][2] = s[nn][3] = 0.0f;                                       \
+      dp[nn][0] = dp[nn][1] = dp[nn][2] = dp[nn][3] = 0.0f;                                   \
+    }                                                                                         \
+    _Pragma("unroll") for (int st = 0; st < KSTEPS; ++st) {                                   \
+      uint bq[4];                                                                             \
+      ldsm_x4(bq, qsh + qoff + (uint)(32 * st));                                              \
+      mma(s[0], kf[st][0], kf[st][1], kf[st][2], kf[st][3], bq[0], bq[1]);                    \
+      mma(s[1], kf[st][0], kf[st][1], kf[st][2], kf[st][3], bq[2], bq[3]);                    \
+    }                                                                                         \
+    _Pragma("unroll") for (int st = 0; st < VSTEPS; ++st) {                                   \
+      uint bd[4];                                                                             \
+      ldsm_x4(bd, dsh + doff + (uint)(32 * st));                                              \
+      mma(dp[0], vf[st][0], vf[st][1], vf[st][2], vf[st][3], bd[0], bd[1]);                   \
+      mma(dp[1], vf[st][0], vf[st][1], vf[st][2], vf[st][3], bd[2], bd[3]);                   \
+    }                                                                                         \
+    /* s becomes dS^T, dp (g P)^T: rows are the key rows (g, g + 8), columns heads. */        \
+    _Pragma("unroll") for (int nn = 0; nn < 2; ++nn)                                          \
+      _Pragma("unroll") for (int e = 0; e < 4; ++e) {                                         \
+        const int c = e & 1;                                                                  \
+        const float p = SEEN(g + 8 * (e >> 1)) && 8 * nn + 2 * t + c < R ? (F) * ex2(s[nn][e] - l2[nn][c]) : 0.0f; \
+        s[nn][e] = p * (gt[nn][c] * dp[nn][e] - dl[nn][c]);                                   \
+        dp[nn][e] = p * gt[nn][c];                                                            \
+      }                                                                                       \
+    const uint a0 = pack2(s[0][0], s[0][1]), a1 = pack2(s[0][2], s[0][3]), a2 = pack2(s[1][0], s[1][1]), \
+               a3 = pack2(s[1][2], s[1][3]);                                                  \
+    _Pragma("unroll") for (int i = 0; i < DTILES; i += 2) {                                   \
+      uint bq[4];                                                                             \
+      ldsm_x4_t(bq, qsh + qofft + (uint)(16 * i));                                            \
+      mma(dka[i], a0, a1, a2, a3, bq[0], bq[1]);                                              \
+      mma(dka[i + 1], a0, a1, a2, a3, bq[2], bq[3]);                                          \
+    }                                                                                         \
+    const uint p0 = pack2(dp[0][0], dp[0][1]), p1 = pack2(dp[0][2], dp[0][3]), p2 = pack2(dp[1][0], dp[1][1]), \
+               p3 = pack2(dp[1][2], dp[1][3]);                                                \
+    _Pragma("unroll") for (int i = 0; i < OTILES; i += 2) {                                   \
+      uint bd[4];                                                                             \
+      ldsm_x4_t(bd, dsh + dofft + (uint)(16 * i));                                            \
+      mma(dva[i], p0, p1, p2, p3, bd[0], bd[1]);                                              \
+      mma(dva[i + 1], p0, p1, p2, p3, bd[2], bd[3]);                                          \
+    }                                                                                         \
+    warp_sync(); /* the staged rows are read before the next query's copies */                \
+  }
+
+// The warps' parts of accumulator ACC (W columns) into local memory md, [NW][16][W].
+#define PARTS_TO_LOCAL(ACC, W)                                                                \
+  barrier(CLK_LOCAL_MEM_FENCE);                                                               \
+  _Pragma("unroll") for (int i = 0; i < (W) / 8; ++i)                                         \
+    _Pragma("unroll") for (int e = 0; e < 4; ++e)                                             \
+      md[(warp * 16 + g + 8 * (e >> 1)) * (W) + 8 * i + 2 * t + (e & 1)] = ACC[i][e];         \
+  barrier(CLK_LOCAL_MEM_FENCE);
+
+// What both passes set up: lane roles, the warp's staging rows and ldmatrix offsets (q and do as
+// stored for S and dP, transposed for dk and dv), the accumulators.
+#define ROWS_SETUP                                                                            \
+  __local uint4 smem[ROWS_LOCAL_BYTES / 16];                                                  \
+  const int tid = get_local_id(0), lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3; \
+  const int HQ = H * G, R = G > 16 ? 16 : G;                                                  \
+  const uint qsh = EJK_SMEM(smem) + (uint)(warp * 16 * (KROWB + VROWB)), dsh = qsh + 16 * KROWB; \
+  const uint qoff = (uint)((8 * (lane >> 4) + (lane & 7)) * KROWB + 16 * ((lane >> 3) & 1));  \
+  const uint doff = (uint)((8 * (lane >> 4) + (lane & 7)) * VROWB + 16 * ((lane >> 3) & 1));  \
+  const uint qofft = (uint)((8 * ((lane >> 3) & 1) + (lane & 7)) * KROWB + 16 * (lane >> 4)); \
+  const uint dofft = (uint)((8 * ((lane >> 3) & 1) + (lane & 7)) * VROWB + 16 * (lane >> 4)); \
+  const float ks2 = scale * LOG2E;                                                            \
+  uint kf[KSTEPS][4], vf[VSTEPS][4];                                                          \
+  float dka[DTILES][4], dva[OTILES][4];                                                       \
+  _Pragma("unroll") for (int i = 0; i < DTILES; ++i) dka[i][0] = dka[i][1] = dka[i][2] = dka[i][3] = 0.0f; \
+  _Pragma("unroll") for (int i = 0; i < OTILES; ++i) dva[i][0] = dva[i][1] = dva[i][2] = dva[i][3] = 0.0f; \
+  __local float* md = (__local float*)smem; /* the parts as they meet: [NW][16][DK or DV] */
+
+// nsa.cl's nsa_bwd_dkv contract (the gradients of a tile's keys from every query whose selection
+// lists its block, as often as it lists it, plus the pooled gradient's share) for tiles of 16
+// keys; the warps take the bitmap's queries in turn.
 __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_bwd_dkv_mma(
     const __global uint4* q4, const __global ushort* k16, const __global ushort* v16, const __global ushort* gs16,
     const __global int* bi, const __global int* bc, const __global int* cu, const __global float* lse,
     const __global uint4* do4, const __global float* delta, const __global float* dkc, const __global float* dvc,
     const __global uint* sel, __global ushort* dk16, __global ushort* dv16, int nseq, int H, int G, int S, int BS,
     int W, float scale, int dtype) {
-  __local uint4 smem[KV_LOCAL_BYTES / 16];
-  const int tid = get_local_id(0), lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-  const int j0 = get_group_id(0), h = get_group_id(1), HQ = H * G, R = G > 16 ? 16 : G;
+  const int j0 = get_group_id(0), h = get_group_id(1);
   int bos, eos;
   const int seq = locate(cu, nseq, j0, &bos, &eos);
   const int off = (j0 - bos) % BS, b = (j0 - bos) / BS, block0 = j0 - off;
   if (off % 16 != 0) return;  // the whole group: no tile starts here
+  ROWS_SETUP
   const int n = min(16, min(block0 + BS, eos) - j0);
-  const uint base = EJK_SMEM(smem);
-  const uint qsh = base + (uint)(warp * KV_WARP_BYTES), dsh = qsh + 16 * QROWB;
-  const uint qoff = (uint)((8 * (lane >> 4) + (lane & 7)) * QROWB + 16 * ((lane >> 3) & 1));
-  const uint doff = (uint)((8 * (lane >> 4) + (lane & 7)) * DOROWB + 16 * ((lane >> 3) & 1));
-  const uint qofft = (uint)((8 * ((lane >> 3) & 1) + (lane & 7)) * QROWB + 16 * (lane >> 4));
-  const uint dofft = (uint)((8 * ((lane >> 3) & 1) + (lane & 7)) * DOROWB + 16 * (lane >> 4));
+#define KEY(V, ROW, COL) \
+  ejk_load((V) ? v16 : k16, ((size_t)(j0 + (in ? (ROW) : 0)) * H + h) * ((V) ? DV : DK) + (COL), dtype)
+  ROWS_FRAGMENTS(kf, vf, n, KEY)
+#undef KEY
 
-  // The tile's k (pre-scaled into base 2) and v as A fragments; keys past n zero rows.
-  uint kf[KSTEPS][4], vf[VSTEPS][4];
-  {
-    const float ks2 = scale * LOG2E;
-#pragma unroll
-    for (int st = 0; st < KSTEPS; ++st)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = g + 8 * (e & 1), col = 16 * st + 8 * (e >> 1) + 2 * t;
-        const bool in = row < n;
-        const size_t at = ((size_t)(j0 + (in ? row : 0)) * H + h) * DK + col;
-        kf[st][e] = pack2(in ? ks2 * ejk_load(k16, at, dtype) : 0.0f, in ? ks2 * ejk_load(k16, at + 1, dtype) : 0.0f);
-      }
-#pragma unroll
-    for (int st = 0; st < VSTEPS; ++st)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = g + 8 * (e & 1), col = 16 * st + 8 * (e >> 1) + 2 * t;
-        const bool in = row < n;
-        const size_t at = ((size_t)(j0 + (in ? row : 0)) * H + h) * DV + col;
-        vf[st][e] = pack2(in ? ejk_load(v16, at, dtype) : 0.0f, in ? ejk_load(v16, at + 1, dtype) : 0.0f);
-      }
-  }
-  float dka[DTILES][4], dva[VTILES][4];
-#pragma unroll
-  for (int i = 0; i < DTILES; ++i) dka[i][0] = dka[i][1] = dka[i][2] = dka[i][3] = 0.0f;
-#pragma unroll
-  for (int i = 0; i < VTILES; ++i) dva[i][0] = dva[i][1] = dva[i][2] = dva[i][3] = 0.0f;
-
-  // The queries from j0 on that list the block, in token order (nsa_bwd_mark's bitmap); the
-  // warps take them in turn.
+  // The queries from j0 on that list the block, in token order (nsa_bwd_mark's bitmap).
   const __global uint* bits = sel + ((size_t)(block0 / BS + seq) * H + h) * W;
   const int w0 = (j0 - block0) / 32, w_end = n > 0 ? (eos - block0 + 31) / 32 : 0;
   int turn = 0;
@@ -535,98 +615,20 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_bwd_dkv_m
       int times = 0;
       for (int i = 0; i < cnt; ++i) times += bi[(tq * H + h) * S + i] == b;
       const int rows = min(n, tq - j0 + 1);  // keys the query sees
+#define SEEN_KEY(ROW) ((ROW) < rows)
       for (int g0 = 0; times > 0 && g0 < G; g0 += 16) {
         const int th0 = tq * HQ + h * G + g0;
-        for (int x = lane; x < 16 * (DK / 8); x += 32) {
-          const int r = x / (DK / 8), c = x - r * (DK / 8);
-          const bool in = r < R;
-          cp16(qsh + (uint)(r * QROWB + 16 * c), q4 + (size_t)(th0 + (in ? r : 0)) * (DK / 8) + c, in ? 16u : 0u);
-        }
-        for (int x = lane; x < 16 * (DV / 8); x += 32) {
-          const int r = x / (DV / 8), c = x - r * (DV / 8);
-          const bool in = r < R;
-          cp16(dsh + (uint)(r * DOROWB + 16 * c), do4 + (size_t)(th0 + (in ? r : 0)) * (DV / 8) + c, in ? 16u : 0u);
-        }
-        cp_commit();
-        // Each thread's four heads (columns 8 nn + 2 t + c): lse in base 2, delta, gate.
-        float l2[2][2], dl[2][2], gt[2][2];
-#pragma unroll
-        for (int nn = 0; nn < 2; ++nn)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const int hd = 8 * nn + 2 * t + c;
-            const bool in = hd < R;
-            l2[nn][c] = in ? lse[(size_t)(th0 + hd) * 2 + 1] * LOG2E : 0.0f;
-            dl[nn][c] = in ? delta[(size_t)(th0 + hd) * 2 + 1] : 0.0f;
-            gt[nn][c] = in ? ejk_load(gs16, th0 + hd, dtype) : 0.0f;
-          }
-        CP_WAIT(0);
-        warp_sync();
-        float s[2][4], dp[2][4];
-#pragma unroll
-        for (int nn = 0; nn < 2; ++nn) {
-          s[nn][0] = s[nn][1] = s[nn][2] = s[nn][3] = 0.0f;
-          dp[nn][0] = dp[nn][1] = dp[nn][2] = dp[nn][3] = 0.0f;
-        }
-#pragma unroll
-        for (int st = 0; st < KSTEPS; ++st) {
-          uint bq[4];
-          ldsm_x4(bq, qsh + qoff + (uint)(32 * st));
-          mma(s[0], kf[st][0], kf[st][1], kf[st][2], kf[st][3], bq[0], bq[1]);
-          mma(s[1], kf[st][0], kf[st][1], kf[st][2], kf[st][3], bq[2], bq[3]);
-        }
-#pragma unroll
-        for (int st = 0; st < VSTEPS; ++st) {
-          uint bd[4];
-          ldsm_x4(bd, dsh + doff + (uint)(32 * st));
-          mma(dp[0], vf[st][0], vf[st][1], vf[st][2], vf[st][3], bd[0], bd[1]);
-          mma(dp[1], vf[st][0], vf[st][1], vf[st][2], vf[st][3], bd[2], bd[3]);
-        }
-        // s becomes dS^T, dp becomes (g P)^T: rows are keys (g, g + 8), columns heads.
-#pragma unroll
-        for (int nn = 0; nn < 2; ++nn)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = g + 8 * (e >> 1), c = e & 1;
-            const float p = key < rows && 8 * nn + 2 * t + c < R ? (float)times * ex2(s[nn][e] - l2[nn][c]) : 0.0f;
-            s[nn][e] = p * (gt[nn][c] * dp[nn][e] - dl[nn][c]);
-            dp[nn][e] = p * gt[nn][c];
-          }
-        const uint a0 = pack2(s[0][0], s[0][1]), a1 = pack2(s[0][2], s[0][3]), a2 = pack2(s[1][0], s[1][1]),
-                   a3 = pack2(s[1][2], s[1][3]);
-#pragma unroll
-        for (int i = 0; i < DTILES; i += 2) {
-          uint bq[4];
-          ldsm_x4_t(bq, qsh + qofft + (uint)(16 * i));
-          mma(dka[i], a0, a1, a2, a3, bq[0], bq[1]);
-          mma(dka[i + 1], a0, a1, a2, a3, bq[2], bq[3]);
-        }
-        const uint p0 = pack2(dp[0][0], dp[0][1]), p1 = pack2(dp[0][2], dp[0][3]), p2 = pack2(dp[1][0], dp[1][1]),
-                   p3 = pack2(dp[1][2], dp[1][3]);
-#pragma unroll
-        for (int i = 0; i < VTILES; i += 2) {
-          uint bd[4];
-          ldsm_x4_t(bd, dsh + dofft + (uint)(16 * i));
-          mma(dva[i], p0, p1, p2, p3, bd[0], bd[1]);
-          mma(dva[i + 1], p0, p1, p2, p3, bd[2], bd[3]);
-        }
-        warp_sync();  // the staged rows are read before the next query's copies
+        ROWS_QUERY(SEEN_KEY, (float)times, 1, gs16)
       }
+#undef SEEN_KEY
     }
   }
 
-  // The warps' parts in warp order, dk then dv through the same local memory, plus the pooled
-  // gradient's share (its block's tokens' shares from nsa_bwd_dcmp, summed in order): one
-  // work-item a column.
+  // dk then dv through the same local memory, plus the pooled gradient's share (its block's
+  // tokens' shares from nsa_bwd_dcmp, summed in order): one work-item a column.
   const bool pooled = block0 + BS <= eos;
   const float inv = 1.0f / (float)BS;
-  __local float* md = (__local float*)smem;  // [NW][16][DK or DV]
-  barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll
-  for (int i = 0; i < DTILES; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) md[(warp * 16 + g + 8 * (e >> 1)) * DK + 8 * i + 2 * t + (e & 1)] = dka[i][e];
-  barrier(CLK_LOCAL_MEM_FENCE);
+  PARTS_TO_LOCAL(dka, DK)
   for (int d = tid; d < DK; d += 32 * NW) {
     float share = 0.0f;
     for (int r = 0; pooled && r < BS; ++r) share += dkc[((size_t)(block0 + r) * H + h) * DK + d];
@@ -636,12 +638,7 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_bwd_dkv_m
       ejk_store(dk16, ((size_t)(j0 + row) * H + h) * DK + d, dtype, scale * x + inv * share);
     }
   }
-  barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll
-  for (int i = 0; i < VTILES; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) md[(warp * 16 + g + 8 * (e >> 1)) * DV + 8 * i + 2 * t + (e & 1)] = dva[i][e];
-  barrier(CLK_LOCAL_MEM_FENCE);
+  PARTS_TO_LOCAL(dva, DV)
   for (int d = tid; d < DV; d += 32 * NW) {
     float share = 0.0f;
     for (int r = 0; pooled && r < BS; ++r) share += dvc[((size_t)(block0 + r) * H + h) * DV + d];
@@ -653,168 +650,47 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_bwd_dkv_m
   }
 }
 
-// The backward's pooled-rows pass on tensor cores: nsa.cl's nsa_bwd_dcmp contract (each token of
-// a whole block holds a share of the block's pooled key and value gradients, summed by the key
-// pass) for 16 blocks at a time, the blocks' pooled rows the 16 rows of every fragment. The group
-// at offset o of the first block of a tile of 16 (block index a multiple of 16) takes the queries
-// at offset o of each BS from that block's last token on (the warps take them in turn), and
-// writes the shares at offset o of the tile's whole blocks. Per query, as in the key pass with
-// the compression branch's lse, delta and gate and a block visible from its last token on:
-//   S^T = kc q^T, dP^T = vc do^T, P = exp(S - lse), dS = P (g dP - delta),
-//   dkc += dS^T q, dvc += (g P)^T do.
+// nsa.cl's nsa_bwd_dcmp contract (each token of a whole block holds a share of the block's
+// pooled key and value gradients, summed by the key pass) for 16 blocks at a time, their pooled
+// rows the fragments' rows. The group at offset o of the first block of a tile of 16 (block index
+// a multiple of 16) takes the queries at offset o of each BS from that block's last token on
+// (the warps in turn), each block seen from its last token on, and writes the shares at offset o
+// of the tile's whole blocks.
 __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_bwd_dcmp_mma(
     const __global uint4* q4, const __global ushort* gc16, const __global int* cu, const __global float* kc,
     const __global float* vc, const __global float* lse, const __global uint4* do4, const __global float* delta,
     __global float* dkc, __global float* dvc, int nseq, int H, int G, int BS, float scale, int dtype) {
-  __local uint4 smem[KV_LOCAL_BYTES / 16];
-  const int tid = get_local_id(0), lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-  const int t0 = get_group_id(0), h = get_group_id(1), HQ = H * G, R = G > 16 ? 16 : G;
+  const int t0 = get_group_id(0), h = get_group_id(1);
   int bos, eos;
   locate(cu, nseq, t0, &bos, &eos);
   const int o = (t0 - bos) % BS, c0 = (t0 - bos) / BS, len = eos - bos;
   if (c0 % 16 != 0) return;  // the whole group: not the first block of a tile
+  ROWS_SETUP
   const int nb = min(16, len / BS - c0);  // whole blocks of the tile (none: no query, no store)
-  const uint base = EJK_SMEM(smem);
-  const uint qsh = base + (uint)(warp * KV_WARP_BYTES), dsh = qsh + 16 * QROWB;
-  const uint qoff = (uint)((8 * (lane >> 4) + (lane & 7)) * QROWB + 16 * ((lane >> 3) & 1));
-  const uint doff = (uint)((8 * (lane >> 4) + (lane & 7)) * DOROWB + 16 * ((lane >> 3) & 1));
-  const uint qofft = (uint)((8 * ((lane >> 3) & 1) + (lane & 7)) * QROWB + 16 * (lane >> 4));
-  const uint dofft = (uint)((8 * ((lane >> 3) & 1) + (lane & 7)) * DOROWB + 16 * (lane >> 4));
+#define POOLED(V, ROW, COL) \
+  ((V) ? vc : kc)[((size_t)(bos + (c0 + (in ? (ROW) : 0)) * BS) * H + h) * ((V) ? DV : DK) + (COL)]
+  ROWS_FRAGMENTS(kf, vf, nb, POOLED)
+#undef POOLED
 
-  // The tile's pooled rows (k pre-scaled into base 2), rounded to the operand type; rows of
-  // blocks past nb zero.
-  uint kf[KSTEPS][4], vf[VSTEPS][4];
-  {
-    const float ks2 = scale * LOG2E;
-#pragma unroll
-    for (int st = 0; st < KSTEPS; ++st)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = g + 8 * (e & 1), col = 16 * st + 8 * (e >> 1) + 2 * t;
-        const bool in = row < nb;
-        const size_t at = ((size_t)(bos + (c0 + (in ? row : 0)) * BS) * H + h) * DK + col;
-        kf[st][e] = pack2(in ? ks2 * kc[at] : 0.0f, in ? ks2 * kc[at + 1] : 0.0f);
-      }
-#pragma unroll
-    for (int st = 0; st < VSTEPS; ++st)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = g + 8 * (e & 1), col = 16 * st + 8 * (e >> 1) + 2 * t;
-        const bool in = row < nb;
-        const size_t at = ((size_t)(bos + (c0 + (in ? row : 0)) * BS) * H + h) * DV + col;
-        vf[st][e] = pack2(in ? vc[at] : 0.0f, in ? vc[at + 1] : 0.0f);
-      }
-  }
-  float dka[DTILES][4], dva[VTILES][4];
-#pragma unroll
-  for (int i = 0; i < DTILES; ++i) dka[i][0] = dka[i][1] = dka[i][2] = dka[i][3] = 0.0f;
-#pragma unroll
-  for (int i = 0; i < VTILES; ++i) dva[i][0] = dva[i][1] = dva[i][2] = dva[i][3] = 0.0f;
-
-  // Queries (positions in the sequence) c0 BS + BS - 1 + o + k BS, the warps in turn.
   const int first = nb > 0 ? c0 * BS + BS - 1 + o : len;
   for (int pos = first + warp * BS; pos < len; pos += NW * BS) {
-    const int tq = bos + pos;
+#define SEEN_BLOCK(ROW) ((ROW) < nb && (c0 + (ROW)) * BS + BS - 1 <= pos)
     for (int g0 = 0; g0 < G; g0 += 16) {
-      const int th0 = tq * HQ + h * G + g0;
-      for (int x = lane; x < 16 * (DK / 8); x += 32) {
-        const int r = x / (DK / 8), c = x - r * (DK / 8);
-        const bool in = r < R;
-        cp16(qsh + (uint)(r * QROWB + 16 * c), q4 + (size_t)(th0 + (in ? r : 0)) * (DK / 8) + c, in ? 16u : 0u);
-      }
-      for (int x = lane; x < 16 * (DV / 8); x += 32) {
-        const int r = x / (DV / 8), c = x - r * (DV / 8);
-        const bool in = r < R;
-        cp16(dsh + (uint)(r * DOROWB + 16 * c), do4 + (size_t)(th0 + (in ? r : 0)) * (DV / 8) + c, in ? 16u : 0u);
-      }
-      cp_commit();
-      float l2[2][2], dl[2][2], gt[2][2];
-#pragma unroll
-      for (int nn = 0; nn < 2; ++nn)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int hd = 8 * nn + 2 * t + c;
-          const bool in = hd < R;
-          l2[nn][c] = in ? lse[(size_t)(th0 + hd) * 2] * LOG2E : 0.0f;
-          dl[nn][c] = in ? delta[(size_t)(th0 + hd) * 2] : 0.0f;
-          gt[nn][c] = in ? ejk_load(gc16, th0 + hd, dtype) : 0.0f;
-        }
-      CP_WAIT(0);
-      warp_sync();
-      float s[2][4], dp[2][4];
-#pragma unroll
-      for (int nn = 0; nn < 2; ++nn) {
-        s[nn][0] = s[nn][1] = s[nn][2] = s[nn][3] = 0.0f;
-        dp[nn][0] = dp[nn][1] = dp[nn][2] = dp[nn][3] = 0.0f;
-      }
-#pragma unroll
-      for (int st = 0; st < KSTEPS; ++st) {
-        uint bq[4];
-        ldsm_x4(bq, qsh + qoff + (uint)(32 * st));
-        mma(s[0], kf[st][0], kf[st][1], kf[st][2], kf[st][3], bq[0], bq[1]);
-        mma(s[1], kf[st][0], kf[st][1], kf[st][2], kf[st][3], bq[2], bq[3]);
-      }
-#pragma unroll
-      for (int st = 0; st < VSTEPS; ++st) {
-        uint bd[4];
-        ldsm_x4(bd, dsh + doff + (uint)(32 * st));
-        mma(dp[0], vf[st][0], vf[st][1], vf[st][2], vf[st][3], bd[0], bd[1]);
-        mma(dp[1], vf[st][0], vf[st][1], vf[st][2], vf[st][3], bd[2], bd[3]);
-      }
-      // Block c0 + row is visible from its last token on: (c0 + row) BS + BS - 1 <= pos.
-#pragma unroll
-      for (int nn = 0; nn < 2; ++nn)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = g + 8 * (e >> 1), c = e & 1;
-          const bool seen = row < nb && (c0 + row) * BS + BS - 1 <= pos && 8 * nn + 2 * t + c < R;
-          const float p = seen ? ex2(s[nn][e] - l2[nn][c]) : 0.0f;
-          s[nn][e] = p * (gt[nn][c] * dp[nn][e] - dl[nn][c]);
-          dp[nn][e] = p * gt[nn][c];
-        }
-      const uint a0 = pack2(s[0][0], s[0][1]), a1 = pack2(s[0][2], s[0][3]), a2 = pack2(s[1][0], s[1][1]),
-                 a3 = pack2(s[1][2], s[1][3]);
-#pragma unroll
-      for (int i = 0; i < DTILES; i += 2) {
-        uint bq[4];
-        ldsm_x4_t(bq, qsh + qofft + (uint)(16 * i));
-        mma(dka[i], a0, a1, a2, a3, bq[0], bq[1]);
-        mma(dka[i + 1], a0, a1, a2, a3, bq[2], bq[3]);
-      }
-      const uint p0 = pack2(dp[0][0], dp[0][1]), p1 = pack2(dp[0][2], dp[0][3]), p2 = pack2(dp[1][0], dp[1][1]),
-                 p3 = pack2(dp[1][2], dp[1][3]);
-#pragma unroll
-      for (int i = 0; i < VTILES; i += 2) {
-        uint bd[4];
-        ldsm_x4_t(bd, dsh + dofft + (uint)(16 * i));
-        mma(dva[i], p0, p1, p2, p3, bd[0], bd[1]);
-        mma(dva[i + 1], p0, p1, p2, p3, bd[2], bd[3]);
-      }
-      warp_sync();
+      const int th0 = (bos + pos) * HQ + h * G + g0;
+      ROWS_QUERY(SEEN_BLOCK, 1.0f, 0, gc16)
     }
+#undef SEEN_BLOCK
   }
 
-  // The warps' parts in warp order, dk then dv through the same local memory, stored at offset o
-  // of each whole block of the tile.
-  __local float* md = (__local float*)smem;  // [NW][16][DK or DV]
-  barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll
-  for (int i = 0; i < DTILES; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) md[(warp * 16 + g + 8 * (e >> 1)) * DK + 8 * i + 2 * t + (e & 1)] = dka[i][e];
-  barrier(CLK_LOCAL_MEM_FENCE);
+  // dk then dv through the same local memory, stored at offset o of each whole block.
+  PARTS_TO_LOCAL(dka, DK)
   for (int e = tid; e < nb * DK; e += 32 * NW) {
     const int row = e / DK, d = e - row * DK;
     float x = 0.0f;
     for (int w2 = 0; w2 < NW; ++w2) x += md[(w2 * 16 + row) * DK + d];
     dkc[((size_t)(bos + (c0 + row) * BS + o) * H + h) * DK + d] = scale * x;
   }
-  barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll
-  for (int i = 0; i < VTILES; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) md[(warp * 16 + g + 8 * (e >> 1)) * DV + 8 * i + 2 * t + (e & 1)] = dva[i][e];
-  barrier(CLK_LOCAL_MEM_FENCE);
+  PARTS_TO_LOCAL(dva, DV)
   for (int e = tid; e < nb * DV; e += 32 * NW) {
     const int row = e / DV, d = e - row * DV;
     float x = 0.0f;
