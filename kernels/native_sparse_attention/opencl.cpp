@@ -194,48 +194,32 @@ class OpenCLNsaBwd final : public clc::Implementation {
   std::vector<std::string> sources() const override {
     return {source_key, mma_key, seq_key, clc::mma_source, clc::prelude_source};
   }
-  // variant mma runs dq, the pooled rows' and the keys' passes on tensor cores; the scalar knobs
-  // stay in both (the scalar passes' geometry; the pool pass's program).
+  // variant mma runs dq, the pooled rows' and the keys' passes on tensor cores (its own knobs; the
+  // pool, clear and mark passes have one geometry), variant scalar every pass on nsa.cl's.
   ParamSpace space(const Invocation& inv, const DeviceInfo& dev) const override {
     ParamSpace s;
     s.param("variant", mma_offered(Problem::of(inv), dev)
                            ? std::vector<Value>{std::string("scalar"), std::string("mma")}
                            : std::vector<Value>{std::string("scalar")});
     mma_params(s, "max(head_dim_k, head_dim_v) * 4", "256");  // + the rows' lse and delta
-    return gpu_space(NsaBwdKernel().vars(inv), dev, true, std::move(s));
+    return gpu_space(NsaBwdKernel().vars(inv), dev, true, std::move(s), scalar_v);
   }
-  // Tensor cores where offered, with the scalar heuristic's knobs for the key passes.
+  // Tensor cores where offered, else the scalar kernels' heuristic.
   Config heuristic(const Invocation& inv, const DeviceInfo& dev) const override {
     const ParamSpace s = space(inv, dev);
-    const Problem p = Problem::of(inv);
     const Config mma{{"variant", std::string("mma")}, {"mma_warps", 4}, {"mma_block_n", 16}};
-    if (mma_offered(p, dev)) {
-      const Config c = gpu_heuristic(s, p, dev, "native_sparse_attention_bwd opencl", mma);
-      if (s.admits(c)) return c;
-    }
-    return gpu_heuristic(s, p, dev, "native_sparse_attention_bwd opencl", Config{{"variant", std::string("scalar")}});
+    if (s.admits(mma)) return mma;
+    return gpu_heuristic(s, Problem::of(inv), dev, "native_sparse_attention_bwd opencl", Config{{"variant", std::string("scalar")}});
   }
 
   void run(const Invocation& inv, const Config& config, std::span<const Tensor> args, Device& device) const override {
     const Problem p = Problem::of(inv);
     auto& dev = clc::clc_device(device);
-    const Common c = checked(p, config, "native_sparse_attention_bwd");
-    if (p.tokens() == 0) return;
-    const std::string options = options_of(p, c);
-    const Pooled pooled = pool(dev, p, options, args);
-    const std::int64_t N = p.tokens(), H = p.kv_heads;
-    auto delta = dev.allocate(static_cast<std::size_t>(N * p.heads * 2) * 4);
-    auto dkc = dev.allocate(static_cast<std::size_t>(N * H * p.dk) * 4);
-    auto dvc = dev.allocate(static_cast<std::size_t>(N * H * p.dv) * 4);
-    const auto t = static_cast<std::size_t>(c.threads);
-    const int nseq = static_cast<int>(p.num_seqs), iH = static_cast<int>(H), G = static_cast<int>(p.group);
-    const int S = static_cast<int>(p.selected), BS = static_cast<int>(p.block_size), dt = dtype_code(p.dtype);
-    const float scale = static_cast<float>(p.scale);
     // Configs stored before the backward had variants are scalar ones.
     const std::string variant = config.has("variant") ? config.text("variant") : "scalar";
     std::string mma_build;  // the mma variant's build options
-    std::size_t group_threads = t,  // work-items a group of the three passes
-                dq_parts = static_cast<std::size_t>(p.group / c.hpg);
+    Common c{128, 8, 1};  // the scalar program's geometry (the mma variant builds it for its other passes)
+    std::size_t group_threads = 0, dq_parts = 0;  // work-items a group of the three passes; groups a (token, kv head) of dq
     if (variant == "mma") {
       const std::int64_t nw = config.get("mma_warps"), bk = config.get("mma_block_n");
       if (!mma_offered(p, dev.info()) || (nw != 2 && nw != 4) || (bk != 16 && bk != 32) || p.block_size % bk ||
@@ -249,9 +233,23 @@ class OpenCLNsaBwd final : public clc::Implementation {
       mma_build = mma_options(p, nw, bk);
       group_threads = static_cast<std::size_t>(32 * nw);
       dq_parts = static_cast<std::size_t>(p.group > 16 ? p.group / 16 : 1);
-    } else if (variant != "scalar") {
+    } else if (variant == "scalar") {
+      c = checked(p, config, "native_sparse_attention_bwd");
+      group_threads = static_cast<std::size_t>(c.threads);
+      dq_parts = static_cast<std::size_t>(p.group / c.hpg);
+    } else {
       throw InvalidArgument("native_sparse_attention_bwd on OpenCL: unknown variant '" + variant + "' (scalar, mma)");
     }
+    if (p.tokens() == 0) return;
+    const std::string options = options_of(p, c);
+    const Pooled pooled = pool(dev, p, options, args);
+    const std::int64_t N = p.tokens(), H = p.kv_heads;
+    auto delta = dev.allocate(static_cast<std::size_t>(N * p.heads * 2) * 4);
+    auto dkc = dev.allocate(static_cast<std::size_t>(N * H * p.dk) * 4);
+    auto dvc = dev.allocate(static_cast<std::size_t>(N * H * p.dv) * 4);
+    const int nseq = static_cast<int>(p.num_seqs), iH = static_cast<int>(H), G = static_cast<int>(p.group);
+    const int S = static_cast<int>(p.selected), BS = static_cast<int>(p.block_size), dt = dtype_code(p.dtype);
+    const float scale = static_cast<float>(p.scale);
     // A pass's kernel: nsa_mma.cl's `<name>_mma` for the mma variant, nsa.cl's otherwise.
     const auto pass = [&](const std::string& name) {
       return mma_build.empty() ? dev.kernel(source_key, options, name) : dev.kernel(mma_key, mma_build, name + "_mma");
