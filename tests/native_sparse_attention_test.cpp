@@ -170,6 +170,24 @@ Checked check_backward(const Context& ctx, const Inputs& in, const NsaOutput& f,
   return r;
 }
 
+// The backward's specs as the API passes them: inputs, the index arrays, the forward's outputs and
+// dout, then the gradients (shaped like q, k, v and the gates).
+std::vector<TensorSpec> backward_specs(const Inputs& in, const Specs& ix, const NsaOutput& f) {
+  return {in.q.spec(),   in.k.spec(),     in.v.spec(),     in.g_cmp.spec(), in.g_slc.spec(), in.bi.spec(),
+          ix.counts.spec(), ix.cu.spec(), f.o_cmp.spec(),  f.o_slc.spec(),  f.lse.spec(),    in.dout.spec(),
+          in.q.spec(),   in.k.spec(),     in.v.spec(),     in.g_cmp.spec(), in.g_slc.spec()};
+}
+
+// The tensor-core tests' cases: 16 query heads a kv head over more pooled blocks than one warp's
+// tile (and more blocks than one tile of 16), a group of 4 (12 zero rows a fragment) with repeated
+// blocks and head dims of 32 and 48, and a group of 32 (two groups of 16 a kv head) over packed
+// sequences with an empty one.
+const Case tensor_core_cases[] = {
+    {.batch = 1, .seq = 300, .heads = 16, .kv_heads = 1, .dk = 64, .dv = 32, .selected = 6, .block_size = 16},
+    {.batch = 2, .seq = 100, .heads = 8, .kv_heads = 2, .dk = 32, .dv = 48, .selected = 3, .block_size = 32, .repeats = true},
+    {.heads = 32, .kv_heads = 1, .dk = 16, .dv = 16, .selected = 4, .block_size = 16, .lengths = {40, 0, 7, 70}},
+};
+
 class NativeSparseAttention : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(NativeSparseAttention, ForwardAndGradientsMatchReferenceInEveryDtype) {
@@ -225,9 +243,7 @@ TEST_P(NativeSparseAttention, EveryConfigOfASmallSpaceAgrees) {
   const Specs ix = index_arrays(ctx, in);
   std::vector<TensorSpec> fs{in.q.spec(), in.k.spec(), in.v.spec(), in.g_cmp.spec(), in.g_slc.spec(), in.bi.spec(),
                              ix.counts.spec(), ix.cu.spec(), f.o.spec(), f.o_cmp.spec(), f.o_slc.spec(), f.lse.spec()};
-  std::vector<TensorSpec> bs{in.q.spec(),     in.k.spec(),     in.v.spec(),  in.g_cmp.spec(), in.g_slc.spec(), in.bi.spec(),
-                             ix.counts.spec(), ix.cu.spec(),   f.o_cmp.spec(), f.o_slc.spec(), f.lse.spec(), in.dout.spec(),
-                             in.q.spec(),     in.k.spec(),     in.v.spec(),  in.g_cmp.spec(), in.g_slc.spec()};
+  const std::vector<TensorSpec> bs = backward_specs(in, ix, f);
   const DeviceInfo& dev = ctx.device().info();
   for (bool backward : {false, true}) {
     const Invocation inv = backward ? nsa::backward_invocation(bs, c.block_size) : nsa::forward_invocation(fs, c.block_size);
@@ -248,21 +264,13 @@ TEST_P(NativeSparseAttention, EveryConfigOfASmallSpaceAgrees) {
 }
 
 // The OpenCL forward on tensor cores (variant mma), where the device lists m16n8k16 fragments:
-// 16 query heads a kv head with more pooled blocks than one warp's tile (the warps split the
-// compression branch), a group of 4 (12 zero rows a fragment) with repeated blocks and head dims
-// of 32 and 48, and a group of 32 (two groups of 16 a kv head) over packed sequences with an empty
-// one; f16 and bf16 against the double reference, every config of the variant. The heuristic
-// takes it where offered.
+// tensor_core_cases (the warps split the first's compression branch) in f16 and bf16 against the
+// double reference, every config of the variant. The heuristic takes it where offered.
 TEST_P(NativeSparseAttention, TensorCoreForwardMatchesReference) {
   Context ctx(GetParam());
   const DeviceInfo& dev = ctx.device().info();
-  const Case cases[] = {
-      {.batch = 1, .seq = 300, .heads = 16, .kv_heads = 1, .dk = 64, .dv = 32, .selected = 6, .block_size = 16},
-      {.batch = 2, .seq = 100, .heads = 8, .kv_heads = 2, .dk = 32, .dv = 48, .selected = 3, .block_size = 32, .repeats = true},
-      {.heads = 32, .kv_heads = 1, .dk = 16, .dv = 16, .selected = 4, .block_size = 16, .lengths = {40, 0, 7, 70}},
-  };
   std::size_t runs = 0;
-  for (const Case& c : cases)
+  for (const Case& c : tensor_core_cases)
     for (DType t : {DType::f16, DType::bf16}) {
       const Inputs in = build(ctx, c, t, 13);
       const Specs ix = index_arrays(ctx, in);
@@ -291,28 +299,18 @@ TEST_P(NativeSparseAttention, TensorCoreForwardMatchesReference) {
 }
 
 // The backward's dq and key passes on tensor cores (variant mma): each (warps, tile) build, in f16
-// and bf16, on the forward's cases, every gradient against the double reference. Runs where the
+// and bf16, on tensor_core_cases, every gradient against the double reference. Runs where the
 // device offers the tensor-core forward.
 TEST_P(NativeSparseAttention, TensorCoreBackwardMatchesReference) {
   Context ctx(GetParam());
   const DeviceInfo& dev = ctx.device().info();
-  const Case cases[] = {
-      {.batch = 1, .seq = 300, .heads = 16, .kv_heads = 1, .dk = 64, .dv = 32, .selected = 6, .block_size = 16},
-      {.batch = 2, .seq = 100, .heads = 8, .kv_heads = 2, .dk = 32, .dv = 48, .selected = 3, .block_size = 32, .repeats = true},
-      {.heads = 32, .kv_heads = 1, .dk = 16, .dv = 16, .selected = 4, .block_size = 16, .lengths = {40, 0, 7, 70}},
-  };
   std::size_t runs = 0;
-  for (const Case& c : cases)
+  for (const Case& c : tensor_core_cases)
     for (DType t : {DType::f16, DType::bf16}) {
       const Inputs in = build(ctx, c, t, 17);
       NsaOutput f;
       (void)check_forward(ctx, in, f);
-      const Specs ix = index_arrays(ctx, in);
-      const std::vector<TensorSpec> bs{in.q.spec(),     in.k.spec(),      in.v.spec(),   in.g_cmp.spec(), in.g_slc.spec(),
-                                       in.bi.spec(),    ix.counts.spec(), ix.cu.spec(),  f.o_cmp.spec(),  f.o_slc.spec(),
-                                       f.lse.spec(),    in.dout.spec(),   in.q.spec(),   in.k.spec(),     in.v.spec(),
-                                       in.g_cmp.spec(), in.g_slc.spec()};
-      const Invocation inv = nsa::backward_invocation(bs, c.block_size);
+      const Invocation inv = nsa::backward_invocation(backward_specs(in, index_arrays(ctx, in), f), c.block_size);
       const auto& impl = Registry::global().implementation(inv, dev);
       std::set<std::pair<std::int64_t, std::int64_t>> builds;
       for (const Config& config : impl.space(inv, dev).enumerate()) {
@@ -340,12 +338,7 @@ TEST_P(NativeSparseAttention, KeyGradientsFromTheSelectionsInverse) {
   const Inputs in = build(ctx, c, DType::f32, 21);
   NsaOutput f;
   (void)check_forward(ctx, in, f);
-  const Specs ix = index_arrays(ctx, in);
-  const std::vector<TensorSpec> bs{in.q.spec(),     in.k.spec(),     in.v.spec(),    in.g_cmp.spec(), in.g_slc.spec(),
-                                   in.bi.spec(),    ix.counts.spec(), ix.cu.spec(),  f.o_cmp.spec(),  f.o_slc.spec(),
-                                   f.lse.spec(),    in.dout.spec(),  in.q.spec(),    in.k.spec(),     in.v.spec(),
-                                   in.g_cmp.spec(), in.g_slc.spec()};
-  const Invocation inv = nsa::backward_invocation(bs, c.block_size);
+  const Invocation inv = nsa::backward_invocation(backward_specs(in, index_arrays(ctx, in), f), c.block_size);
   const DeviceInfo& dev = ctx.device().info();
   const auto& impl = Registry::global().implementation(inv, dev);
   std::set<std::int64_t> tiles;

@@ -36,6 +36,54 @@
 
 void warp_sync(void) { asm volatile("bar.warp.sync -1;" ::: "memory"); }
 
+// The fragment products every pass here is made of (g = lane / 4, t = lane % 4 name the lane's
+// rows g, g + 8 and columns 2t, 2t + 1 in m16n8k16's layouts):
+//   A_FRAGMENTS: the A fragments of 16 rows, STEPS steps of 16 columns, VAL(ROW, COL) each
+//     element of the rows IN(ROW) admits and zero elsewhere (f32, rounded to the operand type);
+//   MMA_AB: ACC[nn] (NT tiles of 8 columns) += A fragments F times B fragments loaded by
+//     ldmatrix, two tiles a load, from BASE + SS * step + NS * nn;
+//   MMA_SCORES: ACC[n] (NT tiles of 8 columns) += the A fragments packed from KT steps of
+//     accumulator registers S (two tiles of 8 a step, as scores come out of MMA_AB) times B
+//     fragments loaded by transposing ldmatrix from BASE + SS * step + NS * n.
+#define A_FRAGMENTS(F, STEPS, IN, VAL)                                                  \
+  _Pragma("unroll") for (int st = 0; st < (STEPS); ++st)                                 \
+    _Pragma("unroll") for (int e = 0; e < 4; ++e) {                                      \
+      const int row = g + 8 * (e & 1), col = 16 * st + 8 * (e >> 1) + 2 * t;            \
+      float lo_ = 0.0f, hi_ = 0.0f;                                                      \
+      if (IN(row)) {                                                                     \
+        lo_ = VAL(row, col);                                                             \
+        hi_ = VAL(row, col + 1);                                                         \
+      }                                                                                  \
+      F[st][e] = pack2(lo_, hi_);                                                        \
+    }
+#define MMA_AB(ACC, F, STEPS, NT, BASE, SS, NS)                                         \
+  _Pragma("unroll") for (int st = 0; st < (STEPS); ++st)                                 \
+    _Pragma("unroll") for (int nn = 0; nn < (NT); nn += 2) {                             \
+      uint b_[4];                                                                        \
+      ldsm_x4(b_, (BASE) + (uint)((SS) * st + (NS) * nn));                               \
+      mma(ACC[nn], F[st][0], F[st][1], F[st][2], F[st][3], b_[0], b_[1]);                \
+      mma(ACC[nn + 1], F[st][0], F[st][1], F[st][2], F[st][3], b_[2], b_[3]);            \
+    }
+#define MMA_SCORES(ACC, S, KT, NT, BASE, SS, NS)                                        \
+  _Pragma("unroll") for (int kst = 0; kst < (KT); ++kst) {                               \
+    const uint a0_ = pack2(S[2 * kst][0], S[2 * kst][1]), a1_ = pack2(S[2 * kst][2], S[2 * kst][3]); \
+    const uint a2_ = pack2(S[2 * kst + 1][0], S[2 * kst + 1][1]);                        \
+    const uint a3_ = pack2(S[2 * kst + 1][2], S[2 * kst + 1][3]);                        \
+    _Pragma("unroll") for (int n = 0; n < (NT); n += 2) {                                \
+      uint b_[4];                                                                        \
+      ldsm_x4_t(b_, (BASE) + (uint)((SS) * kst + (NS) * n));                             \
+      mma(ACC[n], a0_, a1_, a2_, a3_, b_[0], b_[1]);                                     \
+      mma(ACC[n + 1], a0_, a1_, a2_, a3_, b_[2], b_[3]);                                 \
+    }                                                                                    \
+  }
+// The warps' parts of accumulator ACC (W columns) into local memory md, [NW][16][W].
+#define PARTS_TO_LOCAL(ACC, W)                                                                \
+  barrier(CLK_LOCAL_MEM_FENCE);                                                               \
+  _Pragma("unroll") for (int i = 0; i < (W) / 8; ++i)                                         \
+    _Pragma("unroll") for (int e = 0; e < 4; ++e)                                             \
+      md[(warp * 16 + g + 8 * (e >> 1)) * (W) + 8 * i + 2 * t + (e & 1)] = ACC[i][e];         \
+  barrier(CLK_LOCAL_MEM_FENCE);
+
 // Rows r < n of k (or v) from token row0 + r of kv head h, each W 16-bit words, into local
 // address dst (rows RB bytes apart); rows from n on zero-filled. Not committed.
 #define COPY_ROWS(DST, SRC, ROW0, N, W, RB)                                                   \
@@ -62,6 +110,10 @@ void stage_pooled(uint dst, const __global float4* src, int c0, int n, int bos, 
   }
 }
 
+// Rows of 16 heads from th0 on, R of them real; q at a row and column, scaled by qs.
+#define HEAD_IN(ROW) ((ROW) < R)
+#define Q_AT(ROW, COL) (ejk_load(q16, (size_t)(th0 + (ROW)) * DK + (COL), dtype) * qs)
+
 __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_fwd_mma(
     const __global ushort* q16, const __global uint4* k4, const __global uint4* v4, const __global ushort* gc16,
     const __global ushort* gs16, const __global int* bi, const __global int* bc, const __global int* cu,
@@ -84,21 +136,8 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_fwd_mma(
 
   // q's A fragments, pre-scaled into base 2 and rounded to the operand type; rows past R zero.
   uint qf[KSTEPS][4];
-  {
-    const float qs = scale * LOG2E;
-#pragma unroll
-    for (int st = 0; st < KSTEPS; ++st)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = g + 8 * (e & 1), col = 16 * st + 8 * (e >> 1) + 2 * t;
-        float a = 0.0f, b = 0.0f;
-        if (row < R) {
-          a = ejk_load(q16, (size_t)(th0 + row) * DK + col, dtype) * qs;
-          b = ejk_load(q16, (size_t)(th0 + row) * DK + col + 1, dtype) * qs;
-        }
-        qf[st][e] = pack2(a, b);
-      }
-  }
+  const float qs = scale * LOG2E;
+  A_FRAGMENTS(qf, KSTEPS, HEAD_IN, Q_AT)
 
   float first[CPT];  // this thread's merged o_cmp, for the gated output
   for (int branch = 0; branch < 2; ++branch) {
@@ -112,13 +151,7 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_fwd_mma(
   {                                                                                          \
     float s[STILES][4];                                                                      \
     _Pragma("unroll") for (int nn = 0; nn < STILES; ++nn) s[nn][0] = s[nn][1] = s[nn][2] = s[nn][3] = 0.0f; \
-    _Pragma("unroll") for (int st = 0; st < KSTEPS; ++st)                                    \
-      _Pragma("unroll") for (int nn = 0; nn < STILES; nn += 2) {                             \
-        uint b[4];                                                                           \
-        ldsm_x4(b, ks + koff + (uint)(8 * nn * KROWB + 32 * st));                            \
-        mma(s[nn], qf[st][0], qf[st][1], qf[st][2], qf[st][3], b[0], b[1]);                  \
-        mma(s[nn + 1], qf[st][0], qf[st][1], qf[st][2], qf[st][3], b[2], b[3]);              \
-      }                                                                                      \
+    MMA_AB(s, qf, KSTEPS, STILES, ks + koff, 32, 8 * KROWB)                                  \
     warp_sync();                                                                             \
     float mx[2] = {NEG, NEG};                                                                \
     _Pragma("unroll") for (int nn = 0; nn < STILES; ++nn)                                    \
@@ -145,17 +178,7 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_fwd_mma(
       o[n][3] *= alpha[1];                                                                   \
     }                                                                                        \
     WAIT_V                                                                                   \
-    _Pragma("unroll") for (int kst = 0; kst < BK / 16; ++kst) {                              \
-      const uint a0 = pack2(s[2 * kst][0], s[2 * kst][1]), a1 = pack2(s[2 * kst][2], s[2 * kst][3]); \
-      const uint a2 = pack2(s[2 * kst + 1][0], s[2 * kst + 1][1]);                           \
-      const uint a3 = pack2(s[2 * kst + 1][2], s[2 * kst + 1][3]);                           \
-      _Pragma("unroll") for (int n = 0; n < OTILES; n += 2) {                                \
-        uint b[4];                                                                           \
-        ldsm_x4_t(b, vs + voff + (uint)(16 * kst * VROWB + 16 * n));                         \
-        mma(o[n], a0, a1, a2, a3, b[0], b[1]);                                               \
-        mma(o[n + 1], a0, a1, a2, a3, b[2], b[3]);                                           \
-      }                                                                                      \
-    }                                                                                        \
+    MMA_SCORES(o, s, BK / 16, OTILES, vs + voff, 16 * VROWB, 16)                             \
     warp_sync();                                                                             \
   }
 
@@ -332,21 +355,8 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_bwd_dq_mm
 
   // q's A fragments, pre-scaled into base 2; rows past R zero.
   uint qf[KSTEPS][4];
-  {
-    const float qs = scale * LOG2E;
-#pragma unroll
-    for (int st = 0; st < KSTEPS; ++st)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = g + 8 * (e & 1), col = 16 * st + 8 * (e >> 1) + 2 * t;
-        float a = 0.0f, b = 0.0f;
-        if (row < R) {
-          a = ejk_load(q16, (size_t)(th0 + row) * DK + col, dtype) * qs;
-          b = ejk_load(q16, (size_t)(th0 + row) * DK + col + 1, dtype) * qs;
-        }
-        qf[st][e] = pack2(a, b);
-      }
-  }
+  const float qs = scale * LOG2E;
+  A_FRAGMENTS(qf, KSTEPS, HEAD_IN, Q_AT)
   barrier(CLK_LOCAL_MEM_FENCE);
 
   float dqa[DTILES][4];
@@ -356,19 +366,10 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_bwd_dq_mm
     // do_b = g_b do as A fragments, and this thread's rows' terms.
     uint dof[VSTEPS][4];
     const __global ushort* gb16 = branch == 0 ? gc16 : gs16;
-#pragma unroll
-    for (int st = 0; st < VSTEPS; ++st)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = g + 8 * (e & 1), col = 16 * st + 8 * (e >> 1) + 2 * t;
-        float a = 0.0f, b = 0.0f;
-        if (row < R) {
-          const float gate = ejk_load(gb16, th0 + row, dtype);
-          a = ejk_load(do16, (size_t)(th0 + row) * DV + col, dtype) * gate;
-          b = ejk_load(do16, (size_t)(th0 + row) * DV + col + 1, dtype) * gate;
-        }
-        dof[st][e] = pack2(a, b);
-      }
+    const float gate[2] = {g < R ? ejk_load(gb16, th0 + g, dtype) : 0.0f, g + 8 < R ? ejk_load(gb16, th0 + g + 8, dtype) : 0.0f};
+#define DO_AT(ROW, COL) (ejk_load(do16, (size_t)(th0 + (ROW)) * DV + (COL), dtype) * gate[((ROW) - g) / 8])
+    A_FRAGMENTS(dof, VSTEPS, HEAD_IN, DO_AT)
+#undef DO_AT
     const float l2[2] = {rows_l[branch][g], rows_l[branch][g + 8]};
     const float dl[2] = {rows_d[branch][g], rows_d[branch][g + 8]};
 
@@ -380,36 +381,14 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_bwd_dq_mm
       s[nn][0] = s[nn][1] = s[nn][2] = s[nn][3] = 0.0f;                                      \
       dp[nn][0] = dp[nn][1] = dp[nn][2] = dp[nn][3] = 0.0f;                                  \
     }                                                                                        \
-    _Pragma("unroll") for (int st = 0; st < KSTEPS; ++st)                                    \
-      _Pragma("unroll") for (int nn = 0; nn < STILES; nn += 2) {                             \
-        uint b[4];                                                                           \
-        ldsm_x4(b, ks + koff + (uint)(8 * nn * KROWB + 32 * st));                            \
-        mma(s[nn], qf[st][0], qf[st][1], qf[st][2], qf[st][3], b[0], b[1]);                  \
-        mma(s[nn + 1], qf[st][0], qf[st][1], qf[st][2], qf[st][3], b[2], b[3]);              \
-      }                                                                                      \
-    _Pragma("unroll") for (int st = 0; st < VSTEPS; ++st)                                    \
-      _Pragma("unroll") for (int nn = 0; nn < STILES; nn += 2) {                             \
-        uint b[4];                                                                           \
-        ldsm_x4(b, vs + voff + (uint)(8 * nn * VROWB + 32 * st));                            \
-        mma(dp[nn], dof[st][0], dof[st][1], dof[st][2], dof[st][3], b[0], b[1]);             \
-        mma(dp[nn + 1], dof[st][0], dof[st][1], dof[st][2], dof[st][3], b[2], b[3]);         \
-      }                                                                                      \
+    MMA_AB(s, qf, KSTEPS, STILES, ks + koff, 32, 8 * KROWB)                                  \
+    MMA_AB(dp, dof, VSTEPS, STILES, vs + voff, 32, 8 * VROWB)                                \
     _Pragma("unroll") for (int nn = 0; nn < STILES; ++nn)                                    \
       _Pragma("unroll") for (int e = 0; e < 4; ++e) {                                        \
         const float p = 8 * nn + 2 * t + (e & 1) < (N) ? ex2(s[nn][e] - l2[e >> 1]) : 0.0f;  \
         s[nn][e] = p * (dp[nn][e] - dl[e >> 1]);                                             \
       }                                                                                      \
-    _Pragma("unroll") for (int kst = 0; kst < BK / 16; ++kst) {                              \
-      const uint a0 = pack2(s[2 * kst][0], s[2 * kst][1]), a1 = pack2(s[2 * kst][2], s[2 * kst][3]); \
-      const uint a2 = pack2(s[2 * kst + 1][0], s[2 * kst + 1][1]);                           \
-      const uint a3 = pack2(s[2 * kst + 1][2], s[2 * kst + 1][3]);                           \
-      _Pragma("unroll") for (int n = 0; n < DTILES; n += 2) {                                \
-        uint b[4];                                                                           \
-        ldsm_x4_t(b, ks + kofft + (uint)(16 * kst * KROWB + 16 * n));                        \
-        mma(dqa[n], a0, a1, a2, a3, b[0], b[1]);                                             \
-        mma(dqa[n + 1], a0, a1, a2, a3, b[2], b[3]);                                         \
-      }                                                                                      \
-    }                                                                                        \
+    MMA_SCORES(dqa, s, BK / 16, DTILES, ks + kofft, 16 * KROWB, 16)                          \
     warp_sync();                                                                             \
   }
 
@@ -442,13 +421,8 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_bwd_dq_mm
   }
 
   // The warps' dq parts, summed in warp order.
-  barrier(CLK_LOCAL_MEM_FENCE);
   __local float* md = (__local float*)smem;  // [NW][16][DK]
-#pragma unroll
-  for (int n = 0; n < DTILES; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) md[(warp * 16 + g + 8 * (e >> 1)) * DK + 8 * n + 2 * t + (e & 1)] = dqa[n][e];
-  barrier(CLK_LOCAL_MEM_FENCE);
+  PARTS_TO_LOCAL(dqa, DK)
   for (int e = tid; e < R * DK; e += 32 * NW) {
     float x = 0.0f;
     for (int w = 0; w < NW; ++w) x += md[w * 16 * DK + e];
@@ -468,37 +442,22 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_bwd_dq_mm
                               ? NW * 16 * (KROWB + VROWB)                             \
                               : NW * 16 * (DK > DV ? DK : DV) * 4)
 
-// The rows' k (pre-scaled into base 2) and v as A fragments from f32 values read by KV(COL, ROW,
-// D) for rows below N (zero rows past them).
-#define ROWS_FRAGMENTS(KF, VF, N, KV)                                                         \
-  _Pragma("unroll") for (int st = 0; st < KSTEPS; ++st)                                       \
-    _Pragma("unroll") for (int e = 0; e < 4; ++e) {                                           \
-      const int row = g + 8 * (e & 1), col = 16 * st + 8 * (e >> 1) + 2 * t;                 \
-      const bool in = row < (N);                                                              \
-      KF[st][e] = pack2(in ? ks2 * KV(0, row, col) : 0.0f, in ? ks2 * KV(0, row, col + 1) : 0.0f); \
-    }                                                                                         \
-  _Pragma("unroll") for (int st = 0; st < VSTEPS; ++st)                                       \
-    _Pragma("unroll") for (int e = 0; e < 4; ++e) {                                           \
-      const int row = g + 8 * (e & 1), col = 16 * st + 8 * (e >> 1) + 2 * t;                 \
-      const bool in = row < (N);                                                              \
-      VF[st][e] = pack2(in ? KV(1, row, col) : 0.0f, in ? KV(1, row, col + 1) : 0.0f);        \
-    }
+// Rows th0 .. th0 + 15 (R of them real; the rest zeros) of a W-wide array into local address
+// DST, rows RB bytes apart, by cp.async (not committed).
+#define STAGE_HEADS(DST, SRC, W, RB)                                                          \
+  for (int x = lane; x < 16 * ((W) / 8); x += 32) {                                           \
+    const int r = x / ((W) / 8), c = x - r * ((W) / 8);                                       \
+    const bool in = r < R;                                                                    \
+    cp16((DST) + (uint)(r * (RB) + 16 * c), (SRC) + (size_t)(th0 + (in ? r : 0)) * ((W) / 8) + c, in ? 16u : 0u); \
+  }
 
 // One query's 16 heads from row th0 on (R of them real) against the rows: SEEN(ROW) says whether
 // the query sees fragment row ROW, F is how often it counts, BRANCH picks lse and delta (0
 // compression, 1 selection) and GATE the gate.
 #define ROWS_QUERY(SEEN, F, BRANCH, GATE)                                                      \
   {                                                                                           \
-    for (int x = lane; x < 16 * (DK / 8); x += 32) {                                          \
-      const int r = x / (DK / 8), c = x - r * (DK / 8);                                       \
-      const bool in = r < R;                                                                  \
-      cp16(qsh + (uint)(r * KROWB + 16 * c), q4 + (size_t)(th0 + (in ? r : 0)) * (DK / 8) + c, in ? 16u : 0u); \
-    }                                                                                         \
-    for (int x = lane; x < 16 * (DV / 8); x += 32) {                                          \
-      const int r = x / (DV / 8), c = x - r * (DV / 8);                                       \
-      const bool in = r < R;                                                                  \
-      cp16(dsh + (uint)(r * VROWB + 16 * c), do4 + (size_t)(th0 + (in ? r : 0)) * (DV / 8) + c, in ? 16u : 0u); \
-    }                                                                                         \
+    STAGE_HEADS(qsh, q4, DK, KROWB)                                                           \
+    STAGE_HEADS(dsh, do4, DV, VROWB)                                                          \
     cp_commit();                                                                              \
     /* Each thread's four heads (columns 8 nn + 2 t + c): lse in base 2, delta, gate. */      \
     float l2[2][2], dl[2][2], gt[2][2];                                                       \
@@ -517,18 +476,8 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_bwd_dq_mm
       s[nn][0] = s[nn][1] = s[nn][2] = s[nn][3] = 0.0f;                                       \
       dp[nn][0] = dp[nn][1] = dp[nn][2] = dp[nn][3] = 0.0f;                                   \
     }                                                                                         \
-    _Pragma("unroll") for (int st = 0; st < KSTEPS; ++st) {                                   \
-      uint bq[4];                                                                             \
-      ldsm_x4(bq, qsh + qoff + (uint)(32 * st));                                              \
-      mma(s[0], kf[st][0], kf[st][1], kf[st][2], kf[st][3], bq[0], bq[1]);                    \
-      mma(s[1], kf[st][0], kf[st][1], kf[st][2], kf[st][3], bq[2], bq[3]);                    \
-    }                                                                                         \
-    _Pragma("unroll") for (int st = 0; st < VSTEPS; ++st) {                                   \
-      uint bd[4];                                                                             \
-      ldsm_x4(bd, dsh + doff + (uint)(32 * st));                                              \
-      mma(dp[0], vf[st][0], vf[st][1], vf[st][2], vf[st][3], bd[0], bd[1]);                   \
-      mma(dp[1], vf[st][0], vf[st][1], vf[st][2], vf[st][3], bd[2], bd[3]);                   \
-    }                                                                                         \
+    MMA_AB(s, kf, KSTEPS, 2, qsh + qoff, 32, 0)                                               \
+    MMA_AB(dp, vf, VSTEPS, 2, dsh + doff, 32, 0)                                              \
     /* s becomes dS^T, dp (g P)^T: rows are the key rows (g, g + 8), columns heads. */        \
     _Pragma("unroll") for (int nn = 0; nn < 2; ++nn)                                          \
       _Pragma("unroll") for (int e = 0; e < 4; ++e) {                                         \
@@ -537,32 +486,10 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_bwd_dq_mm
         s[nn][e] = p * (gt[nn][c] * dp[nn][e] - dl[nn][c]);                                   \
         dp[nn][e] = p * gt[nn][c];                                                            \
       }                                                                                       \
-    const uint a0 = pack2(s[0][0], s[0][1]), a1 = pack2(s[0][2], s[0][3]), a2 = pack2(s[1][0], s[1][1]), \
-               a3 = pack2(s[1][2], s[1][3]);                                                  \
-    _Pragma("unroll") for (int i = 0; i < DTILES; i += 2) {                                   \
-      uint bq[4];                                                                             \
-      ldsm_x4_t(bq, qsh + qofft + (uint)(16 * i));                                            \
-      mma(dka[i], a0, a1, a2, a3, bq[0], bq[1]);                                              \
-      mma(dka[i + 1], a0, a1, a2, a3, bq[2], bq[3]);                                          \
-    }                                                                                         \
-    const uint p0 = pack2(dp[0][0], dp[0][1]), p1 = pack2(dp[0][2], dp[0][3]), p2 = pack2(dp[1][0], dp[1][1]), \
-               p3 = pack2(dp[1][2], dp[1][3]);                                                \
-    _Pragma("unroll") for (int i = 0; i < OTILES; i += 2) {                                   \
-      uint bd[4];                                                                             \
-      ldsm_x4_t(bd, dsh + dofft + (uint)(16 * i));                                            \
-      mma(dva[i], p0, p1, p2, p3, bd[0], bd[1]);                                              \
-      mma(dva[i + 1], p0, p1, p2, p3, bd[2], bd[3]);                                          \
-    }                                                                                         \
+    MMA_SCORES(dka, s, 1, DTILES, qsh + qofft, 0, 16)                                         \
+    MMA_SCORES(dva, dp, 1, OTILES, dsh + dofft, 0, 16)                                        \
     warp_sync(); /* the staged rows are read before the next query's copies */                \
   }
-
-// The warps' parts of accumulator ACC (W columns) into local memory md, [NW][16][W].
-#define PARTS_TO_LOCAL(ACC, W)                                                                \
-  barrier(CLK_LOCAL_MEM_FENCE);                                                               \
-  _Pragma("unroll") for (int i = 0; i < (W) / 8; ++i)                                         \
-    _Pragma("unroll") for (int e = 0; e < 4; ++e)                                             \
-      md[(warp * 16 + g + 8 * (e >> 1)) * (W) + 8 * i + 2 * t + (e & 1)] = ACC[i][e];         \
-  barrier(CLK_LOCAL_MEM_FENCE);
 
 // What both passes set up: lane roles, the warp's staging rows and ldmatrix offsets (q and do as
 // stored for S and dP, transposed for dk and dv), the accumulators.
@@ -598,10 +525,15 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_bwd_dkv_m
   if (off % 16 != 0) return;  // the whole group: no tile starts here
   ROWS_SETUP
   const int n = min(16, min(block0 + BS, eos) - j0);
-#define KEY(V, ROW, COL) \
-  ejk_load((V) ? v16 : k16, ((size_t)(j0 + (in ? (ROW) : 0)) * H + h) * ((V) ? DV : DK) + (COL), dtype)
-  ROWS_FRAGMENTS(kf, vf, n, KEY)
-#undef KEY
+  // The tile's k (pre-scaled into base 2) and v as A fragments; keys past n zero rows.
+#define KEY_IN(ROW) ((ROW) < n)
+#define K_AT(ROW, COL) (ks2 * ejk_load(k16, ((size_t)(j0 + (ROW)) * H + h) * DK + (COL), dtype))
+#define V_AT(ROW, COL) ejk_load(v16, ((size_t)(j0 + (ROW)) * H + h) * DV + (COL), dtype)
+  A_FRAGMENTS(kf, KSTEPS, KEY_IN, K_AT)
+  A_FRAGMENTS(vf, VSTEPS, KEY_IN, V_AT)
+#undef KEY_IN
+#undef K_AT
+#undef V_AT
 
   // The queries from j0 on that list the block, in token order (nsa_bwd_mark's bitmap).
   const __global uint* bits = sel + ((size_t)(block0 / BS + seq) * H + h) * W;
@@ -667,10 +599,15 @@ __kernel __attribute__((reqd_work_group_size(32 * NW, 1, 1))) void nsa_bwd_dcmp_
   if (c0 % 16 != 0) return;  // the whole group: not the first block of a tile
   ROWS_SETUP
   const int nb = min(16, len / BS - c0);  // whole blocks of the tile (none: no query, no store)
-#define POOLED(V, ROW, COL) \
-  ((V) ? vc : kc)[((size_t)(bos + (c0 + (in ? (ROW) : 0)) * BS) * H + h) * ((V) ? DV : DK) + (COL)]
-  ROWS_FRAGMENTS(kf, vf, nb, POOLED)
-#undef POOLED
+  // The tile's pooled rows (k pre-scaled into base 2) as A fragments; blocks past nb zero rows.
+#define BLOCK_IN(ROW) ((ROW) < nb)
+#define K_AT(ROW, COL) (ks2 * kc[((size_t)(bos + (c0 + (ROW)) * BS) * H + h) * DK + (COL)])
+#define V_AT(ROW, COL) vc[((size_t)(bos + (c0 + (ROW)) * BS) * H + h) * DV + (COL)]
+  A_FRAGMENTS(kf, KSTEPS, BLOCK_IN, K_AT)
+  A_FRAGMENTS(vf, VSTEPS, BLOCK_IN, V_AT)
+#undef BLOCK_IN
+#undef K_AT
+#undef V_AT
 
   const int first = nb > 0 ? c0 * BS + BS - 1 + o : len;
   for (int pos = first + warp * BS; pos < len; pos += NW * BS) {

@@ -93,6 +93,31 @@ Common checked(const Problem& p, const Config& c, const char* kname) {
   return r;
 }
 
+// The scalar program's geometry where only its pool, clear and mark passes run (the tensor-core
+// variants'): those passes do not depend on it.
+constexpr Common pool_only{128, 8, 1};
+
+// The tensor-core variant's knobs from a config, checked: warps a group and keys a warp tile,
+// `local_bytes` the local memory of the direction's build.
+struct Mma {
+  std::int64_t warps, block_n;
+};
+Mma mma_checked(const Problem& p, const Config& config, const DeviceInfo& dev,
+                std::int64_t (*local_bytes)(const Problem&, std::int64_t, std::int64_t), const char* kname) {
+  if (!mma_offered(p, dev))
+    throw InvalidArgument(std::string(kname) + " on OpenCL: the mma variant needs f16 or bf16, head dims multiples of 16 "
+                          "up to 128, block_size a multiple of 16, at most 16 query heads a kv head or a multiple of "
+                          "16, and m16n8k16 fragments of the dtype (" + dev.id() + ": " + dev.name + ")");
+  const Mma m{config.get("mma_warps"), config.get("mma_block_n")};
+  if ((m.warps != 2 && m.warps != 4) || (m.block_n != 16 && m.block_n != 32) || p.block_size % m.block_n ||
+      local_bytes(p, m.warps, m.block_n) > static_cast<std::int64_t>(dev.local_mem))
+    throw InvalidArgument(std::string(kname) + " on OpenCL: config " + config.canonical() +
+                          " needs mma_warps 2 or 4, mma_block_n 16 or 32 dividing block_size " +
+                          std::to_string(p.block_size) + ", and " + std::to_string(local_bytes(p, m.warps, m.block_n)) +
+                          " bytes of local memory (the device has " + std::to_string(dev.local_mem) + ")");
+  return m;
+}
+
 std::string options_of(const Problem& p, const Common& c) {
   return " -DTHREADS=" + std::to_string(c.threads) + " -DTILE=" + std::to_string(c.tile) + " -DHPG=" +
          std::to_string(c.hpg) + " -DDK=" + std::to_string(p.dk) + " -DDV=" + std::to_string(p.dv);
@@ -147,24 +172,12 @@ class OpenCLNsa final : public clc::Implementation {
     std::int64_t threads = 0, parts = 0;
     std::string pool_options;
     if (variant == "mma") {
-      if (!mma_offered(p, dev.info()))
-        throw InvalidArgument("native_sparse_attention on OpenCL: the mma variant needs f16 or bf16, head dims multiples "
-                              "of 16 up to 128, block_size a multiple of 16, at most 16 query heads a kv head or a "
-                              "multiple of 16, and m16n8k16 fragments of the dtype (" + dev.info().id() + ": " +
-                              dev.info().name + ")");
-      const std::int64_t nw = config.get("mma_warps"), bk = config.get("mma_block_n");
-      if ((nw != 2 && nw != 4) || (bk != 16 && bk != 32) || p.block_size % bk ||
-          mma_local_bytes(p, nw, bk) > static_cast<std::int64_t>(dev.info().local_mem))
-        throw InvalidArgument("native_sparse_attention on OpenCL: config " + config.canonical() +
-                              " needs mma_warps 2 or 4, mma_block_n 16 or 32 dividing block_size " +
-                              std::to_string(p.block_size) + ", and " + std::to_string(mma_local_bytes(p, nw, bk)) +
-                              " bytes of local memory (the device has " + std::to_string(dev.info().local_mem) + ")");
+      const Mma m = mma_checked(p, config, dev.info(), mma_local_bytes, "native_sparse_attention");
       if (p.tokens() == 0) return;
-      k = dev.kernel(mma_key, mma_options(p, nw, bk), "nsa_fwd_mma");
-      threads = 32 * nw;
+      k = dev.kernel(mma_key, mma_options(p, m.warps, m.block_n), "nsa_fwd_mma");
+      threads = 32 * m.warps;
       parts = p.group > 16 ? p.group / 16 : 1;
-      // The pool pass of the scalar program (its geometry options do not change it).
-      pool_options = options_of(p, Common{128, 32, 1});
+      pool_options = options_of(p, pool_only);
     } else if (variant == "scalar") {
       const Common c = checked(p, config, "native_sparse_attention");
       if (p.tokens() == 0) return;
@@ -218,20 +231,12 @@ class OpenCLNsaBwd final : public clc::Implementation {
     // Configs stored before the backward had variants are scalar ones.
     const std::string variant = config.has("variant") ? config.text("variant") : "scalar";
     std::string mma_build;  // the mma variant's build options
-    Common c{128, 8, 1};  // the scalar program's geometry (the mma variant builds it for its other passes)
+    Common c = pool_only;
     std::size_t group_threads = 0, dq_parts = 0;  // work-items a group of the three passes; groups a (token, kv head) of dq
     if (variant == "mma") {
-      const std::int64_t nw = config.get("mma_warps"), bk = config.get("mma_block_n");
-      if (!mma_offered(p, dev.info()) || (nw != 2 && nw != 4) || (bk != 16 && bk != 32) || p.block_size % bk ||
-          mma_bwd_local_bytes(p, nw, bk) > static_cast<std::int64_t>(dev.info().local_mem))
-        throw InvalidArgument("native_sparse_attention_bwd on OpenCL: config " + config.canonical() +
-                              " needs the tensor-core forward's conditions (f16 or bf16, head dims multiples of 16 up "
-                              "to 128, at most 16 query heads a kv head or a multiple of 16, m16n8k16 fragments on " +
-                              dev.info().id() + "), mma_warps 2 or 4, mma_block_n 16 or 32 dividing block_size " +
-                              std::to_string(p.block_size) + ", and " + std::to_string(mma_bwd_local_bytes(p, nw, bk)) +
-                              " bytes of local memory (the device has " + std::to_string(dev.info().local_mem) + ")");
-      mma_build = mma_options(p, nw, bk);
-      group_threads = static_cast<std::size_t>(32 * nw);
+      const Mma m = mma_checked(p, config, dev.info(), mma_bwd_local_bytes, "native_sparse_attention_bwd");
+      mma_build = mma_options(p, m.warps, m.block_n);
+      group_threads = static_cast<std::size_t>(32 * m.warps);
       dq_parts = static_cast<std::size_t>(p.group > 16 ? p.group / 16 : 1);
     } else if (variant == "scalar") {
       c = checked(p, config, "native_sparse_attention_bwd");
