@@ -93,18 +93,19 @@ FileId file_id(const fs::path& p) {
   return {st.st_dev, st.st_ino, true};
 }
 
-// Holds an flock on <path>.lock: serializes moving a damaged file aside between processes.
-class AsideLock {
+// Holds an flock on <path>.lock: serializes, between processes, opening the cache (its journal
+// mode and schema) and moving a damaged file aside.
+class FileLock {
  public:
-  explicit AsideLock(const fs::path& path) {
+  explicit FileLock(const fs::path& path) {
     fd_ = ::open((path.string() + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd_ >= 0) ::flock(fd_, LOCK_EX);
   }
-  ~AsideLock() {
+  ~FileLock() {
     if (fd_ >= 0) ::close(fd_);  // closing releases the lock
   }
-  AsideLock(const AsideLock&) = delete;
-  AsideLock& operator=(const AsideLock&) = delete;
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
 
  private:
   int fd_ = -1;
@@ -224,7 +225,7 @@ struct PersistentCache::Impl {
   // Moves the file examined as `id` aside unless another process already replaced it.
   void move_aside(const FileId& id, const std::string& why) {
     db.reset();
-    AsideLock lock(path);
+    FileLock lock(path);
     if (!(file_id(path) == id)) return;  // someone else already moved it
     std::string stamp = utc_stamp();
     fs::path aside = path.string() + ".corrupt-" + stamp;
@@ -250,6 +251,10 @@ struct PersistentCache::Impl {
       std::string why = raw_check(path);
       if (why.empty()) {
         try {
+          // One process at a time: switching a fresh file to WAL takes its exclusive lock while
+          // holding a shared one, which SQLite refuses at once, past the busy handler, when
+          // another process opening the same fresh file holds a shared lock too.
+          FileLock lock(path);
           open_db();
           why = check_schema();
           if (why.empty()) return;
